@@ -1,0 +1,21 @@
+"""The project's error types. Each message is one line: the bad input, what was expected, the fix."""
+
+
+class CkptSearchError(Exception):
+    """Base of every error this project raises on bad input."""
+
+
+class WorkloadError(CkptSearchError):
+    """A workload spec, factory or loss that cannot be used."""
+
+
+class PlanError(CkptSearchError):
+    """A plan that does not fit the model, names missing units, or asks for an unusable action."""
+
+
+class UnitError(CkptSearchError):
+    """Decision units that cannot be found or overlap."""
+
+
+class MeasurementError(CkptSearchError):
+    """A measurement that failed (out of memory, a unit that ran twice, ...)."""

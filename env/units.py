@@ -1,0 +1,74 @@
+"""Decision units: the submodules a plan makes one decision for, named by their FQN.
+
+Found automatically as the children of the model's largest ``nn.ModuleList`` /
+``nn.Sequential`` (the repeated blocks: ``blocks.0`` .. ``blocks.N``), one level finer with
+``granularity="sub-block"`` (``blocks.0.attn``, ``blocks.0.mlp``, ...), or given by the user as
+FQNs or shell-style globs (``blocks.*.mlp``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Literal, Sequence
+
+import torch.nn as nn
+
+from env.errors import UnitError
+
+Granularity = Literal["block", "sub-block"]
+GRANULARITIES: tuple[str, ...] = ("block", "sub-block")
+
+
+def _n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+def _largest_container(model: nn.Module) -> str:
+    best: tuple[int, int, str] | None = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)) and len(mod) >= 2:
+            key = (len(mod), _n_params(mod), name)
+            if best is None or key[:2] > best[:2]:
+                best = key
+    if best is None:
+        raise UnitError(
+            f"{type(model).__name__} has no nn.ModuleList or nn.Sequential with 2 or more children; "
+            "name the units yourself (e.g. --units 'encoder.layer.*')"
+        )
+    return best[2]
+
+
+def find_units(model: nn.Module, granularity: str = "block",
+               patterns: Sequence[str] | None = None) -> list[str]:
+    """The decision units of ``model`` as FQNs, in registration order."""
+    if patterns:
+        return _match_patterns(model, patterns)
+    if granularity not in GRANULARITIES:
+        raise UnitError(f"unknown granularity '{granularity}'; choose one of {', '.join(GRANULARITIES)}")
+    container = _largest_container(model)
+    prefix = f"{container}." if container else ""
+    blocks = [f"{prefix}{name}" for name, _ in model.get_submodule(container).named_children()]
+    if granularity == "block":
+        return blocks
+    finer: list[str] = []
+    for block in blocks:
+        children = [f"{block}.{n}" for n, c in model.get_submodule(block).named_children() if _n_params(c) > 0]
+        finer.extend(children or [block])
+    return finer
+
+
+def _match_patterns(model: nn.Module, patterns: Sequence[str]) -> list[str]:
+    names = [n for n, _ in model.named_modules() if n]
+    chosen: list[str] = []
+    for pattern in patterns:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        if not hits:
+            sample = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+            raise UnitError(f"unit pattern '{pattern}' matches no module of {type(model).__name__}; modules are: {sample}")
+        chosen.extend(h for h in hits if h not in chosen)
+    chosen.sort(key=names.index)
+    for a in chosen:
+        for b in chosen:
+            if b.startswith(a + "."):
+                raise UnitError(f"units overlap: '{a}' contains '{b}'; name units at one level only")
+    return chosen

@@ -1,0 +1,297 @@
+"""Workloads: what one training step is (a model, one example batch, a loss, an optimizer).
+
+A workload is named by a spec string:
+
+- a built-in: ``gpt``, ``cnn``, ``lstm``, ``mlp``, optionally with a preset and options:
+  ``gpt/tiny``, ``gpt?n_layer=12``, ``cnn/tiny?batch_size=4``;
+- a user's factory: ``path/to/file.py:factory`` or ``package.module:factory``, options passed
+  to the factory as keyword arguments (``my.py:make?width=64``).
+
+The simplest factory returns ``(module, inputs)`` where ``module(*inputs)`` (or
+``module(**inputs)`` for a dict) returns a scalar loss; a richer one returns a :class:`Workload`.
+Everything is built under a fixed seed, so two processes building the same spec get the same
+weights and the same batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+from urllib.parse import parse_qsl, urlencode
+
+import torch
+import torch.nn as nn
+
+from env import models
+from env.errors import WorkloadError
+
+Inputs = tuple[Any, ...] | dict[str, Any]
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """AdamW, what large models are trained with: its two state tensors per parameter count."""
+    return torch.optim.AdamW(params, lr=1e-4)
+
+
+@dataclass
+class Workload:
+    """One training step: ``loss_fn(model, inputs)`` (default: call the model) then backward."""
+
+    spec: str
+    model: nn.Module
+    inputs: Inputs
+    loss_fn: Callable[[nn.Module, Inputs], torch.Tensor] | None = None
+    optimizer_factory: OptimizerFactory = default_optimizer
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def loss(self) -> torch.Tensor:
+        if self.loss_fn is not None:
+            out = self.loss_fn(self.model, self.inputs)
+        elif isinstance(self.inputs, dict):
+            out = self.model(**self.inputs)
+        else:
+            out = self.model(*self.inputs)
+        if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
+            got = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise WorkloadError(
+                f"workload '{self.spec}': the loss must be a scalar float tensor, got {got}; "
+                "reduce it in the model or loss_fn (e.g. .mean())"
+            )
+        return out
+
+    @property
+    def batch_shape(self) -> str:
+        """The shapes of the input tensors, e.g. ``idx:8x256,targets:8x256``."""
+        items = self.inputs.items() if isinstance(self.inputs, dict) else enumerate(self.inputs)
+        parts = [f"{k}:{'x'.join(map(str, v.shape))}" for k, v in items if isinstance(v, torch.Tensor)]
+        return ",".join(parts)
+
+    @property
+    def device(self) -> torch.device:
+        p = next(self.model.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
+    def to(self, device: str | torch.device) -> "Workload":
+        self.model.to(device)
+        if isinstance(self.inputs, dict):
+            self.inputs = {k: _move(v, device) for k, v in self.inputs.items()}
+        else:
+            self.inputs = tuple(_move(v, device) for v in self.inputs)
+        return self
+
+
+def _move(v: Any, device: str | torch.device) -> Any:
+    return v.to(device) if isinstance(v, torch.Tensor) else v
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-ins. Defaults take about a second a step on 2 CPU cores; ``tiny`` is for tests.
+
+BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt": dict(vocab_size=4096, seq_len=256, n_layer=6, d_model=384, n_head=6, dropout=0.1, batch_size=8),
+    "cnn": dict(widths="32,64,128,256", blocks_per_stage=2, image_size=160, n_classes=10, dropout=0.1,
+                batch_size=32),
+    "lstm": dict(vocab_size=4096, seq_len=128, n_layer=6, d_model=256, dropout=0.1, batch_size=16),
+    "mlp": dict(d_in=256, width=512, n_layer=8, dropout=0.1, batch_size=1024),
+}
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    "gpt": {"tiny": dict(vocab_size=128, seq_len=16, n_layer=4, d_model=32, n_head=2, batch_size=2),
+            "small": dict(vocab_size=1024, seq_len=128, n_layer=6, d_model=128, n_head=4, batch_size=4)},
+    "cnn": {"tiny": dict(widths="8,16", blocks_per_stage=2, image_size=32, batch_size=2),
+            "small": dict(widths="16,32,64", blocks_per_stage=2, image_size=64, batch_size=8)},
+    "lstm": {"tiny": dict(vocab_size=64, seq_len=8, n_layer=3, d_model=16, batch_size=2),
+             "small": dict(vocab_size=1024, seq_len=64, n_layer=4, d_model=128, batch_size=8)},
+    "mlp": {"tiny": dict(d_in=8, width=16, n_layer=4, batch_size=4),
+            "small": dict(d_in=64, width=256, n_layer=6, batch_size=128)},
+}
+
+
+def _build_gpt(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
+    model = models.GPT(o["vocab_size"], o["seq_len"], o["n_layer"], o["d_model"], o["n_head"], o["dropout"])
+    shape = (o["batch_size"], o["seq_len"])
+    idx = torch.randint(0, o["vocab_size"], shape, generator=g)
+    return model, (idx, torch.randint(0, o["vocab_size"], shape, generator=g))
+
+
+def _build_cnn(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
+    widths = tuple(int(w) for w in str(o["widths"]).split(","))
+    model = models.ResNetCNN(widths, o["blocks_per_stage"], o["n_classes"], o["dropout"])
+    images = torch.randn(o["batch_size"], 3, o["image_size"], o["image_size"], generator=g)
+    return model, (images, torch.randint(0, o["n_classes"], (o["batch_size"],), generator=g))
+
+
+def _build_lstm(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
+    model = models.StackedLSTM(o["vocab_size"], o["n_layer"], o["d_model"], o["dropout"])
+    shape = (o["batch_size"], o["seq_len"])
+    idx = torch.randint(0, o["vocab_size"], shape, generator=g)
+    return model, (idx, torch.randint(0, o["vocab_size"], shape, generator=g))
+
+
+def _build_mlp(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
+    model = models.MLP(o["d_in"], o["width"], o["n_layer"], o["dropout"])
+    x = torch.randn(o["batch_size"], o["d_in"], generator=g)
+    return model, (x, torch.randn(o["batch_size"], generator=g))
+
+
+BUILDERS: dict[str, Callable[[dict[str, Any], torch.Generator], tuple[nn.Module, Inputs]]] = {
+    "gpt": _build_gpt, "cnn": _build_cnn, "lstm": _build_lstm, "mlp": _build_mlp,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec strings
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A parsed spec: ``target`` (built-in name or ``file.py:func`` / ``pkg.mod:func``), preset, options."""
+
+    target: str
+    preset: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "WorkloadSpec":
+        text = text.strip()
+        if not text:
+            raise WorkloadError("empty workload spec; give a built-in (gpt, cnn, lstm, mlp) or path/to/file.py:factory")
+        head, _, query = text.partition("?")
+        options = tuple(sorted(parse_qsl(query, keep_blank_values=True)))
+        preset = None
+        if ":" not in head and "/" in head:
+            head, preset = head.split("/", 1)
+        return cls(head, preset, options)
+
+    @property
+    def is_builtin(self) -> bool:
+        return ":" not in self.target
+
+    def __str__(self) -> str:
+        s = self.target + (f"/{self.preset}" if self.preset else "")
+        return s + (f"?{urlencode(self.options)}" if self.options else "")
+
+
+def _coerce(value: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return value.lower() in ("1", "true", "yes")
+    for kind in (int, float):
+        if isinstance(like, kind):
+            return kind(value)
+    return value
+
+
+def _guess(value: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
+    """The resolved options of a built-in spec (defaults, then preset, then explicit options)."""
+    if spec.target not in BUILDERS:
+        raise WorkloadError(
+            f"unknown workload '{spec.target}'; choose one of {', '.join(BUILDERS)}, "
+            "or give path/to/file.py:factory or package.module:factory"
+        )
+    opts = dict(BUILTIN_DEFAULTS[spec.target])
+    if spec.preset is not None:
+        presets = PRESETS[spec.target]
+        if spec.preset not in presets:
+            raise WorkloadError(
+                f"unknown preset '{spec.preset}' for workload '{spec.target}'; choose one of {', '.join(presets)}"
+            )
+        opts.update(presets[spec.preset])
+    for key, value in spec.options:
+        if key not in opts:
+            raise WorkloadError(
+                f"unknown option '{key}' for workload '{spec.target}'; valid options: {', '.join(sorted(opts))}"
+            )
+        opts[key] = _coerce(value, opts[key])
+    return opts
+
+
+def _resolve_factory(target: str) -> Callable[..., Any]:
+    where, _, func = target.rpartition(":")
+    if not where or not func:
+        raise WorkloadError(f"workload '{target}' must look like path/to/file.py:factory or package.module:factory")
+    if where.endswith(".py") or "/" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise WorkloadError(f"workload file '{where}' does not exist; check the path (relative to {Path.cwd()})")
+        mod_name = f"_ckpt_workload_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        assert module_spec is not None and module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as e:  # the user's file failed to import: say which and why, on one line
+            raise WorkloadError(f"workload file '{where}' failed to import: {type(e).__name__}: {e}; fix the file") from e
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as e:
+            raise WorkloadError(f"cannot import module '{where}' for workload '{target}': {e}; check PYTHONPATH") from e
+    factory = getattr(module, func, None)
+    if not callable(factory):
+        public = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
+        raise WorkloadError(
+            f"'{where}' has no factory function '{func}'; define it there or name one of: {', '.join(public) or '(none)'}"
+        )
+    return factory
+
+
+def load_workload(spec: str | WorkloadSpec, seed: int = 0, device: str | torch.device = "cpu") -> Workload:
+    """Build the workload a spec names, deterministically for a seed, on a device."""
+    parsed = WorkloadSpec.parse(spec) if isinstance(spec, str) else spec
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        g = torch.Generator().manual_seed(seed)
+        if parsed.is_builtin:
+            opts = builtin_options(parsed)
+            model, inputs = BUILDERS[parsed.target](opts, g)
+            workload = Workload(str(parsed), model, inputs, meta={"options": opts, "seed": seed})
+        else:
+            workload = _call_factory(parsed, seed)
+    return workload.to(device)
+
+
+def _call_factory(parsed: WorkloadSpec, seed: int) -> Workload:
+    factory = _resolve_factory(parsed.target)
+    kwargs = {k: _guess(v) for k, v in parsed.options}
+    try:
+        made = factory(**kwargs)
+    except Exception as e:  # a broken user factory: one line naming it and its error
+        raise WorkloadError(
+            f"workload factory '{parsed.target}' raised {type(e).__name__}: {e}; fix the factory (call it alone to see the traceback)"
+        ) from e
+    if isinstance(made, Workload):
+        made.spec = str(parsed)
+        made.meta.setdefault("seed", seed)
+        return made
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], nn.Module):
+        module, inputs = made
+        if isinstance(inputs, torch.Tensor):
+            inputs = (inputs,)
+        if not isinstance(inputs, (tuple, list, dict)):
+            raise WorkloadError(
+                f"workload factory '{parsed.target}' returned inputs of type {type(inputs).__name__}; "
+                "return a tensor, a tuple of arguments or a dict of keyword arguments"
+            )
+        inputs = tuple(inputs) if isinstance(inputs, list) else inputs
+        return Workload(str(parsed), module, inputs, meta={"seed": seed, "options": dict(kwargs)})
+    raise WorkloadError(
+        f"workload factory '{parsed.target}' returned {type(made).__name__}; "
+        "return (module, inputs) with module(*inputs) a scalar loss, or an env.workloads.Workload"
+    )
+
+
+def workload_names() -> list[str]:
+    return list(BUILDERS)
