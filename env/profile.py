@@ -1,0 +1,156 @@
+"""ModelProfile: per unit and action, the memory and time of that unit's part of the step.
+
+A step's timeline is cut by the unit marks (see ``env.timeline``) into segments::
+
+    pre | F_0 | F_1 | ... | F_{n-1} | post | B_{n-1} | ... | B_0 | tail
+
+``F_i`` is unit i's forward (until the next unit starts), ``B_i`` its backward (from its
+output's gradient until the previous unit's), ``pre``/``post``/``tail`` the rest (embeddings,
+head and loss, optimizer step). Each segment has ``delta_bytes`` (net allocation: what it
+leaves live), ``rise_bytes`` (its highest point above its start) and ``seconds``.
+
+``profile()`` measures every unit under every action by running the step once per action with
+all units set to it (plans are applied per unit, so the segments of a mixed plan are those
+segments). Memory comes from the same profiler events as ``measure``; times from timed
+steps with marks, medians over repeats. The result is plain data: the cost model and the exact
+solver read only this.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+import torch
+from pydantic import BaseModel
+
+from env.apply import apply_actions, plan_for
+from env.errors import MeasurementError
+from env.measure import Measurement, measure, state_bytes
+from env.plan import Action
+from env.timeline import UnitMarkers, profiled_step, train_step
+from env.workloads import Workload
+
+
+class Segment(BaseModel):
+    delta_bytes: int  # net bytes allocated (negative: freed) over the segment
+    rise_bytes: int  # highest point above the segment's start, >= 0
+    seconds: float  # median wall time
+
+
+class UnitCost(BaseModel):
+    fwd: Segment
+    bwd: Segment
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes this unit keeps for backward (forward's net allocation)."""
+        return self.fwd.delta_bytes
+
+    @property
+    def backward_peak_bytes(self) -> int:
+        """Bytes live above the start of its backward: recomputed activations and gradients."""
+        return self.bwd.rise_bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        """What the unit leaves live after its backward (its weight gradients)."""
+        return self.fwd.delta_bytes + self.bwd.delta_bytes
+
+
+class ModelProfile(BaseModel):
+    """Plain data: what the cost model, the exact solver and the agents see of a model."""
+
+    workload: str
+    batch_shape: str
+    device: str
+    fingerprint: str
+    units: list[str]  # in execution order
+    actions: list[Action]  # the actions profiled, in this order
+    base_bytes: int  # live before the step
+    pre: Segment
+    post: Segment
+    tail: Segment
+    costs: dict[Action, list[UnitCost]]  # costs[action][unit index]
+    baseline: Measurement | None = None  # all-keep, measured
+
+    def cost(self, unit: int, action: Action) -> UnitCost:
+        return self.costs[action][unit]
+
+
+def _segments(marks: dict[str, int], n: int) -> list[tuple[str, str, str]]:
+    """(segment name, start mark, end mark) for the whole step, in time order."""
+    segs = [("pre", "step_start", "fwd_pre:0")]
+    segs += [(f"F:{i}", f"fwd_pre:{i}", f"fwd_pre:{i + 1}") for i in range(n - 1)]
+    segs += [(f"F:{n - 1}", f"fwd_pre:{n - 1}", f"fwd_post:{n - 1}"), ("post", f"fwd_post:{n - 1}", f"bwd_pre:{n - 1}")]
+    segs += [(f"B:{i}", f"bwd_pre:{i}", f"bwd_pre:{i - 1}") for i in range(n - 1, 0, -1)]
+    segs += [("B:0", "bwd_pre:0", "bwd_end"), ("tail", "bwd_end", "step_end")]
+    missing = [m for _, a, b in segs for m in (a, b) if m not in marks]
+    if missing:
+        raise MeasurementError(
+            f"mark '{missing[0]}' never fired: a unit's output needs no gradient or a unit did not run; "
+            "choose units that run once per step on the gradient path"
+        )
+    order = [marks[a] for _, a, _ in segs] + [marks["step_end"]]
+    if order != sorted(order):
+        raise MeasurementError("units did not run in the expected order (forward 0..n-1, backward n-1..0); "
+                               "give the units in execution order of a sequential model")
+    return segs
+
+
+def _execution_order(workload: Workload, units: Sequence[str], optimizer: torch.optim.Optimizer) -> list[str]:
+    with UnitMarkers(workload.model, units) as markers:
+        train_step(workload, optimizer, markers)
+    first: dict[int, int] = {}
+    for name, t in markers.marks:
+        if name.startswith("fwd_pre:"):
+            first.setdefault(int(name.split(":")[1]), t)
+    if len(first) != len(units):
+        never = [u for i, u in enumerate(units) if i not in first]
+        raise MeasurementError(f"unit '{never[0]}' did not run in a training step; choose units the forward uses")
+    return [units[i] for i in sorted(first, key=first.get)]
+
+
+def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE),
+            repeats: int = 3, baseline: bool = True) -> ModelProfile:
+    """Measure every unit under every action (one profiled and ``repeats`` timed steps per action)."""
+    from env.plan import fingerprint  # local: keeps the import graph one-directional at module load
+
+    optimizer = workload.meta.get("_optimizer") or workload.optimizer_factory(workload.model.parameters())
+    workload.meta["_optimizer"] = optimizer
+    train_step(workload, optimizer)  # optimizer state exists from here on
+    units = _execution_order(workload, units, optimizer)
+    n = len(units)
+    sync_cuda = workload.device.type == "cuda"
+    per_action: dict[Action, dict[str, Segment]] = {}
+    base_bytes = 0
+    for action in actions:
+        plan = plan_for(workload.model, units, [action] * n)
+        with apply_actions(workload.model, plan, units):
+            train_step(workload, optimizer)
+            base_bytes = state_bytes(workload.model, optimizer, workload.inputs)
+            with UnitMarkers(workload.model, units) as markers:
+                trace = profiled_step(workload, optimizer, markers)
+            segs = _segments(trace.marks, n)
+            times: dict[str, list[float]] = {name: [] for name, _, _ in segs}
+            for _ in range(repeats):
+                with UnitMarkers(workload.model, units, sync_cuda=sync_cuda) as timed:
+                    train_step(workload, optimizer, timed)
+                ns = dict(timed.marks)
+                for name, a, b in segs:
+                    times[name].append((ns[b] - ns[a]) / 1e9)
+        per_action[action] = {
+            name: Segment(delta_bytes=d, rise_bytes=r, seconds=statistics.median(times[name]))
+            for (name, a, b) in segs for d, r in [trace.segment(trace.marks[a], trace.marks[b])]
+        }
+    keep = per_action[actions[0]]
+    base_m = None
+    if baseline:
+        base_m = measure(workload, plan_for(workload.model, units, [Action.KEEP] * n), units, repeats=repeats)
+    return ModelProfile(
+        workload=workload.spec, batch_shape=workload.batch_shape, device=str(workload.device),
+        fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(actions),
+        base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"],
+        costs={a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()},
+        baseline=base_m,
+    )
