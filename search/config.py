@@ -1,0 +1,116 @@
+"""SearchConfig: everything a search run needs, and the CLI generated from it.
+
+Each field's docstring (the ``doc`` metadata) is its ``--help`` line, as in CleanRL's ``Args``.
+A run folder keeps its config as ``config.json``; ``--config FILE`` reads one back, and
+explicit flags override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, get_args, get_origin
+
+from env.errors import CkptSearchError
+
+REWARD_MODES = ("measured", "model", "hybrid")
+
+
+def _f(default: Any, doc: str, **kw: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": doc, **kw})
+    return field(default=default, metadata={"doc": doc, **kw})
+
+
+@dataclass
+class SearchConfig:
+    workload: str = _f("gpt", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
+                              "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory")
+    units: list[str] = _f([], "decision units as FQNs or globs (default: the repeated blocks of the largest "
+                              "ModuleList/Sequential)", nargs="*")
+    granularity: str = _f("block", "automatic unit granularity: block or sub-block", choices=("block", "sub-block"))
+    actions: list[str] = _f(["keep", "recompute", "selective"], "actions searched per unit (offload needs CUDA)",
+                            nargs="+")
+    agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
+    timesteps: int = _f(4096, "environment steps per agent (one step = one unit's decision)")
+    reward: str = _f("hybrid", "reward source: measured (every new plan measured), model (cost model only), hybrid "
+                               "(cost model corrected by measurements; every frontier point measured)",
+                     choices=REWARD_MODES)
+    max_measurements: int = _f(30, "most plans measured in one run (model/hybrid modes), rules and baseline included")
+    repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
+    warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "
+                                "plus the rules)")
+    batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
+                                   "from two batch sizes); built-in workloads only")
+    out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
+    name: str = _f("", "run id (default: <workload>-<time>)")
+    address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")
+    resume: str = _f("", "run folder to resume: nothing measured there is measured again")
+    config: str = _f("", "JSON config file (a run folder's config.json repeats that run); flags override it")
+    seed: int = _f(0, "seed for workload weights, batch and agents")
+    device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
+    chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
+    progress: bool = _f(True, "show the live terminal view")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    def validate(self) -> "SearchConfig":
+        if self.reward not in REWARD_MODES:
+            raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of {', '.join(REWARD_MODES)}")
+        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps"):
+            if getattr(self, name) < 1:
+                raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        return self
+
+
+def _arg_type(f: dataclasses.Field) -> Any:
+    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list})  # annotations are strings here
+    return get_args(t)[0] if get_origin(t) is list else t
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m search.run",
+        description="Search activation-checkpointing plans against measured peak memory and step time. "
+                    "The last line printed is the run folder.",
+    )
+    for f in dataclasses.fields(SearchConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _arg_type(f)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = " ".join(default) if isinstance(default, list) else default
+        kw: dict[str, Any] = {"help": f"{f.metadata['doc']} (default: {shown!s})" if shown not in ("", []) else f.metadata["doc"],
+                              "default": argparse.SUPPRESS}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = kind
+            for k in ("nargs", "choices"):
+                if k in f.metadata:
+                    kw[k] = f.metadata[k]
+        p.add_argument(flag, **kw)
+    return p
+
+
+def parse_config(argv: Sequence[str] | None = None) -> SearchConfig:
+    """Flags over ``--config FILE`` over defaults."""
+    given = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    if given.get("config"):
+        path = Path(given["config"])
+        try:
+            values = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CkptSearchError(f"config file '{path}' does not exist; give a run folder's config.json") from None
+        except json.JSONDecodeError as e:
+            raise CkptSearchError(f"config file '{path}' is not JSON ({e.msg}, line {e.lineno}); fix or regenerate it") from None
+        known = {f.name for f in dataclasses.fields(SearchConfig)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise CkptSearchError(f"config file '{path}' has unknown keys {unknown}; valid keys: {sorted(known)}")
+    values.update(given)
+    return SearchConfig(**values).validate()

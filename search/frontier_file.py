@@ -1,0 +1,141 @@
+"""The run folder's ``frontier.json``: the measured memory/time frontier a search found.
+
+The search service writes it (``write_frontier``) and everything downstream reads it
+(``load_frontier``): the export CLI, ``DynamicPlan`` and the dashboard. Its versioned form::
+
+    {"schema_version": 1, "workload": "gpt/tiny", "batch_shape": "idx:2x16,targets:2x16",
+     "device": "cpu (2 threads)", "fingerprint": "3f2a...", "units": ["blocks.0", ...],
+     "baseline": {"peak_bytes": 123, "step_seconds": 0.01},
+     "points": [{"plan": {"blocks.0": "recompute", ...}, "peak_bytes": 100, "step_seconds": 0.012,
+                 "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "ppo-0"}]}
+
+Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError, field_validator
+
+from env.errors import CkptSearchError
+from env.plan import Action, Plan
+
+FRONTIER_NAME = "frontier.json"
+SCHEMA_VERSION = 1
+MIB = 2**20  # budgets on the command line are in MiB ("MB" in option names, as nvidia-smi says)
+
+
+class FrontierError(CkptSearchError):
+    """A frontier file that is missing or unreadable, or a budget no frontier plan fits."""
+
+
+class Baseline(BaseModel):
+    """The all-``keep`` plan, which every saving is relative to."""
+
+    peak_bytes: int
+    step_seconds: float
+
+
+class FrontierPoint(BaseModel):
+    """One measured plan on the frontier."""
+
+    plan: dict[str, Action]  # unit FQN -> action; units not named are 'keep'
+    peak_bytes: int  # everything live at the step's peak
+    step_seconds: float  # median over the timed steps
+    spread_seconds: float = 0.0  # interquartile range of the step times
+    activation_bytes: int  # peak minus what was live before the step
+    measured: bool = True
+    source: str = ""  # who proposed it: an agent name, rule:<name>, exact
+
+
+class FrontierFile(BaseModel):
+    """The whole ``frontier.json``: where it was measured, the baseline and the points."""
+
+    schema_version: int = SCHEMA_VERSION
+    workload: str
+    batch_shape: str
+    device: str
+    fingerprint: str
+    units: list[str]
+    baseline: Baseline
+    points: list[FrontierPoint]
+
+    @field_validator("points")
+    @classmethod
+    def _sorted_by_peak(cls, v: list[FrontierPoint]) -> list[FrontierPoint]:
+        return sorted(v, key=lambda p: (p.peak_bytes, p.step_seconds))
+
+    def plan(self, point: FrontierPoint) -> Plan:
+        """The point's decisions as a full :class:`Plan` (every unit named) for this model."""
+        return Plan(fingerprint=self.fingerprint,
+                    actions={u: point.plan.get(u, Action.KEEP) for u in self.units})
+
+    def smallest(self) -> FrontierPoint:
+        if not self.points:
+            raise FrontierError(f"frontier of '{self.workload}' has no points; let the search measure some plans first")
+        return self.points[0]
+
+    def fastest_within(self, budget_bytes: int, activation_only: bool = False) -> FrontierPoint:
+        """The fastest point whose peak (or activation part) fits ``budget_bytes``.
+
+        Raises a one-line :class:`FrontierError` naming the smallest possible when none fits.
+        """
+        def need(p: FrontierPoint) -> int:
+            return p.activation_bytes if activation_only else p.peak_bytes
+
+        fits = [p for p in self.points if need(p) <= budget_bytes]
+        if not fits:
+            low = min(self.points, key=need) if self.points else self.smallest()
+            what = "activation memory" if activation_only else "peak"
+            raise FrontierError(
+                f"no frontier plan of '{self.workload}' ({self.batch_shape}) fits {budget_bytes / MIB:.2f} MB: "
+                f"the smallest {what} is {need(low) / MIB:.2f} MB ({Plan(fingerprint='', actions=low.plan).summary() or 'keep all'}); "
+                f"give a budget of at least {need(low) / MIB:.2f} MB"
+            )
+        return min(fits, key=lambda p: (p.step_seconds, p.peak_bytes))
+
+
+def frontier_path(run_dir: str | Path) -> Path:
+    """``run_dir/frontier.json``; a path to the file itself is accepted too."""
+    p = Path(run_dir)
+    return p if p.suffix == ".json" else p / FRONTIER_NAME
+
+
+def write_frontier(run_dir: Path, frontier: FrontierFile) -> Path:
+    """Write ``frontier.json`` atomically (readers never see half a file); returns its path."""
+    path = frontier_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(frontier.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_frontier(run_dir: str | Path) -> FrontierFile:
+    """Read and check a run folder's ``frontier.json``; every failure is one line with the fix."""
+    path = frontier_path(run_dir)
+    if not path.is_file():
+        where = "run folder" if Path(run_dir).is_dir() else "path"
+        raise FrontierError(f"no {FRONTIER_NAME} at '{path}' ({where} '{run_dir}'); "
+                            "pick a run folder of python -m search.run, or wait until its search writes a frontier")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise FrontierError(f"'{path}' is not JSON ({e.msg} at line {e.lineno}); "
+                            "it is written by python -m search.run: run the search again") from None
+    if not isinstance(data, dict):
+        raise FrontierError(f"'{path}' is not a frontier file (a JSON {type(data).__name__}); run the search again")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        hint = "upgrade ckpt-search" if isinstance(version, int) and version > SCHEMA_VERSION else "run the search again with this version"
+        raise FrontierError(f"'{path}' has frontier schema version {version!r}, this ckpt-search reads "
+                            f"version {SCHEMA_VERSION}; {hint}")
+    try:
+        return FrontierFile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise FrontierError(f"'{path}' is not a valid frontier file: {where}: {first['msg']}; run the search again") from None

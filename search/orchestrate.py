@@ -1,0 +1,369 @@
+"""The search on Ray: one Evaluator per device, K PPO agents, results into the run store.
+
+The driver loop, in rounds:
+1. every live agent trains ``chunk_timesteps`` more steps (on the cost model in model/hybrid
+   mode; in measured mode each new plan is measured through the Evaluator);
+2. the agents' plans are recorded with their predictions; in hybrid/model mode the plans that
+   could join the frontier are measured (up to ``max_measurements`` in all) while the agents
+   wait, so measurements never share the CPU with training;
+3. hybrid: measurements go back to the agents, whose reward corrects the cost model with them;
+4. the frontier (measured plans only) and its hypervolume are snapshotted into the store.
+An agent actor that dies is restarted once from its last saved policy, then left out; the
+report says so. Ctrl-C drains the Evaluator into the store and leaves it resumable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from agents.baselines import baseline_rules
+from agents.exact import exact_frontier
+from env.cost_model import CostModel
+from env.plan import Action
+from env.profile import ModelProfile
+from search.config import SearchConfig
+from search.evaluator import Result, ray_evaluator, resolve_device
+from search.pareto import hypervolume, nondominated, normalise
+from search.store import RunStore
+
+RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
+
+
+@dataclass
+class AgentSlot:
+    name: str
+    budget_bytes: int
+    seed: int
+    handle: Any = None
+    timesteps: int = 0
+    restarts: int = 0
+    status: str = "running"
+    episodes: int = 0
+    best_reward: float = float("-inf")
+
+
+@dataclass
+class SearchState:
+    measured: dict[str, Result] = field(default_factory=dict)  # digest -> latest result
+    predicted: dict[tuple[int, ...], tuple[int, float]] = field(default_factory=dict)
+    n_new_measurements: int = 0
+    events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
+
+
+class Search:
+    def __init__(self, config: SearchConfig, run_dir: Path, store: RunStore,
+                 on_round: Callable[["Search"], None] | None = None) -> None:
+        import ray
+
+        self.ray = ray
+        self.cfg, self.run_dir, self.store, self.on_round = config, run_dir, store, on_round
+        self.state = SearchState()
+        device = resolve_device(config.device)
+        n_gpus = 1 if device.startswith("cuda") else 0
+        Evaluator = ray_evaluator(num_gpus=n_gpus)
+        threads = None if n_gpus else max(1, os.cpu_count() or 1)
+        self.evaluator = Evaluator.remote(config.workload, config.seed, config.units, config.granularity,
+                                          config.actions, config.repeats, "cuda" if n_gpus else device, threads)
+        info = ray.get(self.evaluator.info.remote())
+        self.units: list[str] = info["units"]
+        self.batch_shape: str = info["batch_shape"]
+        self.agents: list[AgentSlot] = []
+        self.profile: ModelProfile | None = None
+        self.cm: CostModel | None = None
+
+    # -- setup --------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        s = self.store
+        prof_json = s.get_meta("profile")
+        if prof_json is None:
+            prof_json = self.ray.get(self.evaluator.profile.remote())
+            s.set_meta("profile", prof_json)
+        self.profile = ModelProfile.model_validate(prof_json)
+        self.units = list(self.profile.units)
+        s.set_meta("units", self.units)
+        s.set_meta("fingerprint", self.profile.fingerprint)
+        self.cm = CostModel(self.profile)
+        known = [dict(r) for r in s.iter_rows() if r["measured"]]
+        for r in known:
+            r["step_samples"] = __import__("json").loads(r["step_samples"])
+        self.ray.get(self.evaluator.preload.remote(known))
+        for r in known:
+            self.state.measured[r["plan_digest"]] = Result(
+                tuple(__import__("json").loads(r["actions"])) if isinstance(r["actions"], str) else tuple(r["actions"]),
+                r["plan_digest"], r["source"], r["peak_bytes"], r["live_before_bytes"] or 0, r["step_samples"],
+                bool(r["oom"]), r["device"] or "", r["torch_version"] or "", r["batch_shape"] or "", False)
+
+    def names(self, idx: list[int] | tuple[int, ...]) -> list[str]:
+        assert self.profile is not None
+        return [self.profile.actions[i].value for i in idx]
+
+    def _record_prediction(self, idx: tuple[int, ...], source: str) -> str:
+        assert self.cm is not None and self.profile is not None
+        pred = self.cm.predict(list(idx))
+        self.state.predicted[idx] = (pred.peak_bytes, pred.step_seconds)
+        from env.plan import Plan
+
+        plan = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint)
+        self.store.record(plan.digest, self.names(idx), source, predicted_peak_bytes=pred.peak_bytes,
+                          predicted_step_seconds=pred.step_seconds)
+        return plan.digest
+
+    def measure(self, plans: list[tuple[tuple[int, ...], str]], again: bool = False) -> list[Result]:
+        """Measure (plan indices, source) pairs on the Evaluator; record each result as it arrives."""
+        out = []
+        for idx, source in plans:
+            self._record_prediction(idx, source)
+            result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, again))
+            self._store_result(result)
+            out.append(result)
+        return out
+
+    def _store_result(self, r: Result) -> None:
+        if r.new:
+            self.state.n_new_measurements += 1
+            self.store.record(r.digest, list(r.actions), r.source, peak_bytes=r.peak_bytes,
+                              live_before_bytes=r.live_before_bytes, step_samples=r.step_samples, oom=r.oom,
+                              device=r.device, torch_version=r.torch_version, batch_shape=r.batch_shape)
+            if r.oom:
+                self.state.events.append(f"plan {r.digest} ran out of memory: recorded as infeasible")
+        self.state.measured[r.digest] = r
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Record what the Evaluator measured for agents directly (measured mode), or on Ctrl-C."""
+        ready, _ = self.ray.wait([self.evaluator.drain.remote()], timeout=timeout_s)
+        if ready:
+            for r in self.ray.get(ready[0]):
+                self._record_prediction(tuple(self.profile.actions.index(Action(a)) for a in r.actions), r.source)
+                self._store_result(r)
+
+    def measure_baselines(self) -> dict[str, list[int]]:
+        assert self.profile is not None
+        rules = baseline_rules(len(self.units), self.profile.actions, seed=self.cfg.seed)
+        chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
+        results = self.measure([(tuple(v), f"rule:{k}") for k, v in chosen.items()])
+        self.store.set_meta("rules", {k: r.digest for k, r in zip(chosen, results)})
+        self.store.set_meta("baseline_digest", results[list(chosen).index("none")].digest)
+        for k, v in rules.items():
+            if k not in chosen:
+                self._record_prediction(tuple(v), f"rule:{k}")
+        return chosen
+
+    def exact(self) -> list[tuple[int, ...]]:
+        assert self.cm is not None
+        points = exact_frontier(self.cm)
+        digests = [self._record_prediction(tuple(p.actions), "exact") for p in points]
+        self.store.set_meta("exact", digests)
+        return [tuple(p.actions) for p in points]
+
+    def budgets(self, exact: list[tuple[int, ...]]) -> list[int]:
+        assert self.cm is not None
+        lo = min(self.cm.peak_bytes(list(p)) for p in exact)
+        hi = self.cm.peak_bytes([self.cm.action_index(Action.KEEP)] * len(self.units))
+        k = self.cfg.agents
+        if k == 1:
+            return [int((lo + hi) / 2)]
+        return [int(lo + (hi - lo) * i / (k - 1)) for i in range(k)]
+
+    # -- agents -------------------------------------------------------------------------------
+    def _spawn(self, slot: AgentSlot) -> None:
+        from agents.ppo import PPOAgent
+
+        remote = self.ray.remote(num_cpus=1, max_restarts=0)(PPOAgent)
+        measure_fn = None
+        if self.cfg.reward == "measured":
+            measure_fn = _remote_measure(self.evaluator, self.profile.actions, slot.name)  # type: ignore[union-attr]
+        slot.handle = remote.remote(slot.name, self.profile.model_dump(mode="json"), slot.budget_bytes,  # type: ignore[union-attr]
+                                    slot.seed + 1000 * slot.restarts, self.cfg.reward, measure_fn,
+                                    str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
+
+    def start_agents(self, budgets: list[int]) -> None:
+        (self.run_dir / "agents").mkdir(exist_ok=True)
+        done = {p["agent"]: p for p in self.store.progress()}
+        self.store.set_meta("agents", [{"name": f"agent_{i}", "budget_bytes": b} for i, b in enumerate(budgets)])
+        for i, b in enumerate(budgets):
+            slot = AgentSlot(f"agent_{i}", b, self.cfg.seed + i)
+            prev = done.get(slot.name)
+            if prev:
+                slot.timesteps, slot.restarts, slot.episodes = prev["timesteps"], prev["restarts"], prev["episodes"]
+                slot.status = "finished" if prev["timesteps"] >= self.cfg.timesteps else "running"
+            self.agents.append(slot)
+            if slot.status == "running":
+                self._spawn(slot)
+            self._save_progress(slot)
+
+    def _save_progress(self, slot: AgentSlot) -> None:
+        self.store.set_progress(slot.name, budget_bytes=slot.budget_bytes, timesteps=slot.timesteps,
+                                total_timesteps=self.cfg.timesteps, episodes=slot.episodes,
+                                best_reward=None if math.isinf(slot.best_reward) else slot.best_reward,
+                                status=slot.status, restarts=slot.restarts)
+
+    def train_round(self) -> list[dict[str, Any]]:
+        live = [s for s in self.agents if s.status == "running"]
+        futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+                   for s in live}
+        reports = []
+        for fut, slot in futures.items():
+            try:
+                rep = self.ray.get(fut)
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+                self._agent_died(slot, e)
+                continue
+            slot.timesteps, slot.episodes, slot.best_reward = rep["timesteps"], rep["episodes"], rep["best_reward"]
+            if slot.timesteps >= self.cfg.timesteps:
+                slot.status = "finished"
+            self._save_progress(slot)
+            reports.append(rep)
+        return reports
+
+    def _agent_died(self, slot: AgentSlot, error: Exception) -> None:
+        slot.restarts += 1
+        if slot.restarts <= 1:
+            self.state.events.append(f"{slot.name} died ({type(error).__name__}) and was restarted from its last saved policy")
+            slot.status = "running"
+            self._spawn(slot)
+        else:
+            self.state.events.append(f"{slot.name} died again ({type(error).__name__}); the run went on without it")
+            slot.status = "died"
+        self._save_progress(slot)
+
+    def kill_agent(self, name: str) -> None:
+        """Kill an agent's process (fault-injection for tests and drills)."""
+        slot = next(s for s in self.agents if s.name == name)
+        self.ray.kill(slot.handle, no_restart=True)
+
+    # -- measurement choice -------------------------------------------------------------------
+    def candidates(self, limit: int) -> list[tuple[int, ...]]:
+        """Unmeasured plans that are predicted non-dominated among predicted and measured plans."""
+        from env.plan import Plan
+
+        assert self.profile is not None
+        measured_digests = set(self.state.measured)
+        pool = list(self.state.predicted.items())
+        if not pool or limit <= 0:
+            return []
+        pts = np.array([v for _, v in pool], dtype=float)
+        mask = nondominated(pts)
+        out = []
+        for (idx, (peak, secs)), keep in sorted(zip(pool, mask), key=lambda t: t[0][1][0]):
+            if not keep:
+                continue
+            digest = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest
+            if digest not in measured_digests:
+                out.append(idx)
+        if len(out) > limit:  # spread over memory: evenly spaced picks
+            picks = np.linspace(0, len(out) - 1, limit).round().astype(int)
+            out = [out[i] for i in sorted(set(picks))]
+        return out
+
+    def measured_points(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+        rows = [r for r in self.state.measured.values() if not r.oom]
+        if sources is not None:
+            rows = [r for r in rows if r.source.startswith(sources)]
+        return rows
+
+    def frontier(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+        rows = self.measured_points(sources)
+        if not rows:
+            return []
+        pts = np.array([(r.peak_bytes, _median(r.step_samples)) for r in rows])
+        mask = nondominated(pts)
+        return sorted([r for r, k in zip(rows, mask) if k], key=lambda r: r.peak_bytes)
+
+    def hv(self, rows: list[Result]) -> float:
+        base = self.baseline()
+        if base is None or not rows:
+            return 0.0
+        pts = np.array([(r.peak_bytes, _median(r.step_samples)) for r in rows])
+        return hypervolume(normalise(pts, base.peak_bytes, _median(base.step_samples)))
+
+    def baseline(self) -> Result | None:
+        digest = self.store.get_meta("baseline_digest")
+        return self.state.measured.get(digest) if digest else None
+
+    def snapshot(self) -> None:
+        front = self.frontier()
+        self.store.snapshot(len(front), self.hv(front))
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> None:
+        cfg = self.cfg
+        self.prepare()
+        self.measure_baselines()
+        exact = self.exact()
+        if cfg.warm_start:
+            room = max(0, cfg.max_measurements - len(self.state.measured))
+            self.measure([(p, "exact") for p in _spread(exact, min(room, max(2, room // 2)))])
+        self.start_agents(self.budgets(exact))
+        self.snapshot()
+        while any(s.status == "running" for s in self.agents):
+            reports = self.train_round()
+            for rep in reports:
+                for p in rep["plans"]:
+                    if tuple(p["actions"]) not in self.state.predicted:
+                        self._record_prediction(tuple(p["actions"]), rep["name"])
+            if cfg.reward == "measured":
+                self.drain()
+            elif cfg.reward == "hybrid":
+                self._measure_round()
+            self.snapshot()
+            if self.on_round:
+                self.on_round(self)
+        if cfg.reward == "model":
+            self._measure_round(final=True)
+        else:
+            self._measure_round(final=True)
+        self.snapshot()
+
+    def _measure_round(self, final: bool = False) -> None:
+        rounds_left = sum(max(0, math.ceil((self.cfg.timesteps - s.timesteps) / self.cfg.chunk_timesteps))
+                          for s in self.agents if s.status == "running") / max(1, len(self.agents))
+        room = self.cfg.max_measurements - len(self.state.measured)
+        limit = room if final else max(1, math.ceil(room / (rounds_left + 1)))
+        picked = self.candidates(min(limit, room))
+        results = self.measure([(p, self._proposer(p)) for p in picked])
+        if results and self.cfg.reward == "hybrid":
+            fed = [([self.profile.actions.index(Action(a)) for a in r.actions], r.peak_bytes, _median(r.step_samples))  # type: ignore[union-attr]
+                   for r in results if not r.oom]
+            for s in self.agents:
+                if s.status == "running":
+                    try:
+                        self.ray.get(s.handle.observe.remote(fed))
+                    except self.ray.exceptions.RayActorError as e:
+                        self._agent_died(s, e)
+
+    def _proposer(self, idx: tuple[int, ...]) -> str:
+        from env.plan import Plan
+
+        digest = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest  # type: ignore[union-attr]
+        row = self.store.get(digest)
+        return row.source if row else "agent"
+
+
+def _median(xs: list[float]) -> float:
+    return float(np.median(xs)) if xs else float("inf")
+
+
+def _spread(points: list[tuple[int, ...]], k: int) -> list[tuple[int, ...]]:
+    if k <= 0 or not points:
+        return []
+    if len(points) <= k:
+        return points
+    picks = np.linspace(0, len(points) - 1, k).round().astype(int)
+    return [points[i] for i in sorted(set(picks))]
+
+
+def _remote_measure(evaluator: Any, actions: list[Action], source: str) -> Callable[[list[int]], tuple[int, float]]:
+    import ray
+
+    def measure(idx: list[int]) -> tuple[int, float]:
+        r: Result = ray.get(evaluator.evaluate.remote([actions[i].value for i in idx], source))
+        return r.peak_bytes, _median(r.step_samples)
+
+    return measure

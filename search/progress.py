@@ -1,0 +1,60 @@
+"""The live terminal view of a search (rich): agents' progress, evaluations, frontier, hypervolume."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+MB = 1e6
+
+
+class ProgressView:
+    def __init__(self, enabled: bool = True) -> None:
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+        self.live: Live | None = None
+
+    def __enter__(self) -> "ProgressView":
+        if self.enabled and self.console.is_terminal:
+            self.live = Live(Table(), console=self.console, refresh_per_second=2, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def update(self, search: Any) -> None:
+        table = Table(title=f"ckpt-search: {search.cfg.workload}")
+        for col in ("agent", "budget MB", "steps", "episodes", "best reward", "status"):
+            table.add_column(col)
+        for s in search.agents:
+            table.add_row(s.name, f"{s.budget_bytes / MB:.1f}", f"{s.timesteps}/{search.cfg.timesteps}",
+                          str(s.episodes), "-" if s.best_reward == float("-inf") else f"{s.best_reward:.3f}", s.status)
+        snaps = search.store.snapshots()
+        last = snaps[-1] if snaps else {"n_evaluations": 0, "n_measured": 0, "frontier_size": 0, "hypervolume": 0.0}
+        table.caption = (f"evaluations {last['n_evaluations']} (measured {last['n_measured']}), "
+                         f"frontier {last['frontier_size']}, hypervolume {last['hypervolume']:.4f}")
+        if self.live is not None:
+            self.live.update(table)
+        elif self.enabled:
+            done = sum(s.timesteps for s in search.agents)
+            print(f"[search] steps {done}/{search.cfg.timesteps * len(search.agents)}  {table.caption}",
+                  file=sys.stderr, flush=True)
+
+    def summary(self, report: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        b = report["baseline"]
+        self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MB:.1f} MB, "
+                           f"{b['step_seconds'] * 1e3:.0f} ms")
+        for p in report["frontier"]:
+            self.console.print(f"  {p['peak_bytes'] / MB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
+                               f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {p['source']}")
+        for e in report["events"]:
+            self.console.print(f"  note: {e}")

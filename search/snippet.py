@@ -1,0 +1,114 @@
+"""A standalone Python snippet that applies a plan with nothing but torch installed.
+
+The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
+hand-written copy of the checkpointing code, it is *generated from the source of*
+``env/apply.py`` (the policy classes, the saved-op list of ``selective``, the buffer restore
+during recompute) and of ``env.plan.Action`` / ``env.plan.fingerprint``, read with ``ast``.
+So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
+reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
+here. The tests check that a snippet gives the same gradients and the same measured peak as
+``apply_plan``, in a process that imports no part of this project.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from typing import Sequence
+
+import env.apply
+import env.plan
+from env.plan import Plan
+
+# Top-level definitions of env/apply.py that the snippet carries, in source order.
+APPLY_NAMES: tuple[str, ...] = (
+    "_aten", "SAVED_OPS", "_restore_buffers", "_both", "_selective_policy",
+    "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
+)
+EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
+
+_INSTALL = '''
+
+PLAN: dict[str, str] = {plan}
+FINGERPRINT = {fingerprint!r}  # of the model the plan was made for
+
+
+def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[], None]:
+    """Apply PLAN to ``model`` in place; returns a function that removes it again.
+
+    ``strict=True`` refuses a model whose fingerprint is not the plan's (another model).
+    """
+    modules = dict(model.named_modules())
+    if strict:
+        missing = [u for u in PLAN if u not in modules]
+        if missing:
+            raise ValueError(f"plan names unit '{{missing[0]}}' which {{type(model).__name__}} does not have; "
+                             "export the plan for this model, or pass strict=False")
+        fp = fingerprint(model, list(PLAN))
+        if fp != FINGERPRINT:
+            raise ValueError(f"plan was made for another model (fingerprint {{FINGERPRINT}}, this model {{fp}}); "
+                             "export the plan for this model, or pass strict=False")
+    installed: list[nn.Module] = []
+    for fqn, name in PLAN.items():
+        if fqn not in modules:
+            continue
+        action, module = Action(name), modules[fqn]
+        if action is Action.OFFLOAD and not (torch.cuda.is_available() and _on_cuda(module)):
+            raise ValueError(f"action 'offload' (unit '{{fqn}}') needs a CUDA model; move the model to CUDA")
+        wrapped = POLICIES[action].wrap(module, module.forward)
+        if wrapped is not None:
+            module.forward = wrapped  # instance attribute: shadows the class's forward only
+            installed.append(module)
+
+    def remove() -> None:
+        for module in installed:
+            module.__dict__.pop("forward", None)
+        installed.clear()
+
+    return remove
+'''
+
+
+def _segments(source: str, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The module's non-project imports, and the source of each named top-level definition."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    imports: list[str] = []
+    found: dict[str, str] = {}
+    for node in tree.body:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        text = "\n".join(lines[start - 1:node.end_lineno])
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__" and not (node.module or "").startswith("env"):
+            imports.append(text)
+        elif isinstance(node, ast.Import):
+            imports.append(text)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
+            found[node.name] = text
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in names:
+            found[node.targets[0].id] = text
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
+            found[node.target.id] = text
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise RuntimeError(f"env/apply.py no longer defines {', '.join(missing)}; update search.snippet.APPLY_NAMES")
+    return imports, found
+
+
+def plan_snippet(plan: Plan, title: str = "") -> str:
+    """Python source, needing only torch, that defines ``apply_checkpoint_plan(model)`` for ``plan``."""
+    imports, defs = _segments(inspect.getsource(env.apply), APPLY_NAMES)
+    header = (f'"""Activation-checkpointing plan{f" for {title}" if title else ""}: {plan.summary()}.\n\n'
+              "Needs only torch. Usage:\n\n"
+              "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n"
+              '"""\n')
+    body = [
+        header, "from __future__ import annotations\n", *EXTRA_IMPORTS, *imports, "",
+        inspect.getsource(env.plan.Action) + "\n", inspect.getsource(env.plan.fingerprint) + "\n",
+    ]
+    body += [defs[n] + "\n" for n in APPLY_NAMES]
+    plan_text = json.dumps({k: v.value for k, v in plan.actions.items()}, indent=4)
+    text = "\n".join(body) + _INSTALL.format(plan=plan_text, fingerprint=plan.fingerprint)
+    compile(text, "<checkpoint plan snippet>", "exec")  # a broken snippet fails here, not in training
+    return text

@@ -1,0 +1,164 @@
+"""Build small, real run folders for the dashboard's tests and screenshots.
+
+A run folder is what ``python -m search.run`` writes: ``store.sqlite`` (RunStore) and, once the
+frontier is known, ``frontier.json``. Every number here is measured on this machine with
+``env.measure.measure`` and predicted with ``env.cost_model.CostModel`` from a real
+``env.profile.profile``; only the choice of plans is scripted (the baseline rules, the cost
+model's exact frontier, a few random plans), not their memory or time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import time
+from pathlib import Path
+from typing import Sequence
+
+import moocore
+import numpy as np
+
+from env.cost_model import CostModel
+from env.measure import Measurement, measure
+from env.plan import Action, Plan, fingerprint
+from env.profile import ModelProfile, profile
+from env.units import find_units
+from env.workloads import load_workload
+from search.store import RunStore
+
+RULE_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
+
+
+def rule_plans(n: int, seed: int = 0) -> dict[str, list[Action]]:
+    """The baseline rules the search service shows beside every frontier."""
+    rng = random.Random(seed)
+    return {
+        "none": [Action.KEEP] * n,
+        "all": [Action.RECOMPUTE] * n,
+        "every_2": [Action.RECOMPUTE if i % 2 == 0 else Action.KEEP for i in range(n)],
+        "all_selective": [Action.SELECTIVE] * n,
+        "random_0": [rng.choice((Action.KEEP, Action.RECOMPUTE)) for _ in range(n)],
+    }
+
+
+def exact_plans(cost_model: CostModel, actions: Sequence[Action]) -> list[list[Action]]:
+    """The cost model's optimal frontier by enumeration (tiny models only: |actions|**n plans)."""
+    combos = list(itertools.product(range(len(actions)), repeat=cost_model.n_units))
+    points = np.array([[cost_model.peak_bytes(c), cost_model.step_seconds(c)] for c in combos])
+    keep = moocore.is_nondominated(points)
+    return [[actions[a] for a in combos[i]] for i in np.flatnonzero(keep)]
+
+
+def _record(store: RunStore, plan: Plan, units: list[str], source: str, m: Measurement, cm: CostModel) -> None:
+    pred = cm.predict(plan)
+    store.record(plan.digest, [a.value for a in plan.action_list(units)], source,
+                 predicted_peak_bytes=pred.peak_bytes, predicted_step_seconds=pred.step_seconds,
+                 peak_bytes=m.peak_bytes, live_before_bytes=m.live_before_bytes,
+                 step_samples=m.step_seconds_samples, device=m.device, torch_version=m.torch_version,
+                 batch_shape=m.batch_shape)
+
+
+def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[str]) -> dict[str, list[dict]]:
+    """Each plan measured at the run's batch size, twice and four times it."""
+    out: dict[str, list[dict]] = {p.digest: [] for p in plans}
+    for b in (batch_size, 2 * batch_size, 4 * batch_size):
+        w = load_workload(f"{spec}?batch_size={b}")
+        for p in plans:
+            m = measure(w, p, units, repeats=2)
+            out[p.digest].append({"batch_size": b, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds})
+    return out
+
+
+def _snapshots(store: RunStore, prof: ModelProfile) -> None:
+    """Frontier size and hypervolume after each evaluation, as the search service records them."""
+    evals = store.evaluations(measured_only=True)
+    base = prof.baseline
+    assert base is not None
+    ref = np.array([base.peak_bytes * 1.1, base.step_seconds * 2.0])
+    for k in range(1, len(evals) + 1):
+        pts = np.array([[e.peak_bytes, e.step_seconds] for e in evals[:k]], dtype=float)
+        front = pts[moocore.is_nondominated(pts)]
+        hv = float(moocore.hypervolume(front, ref=ref))
+        store.conn.execute(
+            "INSERT INTO snapshots(at, n_evaluations, n_measured, frontier_size, hypervolume) VALUES (?, ?, ?, ?, ?)",
+            (evals[k - 1].created_at, k, k, len(front), hv))
+    store.conn.commit()
+
+
+def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
+    """``frontier.json`` in the run-folder contract, from the store's measured evaluations."""
+    units = store.get_meta("units")
+    evals = [e for e in store.evaluations(measured_only=True) if not e.oom]
+    pts = np.array([[e.peak_bytes, e.step_seconds] for e in evals], dtype=float)
+    front = [e for e, k in zip(evals, moocore.is_nondominated(pts)) if k]
+    base = prof.baseline
+    assert base is not None
+    doc = {
+        "schema_version": 1, "workload": prof.workload, "batch_shape": prof.batch_shape, "device": prof.device,
+        "fingerprint": prof.fingerprint, "units": units,
+        "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+        "points": [{"plan": dict(zip(units, e.actions)), "peak_bytes": e.peak_bytes, "step_seconds": e.step_seconds,
+                    "spread_seconds": e.spread_seconds, "activation_bytes": e.peak_bytes - (e.live_before_bytes or 0),
+                    "measured": True, "source": e.source}
+                   for e in sorted(front, key=lambda e: e.peak_bytes)],
+    }
+    path = run_dir / "frontier.json"
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+def build_run(root: str | Path, run_id: str = "run-a", workload: str = "gpt/tiny", status: str = "finished",
+              n_random: int = 6, frontier_json: bool = True, seed: int = 0, started_at: float | None = None) -> Path:
+    """Profile, measure and store a small real run under ``root/run_id``; returns the run folder."""
+    run_dir = Path(root) / run_id
+    w = load_workload(workload, seed=seed)
+    units = find_units(w.model)
+    fp = fingerprint(w.model, units)
+    prof = profile(w, units, repeats=2)
+    cm = CostModel(prof)
+    batch_size = int(w.meta["options"]["batch_size"])
+    rules = {name: Plan.from_list(units, acts, fp) for name, acts in rule_plans(len(units), seed).items()}
+    exact = [Plan.from_list(units, acts, fp) for acts in exact_plans(cm, prof.actions)]
+    rng = random.Random(seed + 1)
+    randoms = [Plan.from_list(units, [rng.choice(prof.actions) for _ in units], fp) for _ in range(n_random)]
+    with RunStore(run_dir) as store:
+        started = started_at if started_at is not None else time.time()
+        store.set_meta("config", {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured", "seed": seed})
+        for key, value in (("units", units), ("fingerprint", fp), ("profile", prof.model_dump(mode="json")),
+                           ("status", status), ("started_at", started), ("batch_size", batch_size),
+                           ("baseline_digest", rules["none"].digest),
+                           ("rules", {n: p.digest for n, p in rules.items()}),
+                           ("exact", [p.digest for p in exact]),
+                           ("agents", [{"name": "agent_0", "budget_bytes": int(prof.baseline.peak_bytes * 0.9)},
+                                       {"name": "agent_1", "budget_bytes": int(prof.baseline.peak_bytes * 0.97)}])):
+            store.set_meta(key, value)
+        labelled = [(p, f"rule:{n}") for n, p in rules.items()] + [(p, "exact") for p in exact]
+        labelled += [(p, f"agent_{i % 2}") for i, p in enumerate(randoms)]
+        for plan, source in labelled:
+            if store.get(plan.digest) is None:
+                _record(store, plan, units, source, measure(w, plan, units, repeats=3), cm)
+        for i in range(2):
+            done = 256 if status == "finished" else 96 + 32 * i
+            store.set_progress(f"agent_{i}", budget_bytes=int(prof.baseline.peak_bytes * (0.9 + 0.07 * i)),
+                               timesteps=done, total_timesteps=256, episodes=done // len(units), best_reward=0.1 * i,
+                               status="finished" if status == "finished" else "running")
+        _snapshots(store, prof)
+        front_digests = [p.digest for p in exact[:3]] + [rules["none"].digest]
+        store.set_meta("batch_scaling", _batch_scaling(workload, batch_size, [p for p in rules.values()
+                                                                                if p.digest in front_digests]
+                                                       + [p for p in exact[:3]], units))
+        if frontier_json:
+            write_frontier_json(run_dir, store, prof)
+        if status != "running":
+            store.set_meta("finished_at", started + 60.0)
+    return run_dir
+
+
+if __name__ == "__main__":  # build a demo run folder: python -m tests.fixtures_runs runs-demo
+    import sys
+
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "runs-demo")
+    t0 = time.perf_counter()
+    print(build_run(target, "gpt-tiny"), build_run(target, "cnn-tiny", workload="cnn/tiny", frontier_json=False),
+          f"{time.perf_counter() - t0:.1f} s")
