@@ -31,7 +31,10 @@ class PPOAgent:
         self.new_plans: dict[tuple[int, ...], dict[str, Any]] = {}
         self.episodes = 0
         self.best_reward = -np.inf
-        self.env = CheckpointEnv(profile=prof, budget_bytes=budget_bytes, reward_mode=reward_mode,
+        # hybrid: the agent learns on the cost model; the driver measures candidates between
+        # chunks and feeds them back through observe(), which corrects the model's predictions
+        env_mode = "measured" if reward_mode == "measured" else "model"
+        self.env = CheckpointEnv(profile=prof, budget_bytes=budget_bytes, reward_mode=env_mode,
                                  evaluator=measure_fn, on_plan=self._on_plan)
         n_steps = max(64, (256 // self.n_units) * self.n_units)  # whole episodes per rollout
         if save_path and Path(save_path).is_file():

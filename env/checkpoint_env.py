@@ -40,6 +40,7 @@ from env.profile import ModelProfile
 Evaluator = Callable[[list[int]], tuple[int, float]]  # profile action indices -> (peak_bytes, step_seconds)
 PlanCallback = Callable[[list[int], dict], None]
 REWARD_MODES = ("model", "measured", "hybrid")
+OBS_BOUND = 1e6  # observations are ratios of order 1; clipped here so the Box is finite
 
 UnitTerms = tuple[int, int, int, int]  # (f_delta, f_rise, b_delta, b_rise) of one unit under one action
 
@@ -82,7 +83,8 @@ def suffix_functionals(profile: ModelProfile, terms: list[list[UnitTerms]]) -> l
     suffix's (cL, cM), so min over S[k] of that is the lowest peak reachable (exact).
     """
     n = len(terms)
-    out: list[list[tuple[int, int]]] = [[] for _ in range(n)] + [[(profile.post.rise_bytes, profile.post.delta_bytes)]]
+    last = [(profile.post.rise_bytes, profile.post.delta_bytes)]
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n)] + [last]
     for k in range(n - 1, -1, -1):
         cands = {(max(fr, fd + cl, fd + br + cm), fd + bd + cm)
                  for fd, fr, bd, br in terms[k] for cl, cm in out[k + 1]}
@@ -93,7 +95,13 @@ def suffix_functionals(profile: ModelProfile, terms: list[list[UnitTerms]]) -> l
 def lowest_peak(state: tuple[int, int, int], functionals: list[tuple[int, int]]) -> int:
     """Lowest peak any completion reaches from ``state`` (``functionals``: the suffix's S[k])."""
     p, level, m = state
-    return min(max(p, level + cl, m + cm) for cl, cm in functionals)
+    best = None
+    for cl, cm in functionals:  # a plain loop: this runs on every env step
+        peak = max(p, level + cl, m + cm)
+        if best is None or peak < best:
+            best = peak
+    assert best is not None, "a suffix always has at least one functional"
+    return best
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,8 +138,9 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Observation Space
 
-    ``Box(-inf, inf, (4A + 4,), float32)``; "baseline" is the all-``keep`` plan on the cost
-    model, "activation" its peak minus the bytes live before the step:
+    ``Box(-1e6, 1e6, (4A + 4,), float32)`` (values clipped to the bounds); "baseline" is the
+    all-``keep`` plan on the cost model, "activation" its peak minus the bytes live before
+    the step:
 
     | Index            | Observation                                                      |
     |------------------|------------------------------------------------------------------|
@@ -214,14 +223,17 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         secs, kept, rise = cm.seconds.tolist(), cm.f_delta.tolist(), cm.b_rise.tolist()
         slowest = cm.fixed_seconds + sum(max(secs[i][a] for a in self._act) for i in range(n))
         self.time_cap = 1.5 * slowest / self.baseline_seconds
+        self._budget_ratio = min(self.budget_bytes / self.baseline_peak, OBS_BOUND)
+        self._names = [a.value for a in profile.actions]  # Enum.value is slow in the step path
         self._terms = unit_terms(cm, self._act)
         self._suffix = suffix_functionals(profile, self._terms)
         feats = [[v for a in self._act for v in (kept[i][a] / act_bytes, rise[i][a] / act_bytes,
                                                  secs[i][a] / self.baseline_seconds)] for i in range(n)]
+        feats = [[min(max(v, -OBS_BOUND), OBS_BOUND) for v in row] for row in feats]
         self._unit_obs: list[list[float]] = feats + [[0.0] * (3 * n_act)]
         self.action_space = spaces.Discrete(n_act)
-        self.observation_space = spaces.Box(-np.inf, np.inf, shape=(4 * n_act + 4,), dtype=np.float32)
-        # plan tuple (profile indices) -> (peak_bytes, step_seconds, measured)
+        self.observation_space = spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(4 * n_act + 4,), dtype=np.float32)
+        # measured plans: plan tuple (profile indices) -> (peak_bytes, step_seconds, measured=True)
         self._cache: dict[tuple[int, ...], tuple[int, float, bool]] = {}
         self._ratios: list[tuple[float, float]] = []  # measured / predicted (peak, time), hybrid/measured
         self._measured_baseline: tuple[int, float] | None = None
@@ -243,8 +255,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         if actions is not None:
             missing = [a for a in actions if a not in profile.actions]
             if missing or not actions or len(set(actions)) != len(actions):
-                raise ValueError(f"actions {[str(a) for a in actions]} must be distinct and among the profiled "
-                                 f"{', '.join(a.value for a in profile.actions)}; choose from those")
+                raise ValueError(f"actions {[str(a) for a in actions]} must be distinct and among the "
+                                 f"profiled {', '.join(a.value for a in profile.actions)}; choose from those")
 
     # -- the walk ---------------------------------------------------------------------------
 
@@ -262,13 +274,17 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         return sum(r[0] for r in self._ratios) / n, sum(r[1] for r in self._ratios) / n
 
     def _obs(self) -> np.ndarray:
-        n, scale, budget = self.n_units, self._correction()[0], self.budget_bytes
-        low = lowest_peak(self._state, self._suffix[self._i])
-        tail = [self._i / n] + [c / n for c in self._counts]
-        tail += [self._state[1] * scale / budget, low * scale / budget, budget / self.baseline_peak]
-        return np.array(self._unit_obs[self._i] + tail, dtype=np.float32)
+        i, inv_n = self._i, 1.0 / self.n_units
+        per_budget = (self._correction()[0] if self._ratios else 1.0) / self.budget_bytes
+        low = lowest_peak(self._state, self._suffix[i])
+        obs = self._unit_obs[i] + [i * inv_n] + [c * inv_n for c in self._counts]
+        # the only features a tiny budget can blow up
+        obs += [min(self._state[1] * per_budget, OBS_BOUND), min(low * per_budget, OBS_BOUND),
+                self._budget_ratio]
+        return np.array(obs, dtype=np.float32)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         self._reset_walk()
         return self._obs(), {}
@@ -296,10 +312,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         limit = self.budget_bytes / self._correction()[0]
         nxt = self._suffix[self._i + 1]
         lows = [lowest_peak(advance(self._state, t), nxt) for t in self._terms[self._i]]
-        mask = np.array([low <= limit for low in lows], dtype=bool)
-        if not mask.any():
-            mask[int(np.argmin(lows))] = True
-        return mask
+        allowed = [low <= limit for low in lows]
+        if not any(allowed):
+            allowed[lows.index(min(lows))] = True
+        return np.array(allowed, dtype=bool)
 
     # -- the reward -------------------------------------------------------------------------
 
@@ -313,7 +329,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             reward = -min(seconds / base_seconds, self.time_cap)
         else:
             reward = -self.time_cap - 1.0 - (peak - self.budget_bytes) / base_peak
-        info = {"plan": [self.profile.actions[a].value for a in plan], "plan_indices": plan,
+        info = {"plan": [self._names[a] for a in plan], "plan_indices": plan,
                 "peak_bytes": int(peak), "step_seconds": float(seconds), "measured": measured,
                 "feasible": feasible, "reward_mode": self.reward_mode}
         if self.on_plan is not None:
@@ -321,13 +337,11 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         return float(reward), info
 
     def _evaluate(self, plan: list[int]) -> tuple[int, float, bool]:
-        key = tuple(plan)
-        if key in self._cache:
-            return self._cache[key]
-        pred = self.cost_model.predict(plan)
+        pred = self.cost_model.predict(plan)  # O(n): cheaper than a cache of every plan seen
         if self.reward_mode == "model":
-            self._cache[key] = (pred.peak_bytes, pred.step_seconds, False)
-            return self._cache[key]
+            return pred.peak_bytes, pred.step_seconds, False
+        if tuple(plan) in self._cache:
+            return self._cache[tuple(plan)]
         if self._measured_baseline is None:
             self._measured_baseline = self._measure([self.profile.actions.index(Action.KEEP)] * self.n_units)
         if self.reward_mode == "measured":

@@ -52,6 +52,8 @@ class SearchConfig:
     config: str = _f("", "JSON config file (a run folder's config.json repeats that run); flags override it")
     seed: int = _f(0, "seed for workload weights, batch and agents")
     device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
+    measure_threads: int = _f(0, "CPU threads a measurement uses (0: all cores); agents never train while the "
+                                 "driver measures, except in measured mode")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
@@ -61,6 +63,9 @@ class SearchConfig:
     def validate(self) -> "SearchConfig":
         if self.reward not in REWARD_MODES:
             raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of {', '.join(REWARD_MODES)}")
+        if "keep" not in self.actions:
+            raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
+                                  "relative to; add keep")
         for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")

@@ -85,7 +85,7 @@ class Evaluator:
         cached = self.cache.get(plan.digest)
         if cached is not None and not again:
             return self._result(actions, plan.digest, source, cached, new=False)
-        m = measure(self.workload, plan, self.units, repeats=self.repeats)
+        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         result = self._result(actions, plan.digest, source, m, new=True)
         self.journal.append(result)

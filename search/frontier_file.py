@@ -17,11 +17,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError, field_validator
 
 from env.errors import CkptSearchError
 from env.plan import Action, Plan
+
+if TYPE_CHECKING:
+    from env.measure import Measurement
 
 FRONTIER_NAME = "frontier.json"
 SCHEMA_VERSION = 1
@@ -49,6 +53,12 @@ class FrontierPoint(BaseModel):
     activation_bytes: int  # peak minus what was live before the step
     measured: bool = True
     source: str = ""  # who proposed it: an agent name, rule:<name>, exact
+
+
+def point_from(plan: Plan, m: "Measurement", source: str = "") -> FrontierPoint:
+    """A frontier point from a plan and its measurement."""
+    return FrontierPoint(plan=dict(plan.actions), peak_bytes=m.peak_bytes, step_seconds=m.step_seconds,
+                         spread_seconds=m.spread_seconds, activation_bytes=m.activation_bytes, source=source)
 
 
 class FrontierFile(BaseModel):
@@ -90,9 +100,10 @@ class FrontierFile(BaseModel):
         if not fits:
             low = min(self.points, key=need) if self.points else self.smallest()
             what = "activation memory" if activation_only else "peak"
+            decisions = self.plan(low).summary()
             raise FrontierError(
                 f"no frontier plan of '{self.workload}' ({self.batch_shape}) fits {budget_bytes / MIB:.2f} MB: "
-                f"the smallest {what} is {need(low) / MIB:.2f} MB ({Plan(fingerprint='', actions=low.plan).summary() or 'keep all'}); "
+                f"the smallest {what} is {need(low) / MIB:.2f} MB ({decisions}); "
                 f"give a budget of at least {need(low) / MIB:.2f} MB"
             )
         return min(fits, key=lambda p: (p.step_seconds, p.peak_bytes))
@@ -130,7 +141,8 @@ def load_frontier(run_dir: str | Path) -> FrontierFile:
         raise FrontierError(f"'{path}' is not a frontier file (a JSON {type(data).__name__}); run the search again")
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        hint = "upgrade ckpt-search" if isinstance(version, int) and version > SCHEMA_VERSION else "run the search again with this version"
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        hint = "upgrade ckpt-search" if newer else "run the search again with this version"
         raise FrontierError(f"'{path}' has frontier schema version {version!r}, this ckpt-search reads "
                             f"version {SCHEMA_VERSION}; {hint}")
     try:
@@ -138,4 +150,5 @@ def load_frontier(run_dir: str | Path) -> FrontierFile:
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"])
-        raise FrontierError(f"'{path}' is not a valid frontier file: {where}: {first['msg']}; run the search again") from None
+        raise FrontierError(f"'{path}' is not a valid frontier file: {where}: {first['msg']}; "
+                            "run the search again") from None

@@ -58,7 +58,8 @@ def check_hf_model(model: nn.Module) -> None:
     if any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules()):
         raise PlanError(
             f"{type(model).__name__} has transformers' gradient checkpointing on, and a plan would checkpoint "
-            "the same layers again; call model.gradient_checkpointing_disable() before applying the plan"
+            "the same layers again; call model.gradient_checkpointing_disable() (activation_checkpointing_disable() "
+            "in transformers 5) before applying the plan"
         )
     config = getattr(model, "config", None)
     if config is not None and getattr(config, "use_cache", False):
@@ -107,7 +108,7 @@ def hf_gpt2(n_layer: int = 4, n_embd: int = 64, n_head: int = 2, vocab_size: int
     tf = _require_transformers()
     config = tf.GPT2Config(n_layer=n_layer, n_embd=n_embd, n_head=n_head, vocab_size=vocab_size,
                            n_positions=seq_len, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
-                           use_cache=False)
+                           bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1, use_cache=False)
     model = tf.GPT2LMHeadModel(config).train()
     ids = torch.randint(0, vocab_size, (batch_size, seq_len))
     return Workload("hf_gpt2", model, {"input_ids": ids, "labels": ids.clone()}, loss_fn=_hf_loss)
@@ -119,7 +120,7 @@ def hf_bert(n_layer: int = 4, hidden: int = 64, n_head: int = 2, vocab_size: int
     tf = _require_transformers()
     config = tf.BertConfig(num_hidden_layers=n_layer, hidden_size=hidden, num_attention_heads=n_head,
                            intermediate_size=4 * hidden, vocab_size=vocab_size, max_position_embeddings=seq_len,
-                           hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+                           hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, use_cache=False)
     model = tf.BertForMaskedLM(config).train()
     ids = torch.randint(0, vocab_size, (batch_size, seq_len))
     return Workload("hf_bert", model, {"input_ids": ids, "labels": ids.clone()}, loss_fn=_hf_loss)

@@ -47,6 +47,7 @@ class AgentSlot:
     status: str = "running"
     episodes: int = 0
     best_reward: float = float("-inf")
+    last_error: str = ""
 
 
 @dataclass
@@ -68,7 +69,7 @@ class Search:
         device = resolve_device(config.device)
         n_gpus = 1 if device.startswith("cuda") else 0
         Evaluator = ray_evaluator(num_gpus=n_gpus)
-        threads = None if n_gpus else max(1, os.cpu_count() or 1)
+        threads = None if n_gpus else (config.measure_threads or os.cpu_count() or 1)
         self.evaluator = Evaluator.remote(config.workload, config.seed, config.units, config.granularity,
                                           config.actions, config.repeats, "cuda" if n_gpus else device, threads)
         info = ray.get(self.evaluator.info.remote())
@@ -105,9 +106,11 @@ class Search:
         return [self.profile.actions[i].value for i in idx]
 
     def _record_prediction(self, idx: tuple[int, ...], source: str) -> str:
+        """Record a plan's prediction; agents' (and warm-start) plans become measurement candidates."""
         assert self.cm is not None and self.profile is not None
         pred = self.cm.predict(list(idx))
-        self.state.predicted[idx] = (pred.peak_bytes, pred.step_seconds)
+        if not source.startswith("rule:"):
+            self.state.predicted[idx] = (pred.peak_bytes, pred.step_seconds)
         from env.plan import Plan
 
         plan = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint)
@@ -156,11 +159,18 @@ class Search:
         return chosen
 
     def exact(self) -> list[tuple[int, ...]]:
-        assert self.cm is not None
-        points = exact_frontier(self.cm)
-        digests = [self._record_prediction(tuple(p.actions), "exact") for p in points]
-        self.store.set_meta("exact", digests)
-        return [tuple(p.actions) for p in points]
+        """The cost model's optimal frontier. Its plans join the candidates only with warm start,
+        so that without it every plan the agents measure is the agents' own find."""
+        assert self.cm is not None and self.profile is not None
+        from env.plan import Plan
+
+        points = [tuple(p.plan) for p in exact_frontier(self.cm)]
+        self.store.set_meta("exact", [Plan.from_list(self.units, self.names(p), self.profile.fingerprint).digest
+                                      for p in points])
+        if self.cfg.warm_start:
+            for p in points:
+                self._record_prediction(p, "exact")
+        return points
 
     def budgets(self, exact: list[tuple[int, ...]]) -> list[int]:
         assert self.cm is not None
@@ -224,12 +234,14 @@ class Search:
 
     def _agent_died(self, slot: AgentSlot, error: Exception) -> None:
         slot.restarts += 1
+        cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
+        slot.last_error = f"{type(error).__name__}: {cause[:200]}"
         if slot.restarts <= 1:
             self.state.events.append(f"{slot.name} died ({type(error).__name__}) and was restarted from its last saved policy")
             slot.status = "running"
             self._spawn(slot)
         else:
-            self.state.events.append(f"{slot.name} died again ({type(error).__name__}); the run went on without it")
+            self.state.events.append(f"{slot.name} died again ({slot.last_error}); the run went on without it")
             slot.status = "died"
         self._save_progress(slot)
 
@@ -315,11 +327,25 @@ class Search:
             self.snapshot()
             if self.on_round:
                 self.on_round(self)
-        if cfg.reward == "model":
-            self._measure_round(final=True)
-        else:
-            self._measure_round(final=True)
+        self._measure_round(final=True)
+        self.remeasure_frontier()
         self.snapshot()
+
+    def remeasure_frontier(self) -> None:
+        """Measure the frontier's plans and the baseline once more: their records gain samples,
+        so a point displaces another on medians of at least two measurements, not one."""
+        digests = [r.digest for r in self.frontier()] + [self.store.get_meta("baseline_digest")]
+        todo = [(tuple(self.profile.actions.index(Action(a)) for a in self.state.measured[d].actions),  # type: ignore[union-attr]
+                 self.state.measured[d].source) for d in dict.fromkeys(digests) if d in self.state.measured]
+        for idx, source in todo:
+            result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, True))
+            self._store_result(result)
+            # the evaluator's record merges all samples; keep the driver's view in step with it
+            row = self.store.get(result.digest)
+            assert row is not None
+            self.state.measured[result.digest] = Result(result.actions, result.digest, row.source, row.peak_bytes or 0,
+                                                        row.live_before_bytes or 0, row.step_samples, row.oom,
+                                                        result.device, result.torch_version, result.batch_shape, False)
 
     def _measure_round(self, final: bool = False) -> None:
         rounds_left = sum(max(0, math.ceil((self.cfg.timesteps - s.timesteps) / self.cfg.chunk_timesteps))

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-MB = 1e6
+from search.frontier_file import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
 
 
 class ProgressView:

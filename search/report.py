@@ -13,7 +13,7 @@ from typing import Any
 from env.plan import Plan
 from search.frontier_file import FrontierFile, FrontierPoint, write_frontier
 
-MB = 1e6
+from search.frontier_file import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
 
 
 def write_outputs(search: Any) -> dict[str, Any]:

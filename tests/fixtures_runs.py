@@ -10,14 +10,14 @@ model's exact frontier, a few random plans), not their memory or time.
 from __future__ import annotations
 
 import itertools
-import json
 import random
+import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
-import moocore
 import numpy as np
+import torch
 
 from env.cost_model import CostModel
 from env.measure import Measurement, measure
@@ -25,7 +25,9 @@ from env.plan import Action, Plan, fingerprint
 from env.profile import ModelProfile, profile
 from env.units import find_units
 from env.workloads import load_workload
-from search.store import RunStore
+from search.frontier_file import Baseline, FrontierFile, FrontierPoint, write_frontier
+from search.pareto import hypervolume, nondominated
+from search.store import STORE_NAME, RunStore
 
 RULE_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
 
@@ -46,7 +48,7 @@ def exact_plans(cost_model: CostModel, actions: Sequence[Action]) -> list[list[A
     """The cost model's optimal frontier by enumeration (tiny models only: |actions|**n plans)."""
     combos = list(itertools.product(range(len(actions)), repeat=cost_model.n_units))
     points = np.array([[cost_model.peak_bytes(c), cost_model.step_seconds(c)] for c in combos])
-    keep = moocore.is_nondominated(points)
+    keep = nondominated(points)
     return [[actions[a] for a in combos[i]] for i in np.flatnonzero(keep)]
 
 
@@ -65,9 +67,17 @@ def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[st
     for b in (batch_size, 2 * batch_size, 4 * batch_size):
         w = load_workload(f"{spec}?batch_size={b}")
         for p in plans:
-            m = measure(w, p, units, repeats=2)
+            m = measure(w, p, units, repeats=1, warmup=0)
             out[p.digest].append({"batch_size": b, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds})
     return out
+
+
+def _measured_front(store: RunStore, fp: str, units: list[str]) -> list[Plan]:
+    """The measured non-dominated plans (fewest bytes first)."""
+    evals = store.evaluations(measured_only=True)
+    mask = nondominated([[e.peak_bytes, e.step_seconds] for e in evals])
+    front = sorted((e for e, k in zip(evals, mask) if k), key=lambda e: e.peak_bytes)
+    return [Plan.from_list(units, e.actions, fp) for e in front]
 
 
 def _snapshots(store: RunStore, prof: ModelProfile) -> None:
@@ -75,11 +85,10 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
     evals = store.evaluations(measured_only=True)
     base = prof.baseline
     assert base is not None
-    ref = np.array([base.peak_bytes * 1.1, base.step_seconds * 2.0])
     for k in range(1, len(evals) + 1):
-        pts = np.array([[e.peak_bytes, e.step_seconds] for e in evals[:k]], dtype=float)
-        front = pts[moocore.is_nondominated(pts)]
-        hv = float(moocore.hypervolume(front, ref=ref))
+        pts = np.array([[e.peak_bytes / base.peak_bytes, e.step_seconds / base.step_seconds] for e in evals[:k]])
+        front = pts[nondominated(pts)]
+        hv = hypervolume(front)
         store.conn.execute(
             "INSERT INTO snapshots(at, n_evaluations, n_measured, frontier_size, hypervolume) VALUES (?, ?, ?, ?, ?)",
             (evals[k - 1].created_at, k, k, len(front), hv))
@@ -87,42 +96,61 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
 
 
 def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
-    """``frontier.json`` in the run-folder contract, from the store's measured evaluations."""
+    """``frontier.json`` (search.frontier_file) from the store's measured non-dominated evaluations."""
     units = store.get_meta("units")
     evals = [e for e in store.evaluations(measured_only=True) if not e.oom]
-    pts = np.array([[e.peak_bytes, e.step_seconds] for e in evals], dtype=float)
-    front = [e for e, k in zip(evals, moocore.is_nondominated(pts)) if k]
-    base = prof.baseline
-    assert base is not None
-    doc = {
-        "schema_version": 1, "workload": prof.workload, "batch_shape": prof.batch_shape, "device": prof.device,
-        "fingerprint": prof.fingerprint, "units": units,
-        "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-        "points": [{"plan": dict(zip(units, e.actions)), "peak_bytes": e.peak_bytes, "step_seconds": e.step_seconds,
-                    "spread_seconds": e.spread_seconds, "activation_bytes": e.peak_bytes - (e.live_before_bytes or 0),
-                    "measured": True, "source": e.source}
-                   for e in sorted(front, key=lambda e: e.peak_bytes)],
-    }
-    path = run_dir / "frontier.json"
-    path.write_text(json.dumps(doc, indent=2))
-    return path
+    front = [e for e, k in zip(evals, nondominated([[e.peak_bytes, e.step_seconds] for e in evals])) if k]
+    assert prof.baseline is not None
+    points = [FrontierPoint(plan=dict(zip(units, e.actions)), peak_bytes=e.peak_bytes, step_seconds=e.step_seconds,
+                            spread_seconds=e.spread_seconds, activation_bytes=e.peak_bytes - (e.live_before_bytes or 0),
+                            source=e.source) for e in front]
+    doc = FrontierFile(workload=prof.workload, batch_shape=prof.batch_shape, device=evals[0].device or prof.device,
+                       fingerprint=prof.fingerprint, units=units, points=points,
+                       baseline=Baseline(peak_bytes=prof.baseline.peak_bytes, step_seconds=prof.baseline.step_seconds))
+    return write_frontier(run_dir, doc)
+
+
+_CACHE: dict[tuple, Path] = {}
+
+
+def cached_run(workload: str = "gpt/tiny", status: str = "finished", frontier_json: bool = True) -> Path:
+    """A run folder built once per process (tests share it read-only; copy it to change it)."""
+    key = (workload, status, frontier_json)
+    if key not in _CACHE:
+        root = Path(tempfile.mkdtemp(prefix="ckpt-dashboard-runs-"))
+        _CACHE[key] = build_run(root, f"{workload.replace('/', '-')}-{status}", workload, status,
+                                frontier_json=frontier_json)
+    return _CACHE[key]
 
 
 def build_run(root: str | Path, run_id: str = "run-a", workload: str = "gpt/tiny", status: str = "finished",
-              n_random: int = 6, frontier_json: bool = True, seed: int = 0, started_at: float | None = None) -> Path:
-    """Profile, measure and store a small real run under ``root/run_id``; returns the run folder."""
-    run_dir = Path(root) / run_id
+              n_random: int = 4, frontier_json: bool = True, seed: int = 0, started_at: float | None = None) -> Path:
+    """Profile, measure and store a small real run under ``root/run_id``; returns the run folder.
+
+    Runs torch on one thread: on a shared 2-core machine two spinning threads per process made a
+    gpt/tiny step 280x slower (2.8 s against 0.01 s).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _build_run(Path(root) / run_id, workload, status, n_random, frontier_json, seed, started_at)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontier_json: bool, seed: int,
+               started_at: float | None) -> Path:
     w = load_workload(workload, seed=seed)
     units = find_units(w.model)
     fp = fingerprint(w.model, units)
-    prof = profile(w, units, repeats=2)
+    prof = profile(w, units, repeats=1)
     cm = CostModel(prof)
     batch_size = int(w.meta["options"]["batch_size"])
     rules = {name: Plan.from_list(units, acts, fp) for name, acts in rule_plans(len(units), seed).items()}
     exact = [Plan.from_list(units, acts, fp) for acts in exact_plans(cm, prof.actions)]
     rng = random.Random(seed + 1)
     randoms = [Plan.from_list(units, [rng.choice(prof.actions) for _ in units], fp) for _ in range(n_random)]
-    with RunStore(run_dir) as store:
+    with RunStore(run_dir / STORE_NAME) as store:
         started = started_at if started_at is not None else time.time()
         store.set_meta("config", {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured", "seed": seed})
         for key, value in (("units", units), ("fingerprint", fp), ("profile", prof.model_dump(mode="json")),
@@ -137,17 +165,14 @@ def build_run(root: str | Path, run_id: str = "run-a", workload: str = "gpt/tiny
         labelled += [(p, f"agent_{i % 2}") for i, p in enumerate(randoms)]
         for plan, source in labelled:
             if store.get(plan.digest) is None:
-                _record(store, plan, units, source, measure(w, plan, units, repeats=3), cm)
+                _record(store, plan, units, source, measure(w, plan, units, repeats=3, warmup=0), cm)
         for i in range(2):
             done = 256 if status == "finished" else 96 + 32 * i
             store.set_progress(f"agent_{i}", budget_bytes=int(prof.baseline.peak_bytes * (0.9 + 0.07 * i)),
                                timesteps=done, total_timesteps=256, episodes=done // len(units), best_reward=0.1 * i,
                                status="finished" if status == "finished" else "running")
         _snapshots(store, prof)
-        front_digests = [p.digest for p in exact[:3]] + [rules["none"].digest]
-        store.set_meta("batch_scaling", _batch_scaling(workload, batch_size, [p for p in rules.values()
-                                                                                if p.digest in front_digests]
-                                                       + [p for p in exact[:3]], units))
+        store.set_meta("batch_scaling", _batch_scaling(workload, batch_size, _measured_front(store, fp, units), units))
         if frontier_json:
             write_frontier_json(run_dir, store, prof)
         if status != "running":

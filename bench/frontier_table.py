@@ -1,0 +1,117 @@
+"""Exact frontier against the rule baselines, on the cost model, for gpt, cnn and lstm.
+
+    python bench/frontier_table.py                         # default sizes, ~1 min profiling each
+    python bench/frontier_table.py --workloads gpt/small cnn/small lstm/small
+    python bench/frontier_table.py --profile-dir DIR       # reuse/save DIR/<spec>.json profiles
+
+For each workload: the exact frontier's size and hypervolume (``search.pareto`` convention:
+axes divided by the all-keep plan, reference (1.1, 2.0)), the rules' hypervolume, and for
+each rule the extra step time it pays against the exact frontier at equal memory: its time
+over that of the fastest frontier point whose peak is no higher than the rule's, minus one.
+All numbers are cost-model predictions from one profile per workload. Writes
+``bench/results/frontier_table.json`` and prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents.baselines import baseline_rules  # noqa: E402
+from agents.exact import FrontierPoint, exact_frontier  # noqa: E402
+from env.cost_model import CostModel  # noqa: E402
+from env.plan import Action  # noqa: E402
+from env.profile import ModelProfile  # noqa: E402
+from search.pareto import REFERENCE, hypervolume, normalise  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "frontier_table.json"
+
+
+def get_profile(spec: str, profile_dir: Path | None) -> ModelProfile:
+    path = profile_dir / f"{spec.replace('/', '_')}.json" if profile_dir else None
+    if path and path.is_file():
+        return ModelProfile.model_validate_json(path.read_text())
+    from env.profile import profile
+    from env.units import find_units
+    from env.workloads import load_workload
+
+    w = load_workload(spec)
+    prof = profile(w, find_units(w.model), baseline=False)
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(prof.model_dump_json())
+    return prof
+
+
+def extra_time(frontier: list[FrontierPoint], peak: int, seconds: float) -> float:
+    """seconds / (fastest frontier time at peak <= ``peak``) - 1; the frontier's first point
+    is the lowest peak of all plans, so one always qualifies."""
+    best = min(p.step_seconds for p in frontier if p.peak_bytes <= peak)
+    return seconds / best - 1.0
+
+
+def workload_row(spec: str, prof: ModelProfile) -> dict:
+    cm = CostModel(prof)
+    keep = [prof.actions.index(Action.KEEP)] * cm.n_units
+    base_peak, base_s = cm.peak_bytes(keep), cm.step_seconds(keep)
+    t0 = time.perf_counter()
+    frontier = exact_frontier(cm)
+    solve_s = time.perf_counter() - t0
+    rules = {}
+    for name, plan in baseline_rules(cm.n_units, prof.actions, seed=0).items():
+        pred = cm.predict(plan)
+        rules[name] = {"plan": [prof.actions[a].value for a in plan],
+                       "peak_ratio": pred.peak_bytes / base_peak, "time_ratio": pred.step_seconds / base_s,
+                       "extra_time": extra_time(frontier, pred.peak_bytes, pred.step_seconds)}
+    front = normalise([(p.peak_bytes, p.step_seconds) for p in frontier], base_peak, base_s)
+    rule_pts = [(r["peak_ratio"], r["time_ratio"]) for n, r in rules.items() if not n.startswith("random")]
+    return {
+        "workload": spec, "n_units": cm.n_units, "actions": [a.value for a in prof.actions],
+        "plans": len(prof.actions) ** cm.n_units,
+        "baseline_peak_bytes": base_peak, "baseline_seconds": base_s,
+        "solve_seconds": solve_s, "frontier_size": len(frontier),
+        "hypervolume": hypervolume(front, REFERENCE), "rules_hypervolume": hypervolume(rule_pts, REFERENCE),
+        "lowest_peak_ratio": float(front[0][0]), "frontier": [
+            {"plan": [prof.actions[a].value for a in p.plan], "peak_ratio": float(x), "time_ratio": float(y)}
+            for p, (x, y) in zip(frontier, front)],
+        "rules": rules,
+    }
+
+
+def markdown(rows: list[dict]) -> str:
+    head = "| | " + " | ".join(r["workload"] for r in rows) + " |\n|---|" + "---|" * len(rows) + "\n"
+    lines = [("units x actions", lambda r: f"{r['n_units']} x {len(r['actions'])}"),
+             ("exact frontier points", lambda r: str(r["frontier_size"])),
+             ("exact hypervolume", lambda r: f"{r['hypervolume']:.4f}"),
+             ("rules' hypervolume", lambda r: f"{r['rules_hypervolume']:.4f}"),
+             ("lowest peak / baseline", lambda r: f"{r['lowest_peak_ratio']:.3f}"),
+             ("solve seconds", lambda r: f"{r['solve_seconds']:.3f}")]
+    body = "".join(f"| {name} | " + " | ".join(f(r) for r in rows) + " |\n" for name, f in lines)
+    names = list(dict.fromkeys(n for r in rows for n in r["rules"]))
+    body += "| **extra step time at equal memory** |" + " |" * len(rows) + "\n"
+    for n in names:
+        cells = [f"{r['rules'][n]['extra_time'] * 100:+.1f}% (mem {r['rules'][n]['peak_ratio']:.3f})"
+                 if n in r["rules"] else "" for r in rows]
+        body += f"| {n} | " + " | ".join(cells) + " |\n"
+    return head + body
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm"], help="workload specs")
+    ap.add_argument("--profile-dir", type=Path, help="load <spec>.json profiles from here, save new ones")
+    ap.add_argument("--out", default=str(RESULTS), help="where to write the JSON result")
+    args = ap.parse_args()
+    rows = [workload_row(spec, get_profile(spec, args.profile_dir)) for spec in args.workloads]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"reference": REFERENCE, "workloads": rows}, indent=2) + "\n")
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The ckpt-search dashboard: ``streamlit run dashboard/app.py -- --runs DIR`` (or ``ckpt-dashboard``).
+
+Pages (tabs): Frontier, Plan, Price of memory, Live, New search. The sidebar picks a run
+folder under ``--runs`` (newest first). Reads run folders read-only; never imports Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dashboard/ on the path
+    sys.path.insert(0, str(ROOT))
+
+import streamlit as st  # noqa: E402
+
+from dashboard import selection, views  # noqa: E402
+from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, stamp  # noqa: E402
+from dashboard.launch import RUNS_ENV  # noqa: E402
+
+
+def runs_root() -> Path:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--runs", default=os.environ.get(RUNS_ENV, "runs"))
+    args, _ = p.parse_known_args(sys.argv[1:])
+    return Path(args.runs)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def cached_run(path: str, key: tuple[float, ...]) -> RunData:
+    """load_run, read again whenever the store or frontier file changes (``key`` is their mtimes)."""
+    return load_run(path)
+
+
+def pick_run(root: Path) -> Path | None:
+    runs = list_runs(root)
+    st.sidebar.markdown(f"Runs under `{root}`")
+    if not runs:
+        return None
+    ids = [r.run_id for r in runs]
+    if st.session_state.get("run_choice") not in ids:
+        st.session_state["run_choice"] = ids[0]
+    info = {r.run_id: r for r in runs}
+    st.sidebar.selectbox("run", ids, key="run_choice",
+                         format_func=lambda i: f"{i} · {info[i].workload or '?'} · {info[i].status}")
+    return info[st.session_state["run_choice"]].path
+
+
+@st.fragment(run_every=views.LIVE_EVERY_S)
+def wait_for_results(run_dir: Path) -> None:
+    """A run without a store yet: check again every few seconds, show the run once it has one."""
+    if (run_dir / "store.sqlite").is_file():
+        st.rerun()
+    st.caption("waiting for the search to write its store ...")
+
+
+def live_tab(run: RunData) -> None:
+    if run.status != "running":
+        views.live_panel(run)
+        return
+
+    @st.fragment(run_every=views.LIVE_EVERY_S)
+    def refresh() -> None:
+        fresh = cached_run(str(run.path), stamp(run.path))
+        views.live_panel(fresh)
+        if fresh.status != "running":
+            st.rerun()
+    refresh()
+
+
+def show_run(run_dir: Path, root: Path) -> None:
+    try:
+        run = cached_run(str(run_dir), stamp(run_dir))
+    except RunNotReady as e:
+        st.info(str(e))
+        wait_for_results(run_dir)
+        return
+    except RunDataError as e:
+        st.error(str(e))
+        return
+    st.session_state["_run"] = run
+    selection.reset_for(st.session_state, run)
+    st.caption(f"**{run.run_id}** · {run.workload} · {run.status} · {len(run.units)} units · "
+               f"baseline {run.baseline_peak_bytes / 2**20:.4f} MiB, {run.baseline_seconds * 1e3:.2f} ms")
+    tabs = st.tabs(["Frontier", "Plan", "Price of memory", "Live", "New search"])
+    with tabs[0]:
+        views.frontier_page(run)
+    with tabs[1]:
+        views.plan_page(run)
+    with tabs[2]:
+        views.pricing_page(run)
+    with tabs[3]:
+        live_tab(run)
+    with tabs[4]:
+        views.new_search_page(root)
+
+
+def main() -> None:
+    st.set_page_config(page_title="ckpt-search", layout="wide")
+    st.title("Checkpoint plans: memory vs time")
+    root = runs_root()
+    run_dir = pick_run(root)
+    if run_dir is None:
+        st.info(f"No runs under '{root}' yet. Start one below, or run "
+                f"`python -m search.run --out {root}`, then reload.")
+        views.new_search_page(root)
+        return
+    show_run(run_dir, root)
+
+
+main()

@@ -1,0 +1,269 @@
+"""Load run folders for the dashboard: plain functions over RunStore (read-only) and frontier.json.
+
+A run folder (written by ``python -m search.run``) holds ``store.sqlite`` and, once the search
+has a frontier, ``frontier.json``. ``load_run`` turns one into a :class:`RunData` of pandas
+tables: every evaluation (with its rule name, exact-frontier flag and whether another
+measured plan dominates it), the frontier (from ``frontier.json``, or computed from the
+measured evaluations while the search has not written it yet), progress and snapshots.
+Nothing here imports Streamlit or Ray; the app caches these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from env.errors import CkptSearchError
+from env.plan import Plan
+from env.profile import ModelProfile
+from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
+from search.pareto import nondominated
+from search.store import STORE_NAME, RunStore, StoreError
+
+MIB = 2**20
+LOG_NAME = "search.log"  # what a search started from the dashboard prints
+
+
+class RunDataError(CkptSearchError):
+    """A run folder the dashboard cannot show: broken store or frontier file."""
+
+
+class RunNotReady(RunDataError):
+    """A run folder that has no results yet (the search is starting, or never started)."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of the run picker."""
+
+    run_id: str
+    path: Path
+    status: str  # running | finished | interrupted | failed | starting | broken
+    workload: str
+    started_at: float  # unix time; the folder's mtime when the store does not say
+
+
+@dataclass
+class RunData:
+    """Everything the pages show of one run."""
+
+    path: Path
+    run_id: str
+    status: str
+    config: dict[str, Any]
+    units: list[str]
+    fingerprint: str
+    profile: ModelProfile | None
+    baseline_peak_bytes: float
+    baseline_seconds: float
+    evaluations: pd.DataFrame  # one row per plan; see _evaluations_frame
+    frontier: pd.DataFrame  # measured non-dominated plans, fewest bytes first
+    frontier_source: str  # "frontier.json" or "evaluations" (computed here)
+    rules: dict[str, str]  # rule name -> plan digest
+    exact: list[str]  # plan digests of the cost model's optimal frontier
+    agents: list[dict[str, Any]]
+    batch_scaling: dict[str, list[dict[str, Any]]]
+    batch_size: int | None
+    progress: pd.DataFrame
+    snapshots: pd.DataFrame
+    started_at: float | None = None
+    finished_at: float | None = None
+    workload: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def plan(self, digest: str) -> Plan:
+        """The evaluated plan with this digest, as an exportable :class:`Plan`."""
+        row = self.evaluations.loc[self.evaluations.digest == digest]
+        if row.empty:
+            raise RunDataError(f"plan '{digest}' is not in run '{self.run_id}'; pick a plan from its evaluations")
+        return Plan.from_list(self.units, row.iloc[0].actions, self.fingerprint)
+
+
+def stamp(run_dir: str | Path) -> tuple[float, ...]:
+    """Modification times of the files a run folder's data comes from (a cache key)."""
+    run_dir = Path(run_dir)
+    names = (STORE_NAME, STORE_NAME + "-wal", FRONTIER_NAME)
+    return tuple((run_dir / n).stat().st_mtime if (run_dir / n).exists() else 0.0 for n in names)
+
+
+def _is_run_folder(p: Path) -> bool:
+    return p.is_dir() and any((p / n).exists() for n in (STORE_NAME, FRONTIER_NAME, LOG_NAME, "config.json"))
+
+
+def _summary(p: Path) -> RunSummary:
+    if not (p / STORE_NAME).is_file():
+        return RunSummary(p.name, p, "starting", "", p.stat().st_mtime)
+    try:
+        with RunStore(p / STORE_NAME, readonly=True) as s:
+            config = s.get_meta("config") or {}
+            return RunSummary(p.name, p, s.get_meta("status", "running"), str(config.get("workload", "")),
+                              float(s.get_meta("started_at") or p.stat().st_mtime))
+    except StoreError:
+        return RunSummary(p.name, p, "broken", "", p.stat().st_mtime)
+
+
+def list_runs(root: str | Path) -> list[RunSummary]:
+    """Run folders directly under ``root`` (or ``root`` itself if it is one), newest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    folders = [root] if _is_run_folder(root) else [p for p in root.iterdir() if _is_run_folder(p)]
+    return sorted((_summary(p) for p in folders), key=lambda r: (-r.started_at, r.run_id))
+
+
+def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
+    by_digest = {d: name for name, d in rules.items()}
+    exact_set = set(exact)
+    rows = []
+    for e in store.evaluations():
+        counts: dict[str, int] = {}
+        for a in e.actions:
+            counts[a] = counts.get(a, 0) + 1
+        summary = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        rows.append({
+            "digest": e.plan_digest, "actions": e.actions, "summary": summary, "source": e.source,
+            "measured": e.measured and not e.oom, "oom": e.oom, "peak_bytes": e.peak_bytes,
+            "step_seconds": e.step_seconds, "spread_seconds": e.spread_seconds, "repeats": len(e.step_samples),
+            "live_before_bytes": e.live_before_bytes, "predicted_peak_bytes": e.predicted_peak_bytes,
+            "predicted_step_seconds": e.predicted_step_seconds, "device": e.device,
+            "torch_version": e.torch_version, "batch_shape": e.batch_shape, "created_at": e.created_at,
+            "rule": by_digest.get(e.plan_digest, ""), "exact": e.plan_digest in exact_set,
+        })
+    cols = ["digest", "actions", "summary", "source", "measured", "oom", "peak_bytes", "step_seconds",
+            "spread_seconds", "repeats", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
+            "device", "torch_version", "batch_shape", "created_at", "rule", "exact"]
+    df = pd.DataFrame(rows, columns=cols)
+    df["dominated"] = True
+    measured = df.index[df.measured]
+    if len(measured):
+        mask = nondominated(df.loc[measured, ["peak_bytes", "step_seconds"]].to_numpy(dtype=float))
+        df.loc[measured[mask], "dominated"] = False
+    return df
+
+
+def _frontier_from_file(run_dir: Path, units: list[str]) -> pd.DataFrame:
+    ff = load_frontier(run_dir)
+    rows = []
+    for p in ff.points:
+        plan = ff.plan(p)
+        rows.append({"digest": plan.digest, "actions": [a.value for a in plan.action_list(units or ff.units)],
+                     "summary": plan.summary(), "source": p.source, "peak_bytes": p.peak_bytes,
+                     "step_seconds": p.step_seconds, "spread_seconds": p.spread_seconds,
+                     "activation_bytes": p.activation_bytes})
+    return pd.DataFrame(rows)
+
+
+def _frontier_from_evaluations(evaluations: pd.DataFrame) -> pd.DataFrame:
+    f = evaluations.loc[evaluations.measured & ~evaluations.dominated].copy()
+    f["activation_bytes"] = f.peak_bytes - f.live_before_bytes.fillna(0)
+    return f[["digest", "actions", "summary", "source", "peak_bytes", "step_seconds", "spread_seconds",
+              "activation_bytes"]]
+
+
+def _baseline(profile: ModelProfile | None, evaluations: pd.DataFrame,
+              baseline_digest: str | None) -> tuple[float, float]:
+    row = evaluations.loc[(evaluations.digest == baseline_digest) & evaluations.measured]
+    if not row.empty:
+        return float(row.iloc[0].peak_bytes), float(row.iloc[0].step_seconds)
+    if profile is not None and profile.baseline is not None:
+        return float(profile.baseline.peak_bytes), float(profile.baseline.step_seconds)
+    return math.nan, math.nan
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read one run folder. Raises :class:`RunNotReady` (no results yet) or :class:`RunDataError`."""
+    run_dir = Path(run_dir)
+    if not (run_dir / STORE_NAME).is_file():
+        log = run_dir / LOG_NAME
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        raise RunNotReady(f"run '{run_dir.name}' has no results yet (no {STORE_NAME}); the search is starting"
+                          + (f" (last log line: {tail[0]})" if tail else ", or it never started: see its folder"))
+    try:
+        with RunStore(run_dir / STORE_NAME, readonly=True) as store:
+            return _read(run_dir, store)
+    except StoreError as e:
+        raise RunDataError(str(e)) from None
+    except (FrontierError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise RunDataError(f"run '{run_dir.name}' cannot be read ({type(e).__name__}: {e}); "
+                           "it was written by another ckpt-search version, or is damaged: start a new run") from None
+
+
+def _read(run_dir: Path, store: RunStore) -> RunData:
+    import sqlite3
+
+    try:
+        meta = {r[0]: json.loads(r[1]) for r in store.conn.execute("SELECT key, value FROM meta")}
+        profile = ModelProfile.model_validate(meta["profile"]) if meta.get("profile") else None
+        rules, exact = dict(meta.get("rules") or {}), list(meta.get("exact") or [])
+        evaluations = _evaluations_frame(store, rules, exact)
+        base_peak, base_seconds = _baseline(profile, evaluations, meta.get("baseline_digest"))
+        evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
+        evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
+        progress, snapshots = pd.DataFrame(store.progress()), pd.DataFrame(store.snapshots())
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"run store '{store.path}' is corrupt ({e}); move it aside and start a new run") from None
+    units = list(meta.get("units") or (profile.units if profile else []))
+    notes = []
+    if (run_dir / FRONTIER_NAME).is_file():
+        frontier, source = _frontier_from_file(run_dir, units), "frontier.json"
+    else:
+        frontier, source = _frontier_from_evaluations(evaluations), "evaluations"
+        notes.append(f"no {FRONTIER_NAME} yet: the frontier shown is computed from the measured evaluations")
+    if not frontier.empty:
+        frontier = frontier.sort_values(["peak_bytes", "step_seconds"]).reset_index(drop=True)
+        frontier["peak_rel"] = frontier.peak_bytes / base_peak
+        frontier["time_rel"] = frontier.step_seconds / base_seconds
+    config = dict(meta.get("config") or {})
+    return RunData(
+        path=run_dir, run_id=run_dir.name, status=str(meta.get("status", "running")), config=config, units=units,
+        fingerprint=str(meta.get("fingerprint") or (profile.fingerprint if profile else "")), profile=profile,
+        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, evaluations=evaluations, frontier=frontier,
+        frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),
+        batch_scaling=dict(meta.get("batch_scaling") or {}), batch_size=meta.get("batch_size"),
+        progress=progress, snapshots=snapshots, started_at=meta.get("started_at"),
+        finished_at=meta.get("finished_at"), workload=str(config.get("workload", profile.workload if profile else "")),
+        notes=notes,
+    )
+
+
+def select_plan(frontier: pd.DataFrame, budget_bytes: float) -> pd.Series | None:
+    """The fastest frontier plan whose peak fits the budget (fewer bytes breaks ties); None if none fits."""
+    fits = frontier.loc[frontier.peak_bytes <= budget_bytes]
+    if fits.empty:
+        return None
+    return fits.sort_values(["step_seconds", "peak_bytes"]).iloc[0]
+
+
+def nearest_rule(run: RunData, digest: str) -> pd.Series | None:
+    """The measured baseline rule closest to a plan, on axes relative to the all-keep baseline."""
+    ev = run.evaluations
+    rules = ev.loc[(ev.rule != "") & ev.measured & (ev.digest != digest)]
+    me = ev.loc[ev.digest == digest]
+    if rules.empty or me.empty or not me.iloc[0].measured:
+        return None
+    d = np.hypot(rules.peak_rel - me.iloc[0].peak_rel, rules.time_rel - me.iloc[0].time_rel)
+    return rules.loc[d.idxmin()]
+
+
+def unit_table(run: RunData, actions: list[str]) -> pd.DataFrame:
+    """Per unit of a plan: its action, and from the profile the bytes it keeps and its time."""
+    rows = []
+    prof = run.profile
+    for i, (unit, action) in enumerate(zip(run.units, actions)):
+        row: dict[str, Any] = {"unit": unit, "action": action}
+        if prof is not None and i < len(prof.units):
+            cost = next((c[i] for a, c in prof.costs.items() if a.value == action), None)
+            keep = next(c[i] for a, c in prof.costs.items() if a.value == "keep")
+            if cost is not None:
+                seconds = cost.fwd.seconds + cost.bwd.seconds
+                row.update(kept_bytes=cost.kept_bytes, backward_peak_bytes=cost.backward_peak_bytes, seconds=seconds,
+                           extra_seconds=seconds - (keep.fwd.seconds + keep.bwd.seconds),
+                           saved_bytes=keep.kept_bytes - cost.kept_bytes)
+        rows.append(row)
+    return pd.DataFrame(rows)

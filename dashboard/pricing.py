@@ -1,0 +1,142 @@
+"""The price of memory: what each frontier plan costs to train with, on rented GPUs.
+
+A plan that needs fewer bytes per sample fits a larger micro-batch on one GPU, so the global
+batch needs fewer GPUs or fewer gradient-accumulation steps; but each step is slower. For
+each frontier plan (measured at 2+ batch sizes, ``batch_scaling`` in the run store):
+
+1. fit ``peak_bytes = a + b * batch`` and ``step_seconds = c + d * batch`` (least squares;
+   a negative ``d`` from timing noise is clamped to 0: a step never gets faster with more data);
+2. the largest micro-batch that fits: ``floor((gpu_bytes - a) / b)``, at most the global batch;
+3. ``chunks = ceil(global / micro)`` micro-batches per optimizer step, spread over
+   ``gpus = min(chunks, max_gpus)`` data-parallel GPUs, ``accumulation = ceil(chunks / gpus)``
+   micro-batches each; the micro-batch is then evened out to ``ceil(global / (gpus * accumulation))``;
+4. ``step = accumulation * t(micro)`` (communication not counted), ``wall = steps * step``,
+   ``cost = gpus * wall_hours * price_per_gpu_hour``.
+
+Pure functions over numbers: the dashboard's page only lays them out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from env.errors import CkptSearchError
+
+GB = 10**9  # GPU memory as vendors state it (80 GB = 80e9 bytes)
+
+
+class PricingError(CkptSearchError):
+    """Inputs the price of memory cannot be computed from."""
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``intercept + slope * batch`` (bytes or seconds)."""
+
+    intercept: float
+    slope: float
+
+    def __call__(self, batch: float) -> float:
+        return self.intercept + self.slope * batch
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What the user rents and trains."""
+
+    gpu_memory_gb: float  # per GPU
+    price_per_gpu_hour: float  # currency units per GPU-hour
+    global_batch: int  # samples per optimizer step
+    steps: int  # optimizer steps of the training run
+    max_gpus: int = 1024  # data-parallel GPUs available
+
+    def check(self) -> "Cluster":
+        for name in ("gpu_memory_gb", "price_per_gpu_hour", "global_batch", "steps", "max_gpus"):
+            if not getattr(self, name) > 0:
+                raise PricingError(f"{name}={getattr(self, name)} must be positive; enter a value above 0")
+        return self
+
+
+@dataclass(frozen=True)
+class PlanPrice:
+    """One plan on one cluster; ``fits`` is False when not even a micro-batch of 1 fits a GPU."""
+
+    digest: str
+    summary: str
+    bytes_per_sample: float
+    fixed_bytes: float
+    fits: bool
+    micro_batch: int = 0
+    accumulation: int = 0
+    gpus: int = 0
+    step_seconds: float = math.nan  # one optimizer step (all accumulation micro-steps)
+    wall_hours: float = math.nan
+    cost: float = math.nan
+
+
+def fit_line(batches: Sequence[float], values: Sequence[float], what: str = "peak_bytes") -> LinearFit:
+    """Least-squares line through (batch, value); needs 2+ distinct batch sizes."""
+    x, y = np.asarray(batches, dtype=float), np.asarray(values, dtype=float)
+    if len(np.unique(x)) < 2:
+        raise PricingError(f"{what} is measured at batch sizes {sorted(set(x.tolist()))}; a linear fit needs 2 or more "
+                           "distinct sizes: run the search with --batch-scaling")
+    slope, intercept = np.polyfit(x, y, 1)
+    return LinearFit(float(intercept), float(slope))
+
+
+def fit_scaling(points: Sequence[dict[str, Any]]) -> tuple[LinearFit, LinearFit]:
+    """(peak fit, time fit) from one plan's batch_scaling records (OOM records are skipped)."""
+    pts = [p for p in points if not p.get("oom")]
+    batches = [p["batch_size"] for p in pts]
+    peak = fit_line(batches, [p["peak_bytes"] for p in pts], "peak_bytes")
+    if peak.slope <= 0:
+        raise PricingError(f"peak memory does not grow with the batch (slope {peak.slope:.0f} bytes/sample); "
+                           "measure the plan at batch sizes further apart")
+    time = fit_line(batches, [p["step_seconds"] for p in pts], "step_seconds")
+    if time.slope < 0:  # timing noise: a step is not faster on more data
+        time = LinearFit(float(np.mean([p["step_seconds"] for p in pts])), 0.0)
+    return peak, time
+
+
+def max_micro_batch(peak: LinearFit, gpu_bytes: float) -> int:
+    """The largest batch whose fitted peak fits ``gpu_bytes`` (0: not even one sample)."""
+    return max(0, math.floor((gpu_bytes - peak.intercept) / peak.slope))
+
+
+def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], cluster: Cluster) -> PlanPrice:
+    """Micro-batch, GPUs, accumulation, wall time and cost of training with one plan."""
+    peak, time = fit_scaling(points)
+    base = dict(digest=digest, summary=summary, bytes_per_sample=peak.slope, fixed_bytes=peak.intercept)
+    largest = min(max_micro_batch(peak, cluster.gpu_memory_gb * GB), cluster.global_batch)
+    if largest < 1:
+        return PlanPrice(**base, fits=False)
+    chunks = math.ceil(cluster.global_batch / largest)
+    gpus = min(chunks, cluster.max_gpus)
+    accumulation = math.ceil(chunks / gpus)
+    micro = math.ceil(cluster.global_batch / (gpus * accumulation))
+    step = accumulation * time(micro)
+    wall_hours = cluster.steps * step / 3600
+    return PlanPrice(**base, fits=True, micro_batch=micro, accumulation=accumulation, gpus=gpus, step_seconds=step,
+                     wall_hours=wall_hours, cost=gpus * wall_hours * cluster.price_per_gpu_hour)
+
+
+def price_table(frontier: pd.DataFrame, batch_scaling: dict[str, list[dict[str, Any]]], cluster: Cluster) -> pd.DataFrame:
+    """One row per frontier plan measured at 2+ batch sizes, cheapest first (plans that do not fit last)."""
+    cluster.check()
+    rows = []
+    for _, r in frontier.iterrows():
+        points = batch_scaling.get(r.digest, [])
+        if len({p["batch_size"] for p in points}) < 2:
+            continue
+        try:
+            rows.append(price_plan(r.digest, r.summary, points, cluster).__dict__)
+        except PricingError:
+            continue  # a plan whose memory does not scale cleanly is left out, not mispriced
+    cols = list(PlanPrice.__dataclass_fields__)
+    df = pd.DataFrame(rows, columns=cols)
+    return df.sort_values(["fits", "cost"], ascending=[False, True], na_position="last").reset_index(drop=True)

@@ -1,0 +1,48 @@
+"""Rule plans: exact action patterns for every rule, as their sources define them."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.baselines import baseline_rules, checkpoint_sequential_plan, sequential_segments, sqrt_n_plan
+from env.plan import Action
+
+KRS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
+
+
+def test_rule_names_and_patterns_for_six_units() -> None:
+    rules = baseline_rules(6, KRS, seed=0)
+    assert list(rules)[:3] == ["none", "all", "every_2"]
+    assert set(rules) == {"none", "all", "sqrt_n", "all_selective", "random_0", "random_1", "random_2",
+                          *(f"every_{n}" for n in range(2, 7)), *(f"segments_{k}" for k in range(2, 7))}
+    assert rules["none"] == [0] * 6 and rules["all"] == [1] * 6 and rules["all_selective"] == [2] * 6
+    assert rules["every_2"] == [1, 0, 1, 0, 1, 0]
+    assert rules["every_3"] == [1, 0, 0, 1, 0, 0]
+    assert rules["every_6"] == [1, 0, 0, 0, 0, 0]
+    assert rules["segments_2"] == [1, 1, 1, 0, 0, 0]
+    assert rules["segments_3"] == [1, 1, 1, 1, 0, 0]
+    assert rules["segments_4"] == [1, 1, 1, 0, 0, 0]  # size 6 // 4 = 1: three checkpointed, the rest kept
+    assert rules["sqrt_n"] == [1, 1, 0, 1, 1, 0]  # round(sqrt 6) = 2 segments of 3; their last units kept
+
+
+def test_checkpoint_sequential_cuts_like_torch() -> None:
+    assert sequential_segments(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert checkpoint_sequential_plan(10, 3, keep=0, recompute=1) == [1] * 6 + [0] * 4
+    assert sqrt_n_plan(9, keep=0, recompute=1) == [1, 1, 0, 1, 1, 0, 1, 1, 0]
+    assert sqrt_n_plan(1, keep=0, recompute=1) == [0]
+
+
+def test_random_plans_are_seeded_and_cover_the_actions() -> None:
+    a, b, c = (baseline_rules(40, KRS, seed=s, n_random=2) for s in (1, 1, 2))
+    assert a["random_0"] == b["random_0"] and a["random_0"] != c["random_0"]
+    assert a["random_0"] != a["random_1"] and set(a["random_0"]) == {0, 1, 2}
+
+
+def test_rules_follow_the_action_list_given() -> None:
+    rules = baseline_rules(4, [Action.RECOMPUTE, Action.KEEP], seed=0, n_random=0)
+    assert rules["none"] == [1] * 4 and rules["every_2"] == [0, 1, 0, 1]
+    assert "all_selective" not in rules
+    only_keep = baseline_rules(3, [Action.KEEP], seed=0, n_random=1)
+    assert set(only_keep) == {"none", "random_0"} and only_keep["random_0"] == [0, 0, 0]
+    with pytest.raises(ValueError, match="n_units=0"):
+        baseline_rules(0, KRS)

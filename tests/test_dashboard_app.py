@@ -1,0 +1,115 @@
+"""The dashboard's pages through streamlit.testing.v1.AppTest: budget slider, plan pick, export, errors."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from dashboard.launch import RUNS_ENV
+from dashboard.data import MIB, load_run, select_plan
+from dashboard.new_search import search_command, start_search
+from env.errors import CkptSearchError
+from env.plan import Plan
+from search.store import STORE_NAME, RunStore
+from tests.fixtures_runs import cached_run
+
+APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+
+
+def _app(runs: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+    monkeypatch.setenv(RUNS_ENV, str(runs))
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    return AppTest.from_file(APP, default_timeout=60).run()
+
+
+def _no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def _exported(at: AppTest) -> Plan:
+    return Plan.from_json(at.code[0].value)
+
+
+@pytest.fixture(scope="module")
+def run_dir() -> Path:
+    return cached_run("gpt/tiny")
+
+
+@pytest.mark.slow
+def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = load_run(run_dir)
+    at = _app(run_dir.parent, monkeypatch)
+    _no_exception(at)
+    fastest = select_plan(run.frontier, run.baseline_peak_bytes).digest
+    assert _exported(at).digest == fastest and fastest in at.success[0].value
+    smallest = run.frontier.iloc[0]
+    at.slider(key="budget_mib").set_value(smallest.peak_bytes / MIB).run()  # the tightest budget
+    _no_exception(at)
+    plan = _exported(at)
+    assert plan.digest == smallest.digest and plan.fingerprint == run.fingerprint
+    assert [a.value for a in plan.action_list(run.units)] == list(smallest.actions)
+    other = run.frontier.digest.iloc[1]
+    at.selectbox(key="plan_pick").set_value(other).run()
+    assert _exported(at).digest == other
+    labels = [b.label for b in at.get("download_button")]
+    assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
+    snippet = at.code[1].value
+    assert "def apply_checkpoint_plan" in snippet and run.fingerprint in snippet
+    compile(snippet, "snippet", "exec")
+
+
+@pytest.mark.slow
+def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    live = tmp_path / "runs" / "live-run"
+    shutil.copytree(run_dir, live)
+    with RunStore(live / STORE_NAME) as s:
+        s.set_meta("status", "running")
+    at = _app(live.parent, monkeypatch)
+    _no_exception(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["status"] == "running" and int(metrics["measured"]) == len(load_run(live).evaluations)
+    assert len(at.get("progress")) == 2
+    at.number_input(key="gpu_gb").set_value(0.004).run()
+    _no_exception(at)
+    assert not at.error
+    priced = at.dataframe[1].value
+    assert priced.fits.all() and (priced.gpus * priced.accumulation * priced.micro_batch >= 1024).all()
+
+
+def test_empty_folder_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(tmp_path, monkeypatch)
+    _no_exception(at)
+    assert "No runs under" in at.info[0].value
+    assert at.get("form")  # the new-search form is offered
+
+
+def test_broken_store_and_run_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "b-broken").mkdir()
+    (tmp_path / "b-broken" / STORE_NAME).write_bytes(b"garbage" * 1000)
+    at = _app(tmp_path, monkeypatch)
+    _no_exception(at)
+    assert "corrupt" in at.error[0].value
+    (tmp_path / "a-starting").mkdir()
+    (tmp_path / "a-starting" / "search.log").write_text("profiling\n")
+    at.selectbox(key="run_choice").set_value("a-starting").run()
+    _no_exception(at)
+    assert "no results yet" in at.info[0].value and not at.error
+
+
+def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cmd = search_command("gpt/tiny", 2, 64, tmp_path, "r1")
+    assert cmd[1:3] == ["-m", "search.run"]
+    assert cmd[3:] == ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "64", "--out", str(tmp_path),
+                       "--name", "r1", "--no-progress"]
+    with pytest.raises(CkptSearchError, match="unknown workload 'nope'"):
+        start_search("nope", 1, 1, tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing started, no folder made
+    at = _app(tmp_path, monkeypatch)
+    at.text_input[0].set_value("gpt/huge")
+    at.button[0].click().run()
+    _no_exception(at)
+    assert "unknown preset 'huge'" in at.error[0].value

@@ -1,0 +1,79 @@
+"""The exact frontier equals brute force over every plan, on random synthetic profiles."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents.exact import FrontierPoint, exact_frontier, pareto_points
+from env.cost_model import CostModel
+from env.plan import Action
+from env.profile import ModelProfile, Segment, UnitCost
+
+ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
+
+
+def _segment(rng: np.random.Generator, scale: int) -> Segment:
+    delta = int(rng.integers(-scale, scale))
+    return Segment(delta_bytes=delta, rise_bytes=max(0, delta) + int(rng.integers(0, scale)),
+                   seconds=float(rng.uniform(0.001, 0.1)))
+
+
+def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000) -> ModelProfile:
+    """A ModelProfile with random segments: not physical, but any walk the cost model can take."""
+    rng = np.random.default_rng(seed)
+    actions = ACTIONS[:n_actions]
+    costs = {a: [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
+             for a in actions}
+    return ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",
+                        units=[f"u{i}" for i in range(n_units)], actions=actions,
+                        base_bytes=int(rng.integers(0, 10 * scale)), pre=_segment(rng, scale),
+                        post=_segment(rng, scale), tail=_segment(rng, scale), costs=costs)
+
+
+def brute_force(cm: CostModel) -> list[FrontierPoint]:
+    plans = itertools.product(range(len(cm.profile.actions)), repeat=cm.n_units)
+    return pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans])
+
+
+def _values(points: list[FrontierPoint]) -> list[tuple[int, float]]:
+    return [(p.peak_bytes, p.step_seconds) for p in points]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 10), n_actions=st.integers(1, 3), seed=st.integers(0, 2**32 - 1))
+def test_exact_equals_brute_force(n_units: int, n_actions: int, seed: int) -> None:
+    cm = CostModel(synthetic_profile(n_units, n_actions, seed))
+    exact = exact_frontier(cm)
+    assert _values(exact) == _values(brute_force(cm))
+    for point in exact:  # each point's plan really has that peak and time
+        pred = cm.predict(list(point.plan))
+        assert (pred.peak_bytes, pred.step_seconds) == (point.peak_bytes, point.step_seconds)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_exact_equals_brute_force_ten_units_three_actions(seed: int) -> None:
+    cm = CostModel(synthetic_profile(10, 3, seed))
+    assert _values(exact_frontier(cm)) == _values(brute_force(cm))
+
+
+def test_frontier_sorted_and_strictly_non_dominated() -> None:
+    cm = CostModel(synthetic_profile(8, 3, seed=7))
+    points = exact_frontier(cm)
+    assert len(points) >= 2
+    peaks = [p.peak_bytes for p in points]
+    times = [p.step_seconds for p in points]
+    assert peaks == sorted(set(peaks)) and times == sorted(set(times), reverse=True)
+
+
+def test_restricted_actions_only_use_them() -> None:
+    cm = CostModel(synthetic_profile(6, 3, seed=3))
+    points = exact_frontier(cm, actions=[0, 2])
+    assert points and all(set(p.plan) <= {0, 2} for p in points)
+    plans = itertools.product([0, 2], repeat=6)
+    ref = pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans])
+    assert _values(points) == _values(ref)

@@ -1,0 +1,174 @@
+"""The search service end to end: real workloads, real Ray, a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from search.config import parse_config
+from search.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
+        "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
+
+
+def _run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "search.run", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, **kw)
+
+
+@pytest.mark.slow
+def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
+    from search.run import main
+
+    assert main([*TINY, "--out", str(tmp_path), "--name", "t1", "--batch-scaling"]) == 0
+    run_dir = tmp_path / "t1"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == str(run_dir)
+    front = json.loads((run_dir / "frontier.json").read_text())
+    assert front["points"], "the frontier has points"
+    for p in front["points"]:
+        assert p["measured"] is True and p["peak_bytes"] > 0 and p["step_seconds"] > 0
+        assert set(p["plan"]) == set(front["units"])
+    peaks = [p["peak_bytes"] for p in front["points"]]
+    times = [p["step_seconds"] for p in front["points"]]
+    assert peaks == sorted(peaks) and times == sorted(times, reverse=True)  # a frontier: less memory, more time
+    with RunStore(run_dir, readonly=True) as s:
+        assert s.get_meta("status") == "finished"
+        assert 0 < s.count(measured_only=True) <= 14
+        assert s.count() > s.count(measured_only=True)  # agents' predicted plans are recorded too
+        assert {p["agent"] for p in s.progress()} == {"agent_0", "agent_1"}
+        assert all(p["timesteps"] >= 256 for p in s.progress())
+        assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"])
+        assert set(s.get_meta("rules")) >= {"none", "all", "every_2", "sqrt_n"}
+        scaling = s.get_meta("batch_scaling")
+        assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
+    assert list((run_dir / "plans").glob("budget_*MB.json"))
+    assert (run_dir / "tb").is_dir()
+    # config.json repeats the run
+    cfg = parse_config(["--config", str(run_dir / "config.json")])
+    assert cfg.workload == "gpt/tiny" and cfg.agents == 2
+
+
+@pytest.mark.slow
+def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
+    from search.config import SearchConfig
+    from search.orchestrate import Search
+    from search.report import write_outputs
+
+    cfg = SearchConfig(workload="gpt/tiny", agents=2, timesteps=384, chunk_timesteps=128, max_measurements=12,
+                       repeats=2, progress=False, batch_scaling=False).validate()
+    killed = []
+
+    def kill_once(search: Search) -> None:
+        if not killed:
+            search.kill_agent("agent_1")
+            killed.append(1)
+
+    run_dir = tmp_path / "killed"
+    run_dir.mkdir()
+    with RunStore(run_dir / "store.sqlite") as store:
+        store.set_meta("config", json.loads(cfg.to_json()))
+        search = Search(cfg, run_dir, store, on_round=kill_once)
+        search.run()
+        report = write_outputs(search)
+    assert killed
+    assert any("agent_1 died" in e for e in report["events"])
+    assert "agent_1 died" in (run_dir / "report.md").read_text()
+    agents = {a["agent"]: a for a in report["agents"]}
+    assert agents["agent_1"]["restarts"] == 1 and agents["agent_1"]["timesteps"] >= 384
+    assert agents["agent_0"]["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
+    args = ["--workload", "gpt/small", "--agents", "2", "--timesteps", "2048", "--chunk-timesteps", "256",
+            "--max-measurements", "16", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--reward", "hybrid",
+            "--out", str(tmp_path), "--name", "r"]
+    proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    store_path = tmp_path / "r" / "store.sqlite"
+    deadline = time.time() + 240
+    n = 0
+    while time.time() < deadline:
+        time.sleep(1)
+        if store_path.exists():
+            try:
+                n = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True).execute(
+                    "SELECT COUNT(*) FROM evaluations WHERE measured = 1").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if n >= 4:
+                break
+    assert n >= 4, "the run measured plans before the interrupt"
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err[-2000:]
+    assert "--resume" in err
+    with RunStore(store_path, readonly=True) as s:
+        assert s.get_meta("status") == "interrupted"
+        before = {e.plan_digest: e.step_samples for e in s.evaluations(measured_only=True)}
+    assert len(before) >= 4
+    done = _run_cli(["--resume", str(tmp_path / "r"), "--no-progress"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    with RunStore(store_path, readonly=True) as s:
+        after = {e.plan_digest: e.step_samples for e in s.evaluations(measured_only=True)}
+        assert s.get_meta("status") == "finished"
+    for digest, samples in before.items():
+        assert after[digest] == samples, "a plan measured before the interrupt was measured again"
+    assert len(after) <= 16
+
+
+def test_corrupt_store_is_refused_and_left_untouched(tmp_path):
+    run_dir = tmp_path / "bad"
+    run_dir.mkdir()
+    garbage = b"this is not a sqlite database" * 100
+    (run_dir / "store.sqlite").write_bytes(garbage)
+    done = _run_cli(["--resume", str(run_dir), "--no-progress"])
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "corrupt" in lines[0] and "start a new run" in lines[0]
+    assert (run_dir / "store.sqlite").read_bytes() == garbage
+
+
+def test_bad_flags_are_one_line_errors(tmp_path):
+    done = _run_cli(["--workload", "nope", "--out", str(tmp_path), "--no-progress"])
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "unknown workload 'nope'" in done.stderr
+    done = _run_cli(["--agents", "0", "--out", str(tmp_path)])
+    assert done.returncode == 2 and "--agents must be at least 1" in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_search_joins_an_existing_ray_cluster(tmp_path):
+    port = _free_port()
+    ray_bin = Path(sys.executable).parent / "ray"
+    head = subprocess.Popen([str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
+                             "--num-cpus", "2", "--include-dashboard", "false", "--block",
+                             ],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        done = _run_cli([*TINY, "--timesteps", "128", "--address", f"127.0.0.1:{port}", "--out", str(tmp_path),
+                         "--name", "cluster"])
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip().splitlines()[-1] == str(tmp_path / "cluster")
+        assert json.loads((tmp_path / "cluster" / "frontier.json").read_text())["points"]
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=60)

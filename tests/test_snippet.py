@@ -1,0 +1,83 @@
+"""The standalone snippet: same gradients, peak and model state as apply_plan; refuses other models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from env.apply import plan_for
+from env.measure import measure
+from env.plan import Plan, fingerprint
+from env.units import find_units
+from env.workloads import load_workload
+from search import apply_plan
+from search.snippet import plan_snippet
+
+MIXED = ["recompute", "selective", "keep", "recompute"]
+
+
+def _load(snippet: str) -> dict:
+    ns: dict = {}
+    exec(compile(snippet, "<snippet>", "exec"), ns)
+    return ns
+
+
+def _grads(w) -> dict[str, torch.Tensor]:
+    torch.manual_seed(11)
+    w.loss().backward()
+    return {n: p.grad.clone() for n, p in w.model.named_parameters()}
+
+
+def test_snippet_defines_the_plan_and_needs_only_torch():
+    w = load_workload("gpt/tiny")
+    plan = plan_for(w.model, find_units(w.model), MIXED)
+    text = plan_snippet(plan, title="gpt/tiny")
+    imports = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
+    roots = {line.split()[1].split(".")[0] for line in imports}
+    assert roots <= {"__future__", "torch", "contextlib", "functools", "typing", "dataclasses", "hashlib", "enum"}, roots
+    ns = _load(text)
+    assert ns["PLAN"] == {k: v.value for k, v in plan.actions.items()}
+    assert ns["FINGERPRINT"] == plan.fingerprint
+    assert "recompute 2" in text.splitlines()[0]
+
+
+@pytest.mark.slow
+def test_snippet_gives_the_same_gradients_and_peak_as_apply_plan():
+    w_plan, w_snip, w_none = (load_workload("gpt/tiny", seed=0) for _ in range(3))
+    units = find_units(w_plan.model)
+    plan = plan_for(w_plan.model, units, MIXED)
+    remove = _load(plan_snippet(plan))["apply_checkpoint_plan"](w_snip.model)
+    handle = apply_plan(w_plan.model, plan)
+    g_none, g_plan, g_snip = _grads(w_none), _grads(w_plan), _grads(w_snip)
+    for name in g_none:
+        torch.testing.assert_close(g_snip[name], g_none[name], rtol=0, atol=1e-6, msg=name)
+        torch.testing.assert_close(g_snip[name], g_plan[name], rtol=0, atol=0, msg=name)
+    for w in (w_plan, w_snip):
+        w.model.zero_grad(set_to_none=True)
+    handle.remove()
+    nothing = Plan(fingerprint=fingerprint(w_snip.model, []), actions={})
+    peak_snip = measure(w_snip, nothing, repeats=1).peak_bytes  # snippet's wrappers stay installed
+    peak_plan = measure(w_plan, plan, units, repeats=1).peak_bytes
+    assert peak_snip == peak_plan
+    remove()
+    assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == []
+
+
+def test_snippet_keeps_batchnorm_running_stats_as_without_checkpointing():
+    w_snip, w_none = load_workload("cnn/tiny", seed=0), load_workload("cnn/tiny", seed=0)
+    units = find_units(w_snip.model)
+    _load(plan_snippet(plan_for(w_snip.model, units, ["recompute"] * len(units))))["apply_checkpoint_plan"](w_snip.model)
+    _grads(w_snip), _grads(w_none)
+    buffers = dict(w_none.model.named_buffers())
+    assert any("running_mean" in n for n in buffers)
+    for name, buf in w_snip.model.named_buffers():
+        torch.testing.assert_close(buf, buffers[name], rtol=0, atol=0, msg=name)
+
+
+def test_snippet_refuses_another_model():
+    w, wide = load_workload("gpt/tiny"), load_workload("gpt/tiny?d_model=64")
+    plan = plan_for(wide.model, find_units(wide.model), MIXED)
+    apply = _load(plan_snippet(plan))["apply_checkpoint_plan"]
+    with pytest.raises(ValueError, match="plan was made for another model .*export the plan for this model"):
+        apply(w.model)
+    assert [n for n, m in w.model.named_modules() if "forward" in m.__dict__] == []
