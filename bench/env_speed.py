@@ -59,7 +59,8 @@ def steps_per_second(env: CheckpointEnv, plans: np.ndarray, masks: bool) -> floa
 def machine() -> dict[str, object]:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "numpy": np.__version__, "torch_threads": torch.get_num_threads()}
+            "numpy": np.__version__, "torch_threads": torch.get_num_threads(),
+            "load_average_1m": round(os.getloadavg()[0], 2)}  # other work on the machine meanwhile
 
 
 def main() -> None:

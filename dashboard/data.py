@@ -118,7 +118,9 @@ def list_runs(root: str | Path) -> list[RunSummary]:
 
 
 def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
-    by_digest = {d: name for name, d in rules.items()}
+    by_digest: dict[str, str] = {}
+    for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)
+        by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
     exact_set = set(exact)
     rows = []
     for e in store.evaluations():

@@ -19,6 +19,7 @@ from dashboard.data import MIB, RunData
 ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2"}
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
+PREDICTED_TRACE = "predicted only"
 
 
 def axes(relative: bool) -> tuple[str, str, str, str]:
@@ -56,6 +57,13 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         marker=dict(size=9, color="#888", opacity=[0.25 if d else 0.9 for d in shown.dominated]),
         error_y=dict(type="data", array=shown.spread_ms if not relative else shown.spread_ms / (run.baseline_seconds * 1e3),
                      visible=True, thickness=1, width=0, color="rgba(120,120,120,0.35)")))
+    predicted = run.evaluations.loc[~run.evaluations.measured & run.evaluations.predicted_peak_bytes.notna()]
+    if show_dominated and len(predicted):
+        px = predicted.predicted_peak_bytes.astype(float) / (run.baseline_peak_bytes if relative else MIB)
+        py = predicted.predicted_step_seconds.astype(float) / (run.baseline_seconds if relative else 1e-3)
+        fig.add_trace(go.Scatter(x=px, y=py, mode="markers", name=PREDICTED_TRACE, customdata=predicted.digest,
+                                 hovertext=[f"{s} (cost model only, not measured)" for s in predicted.summary],
+                                 hoverinfo="text", marker=dict(size=7, symbol="circle-open", color="#bbb")))
     exact = ev.loc[ev.exact].sort_values(["peak_bytes", "step_seconds"])
     if len(exact):
         fig.add_trace(go.Scatter(x=exact[x], y=exact[y], mode="lines", name="exact frontier (cost model)",

@@ -58,11 +58,7 @@ def frontier_page(run: RunData) -> None:
     selected = st.session_state.get(selection.SELECTED)
     fig = figures.frontier_figure(run, relative, not hide, selected, st.session_state[selection.BUDGET] * MIB)
     st.plotly_chart(fig, key=selection.CHART, on_select="rerun", selection_mode="points")
-    digests = list(run.frontier.digest)
-    labels = {r.digest: f"{r.summary}: {r.peak_bytes / MIB:.3f} MiB, {r.step_seconds * 1e3:.2f} ms ({r.digest})"
-              for r in run.frontier.itertuples()}
-    st.session_state[selection.PICK] = selected if selected in digests else None
-    st.selectbox("or pick a frontier plan", digests, format_func=labels.get, key=selection.PICK, on_change=_select_pick, placeholder="choose a plan")
+    _plan_picker(run, selected)
     if selected is None:
         st.warning("No frontier plan fits this budget; raise it to at least "
                    f"{low:.4f} MiB (the smallest measured peak).")
@@ -71,6 +67,18 @@ def frontier_page(run: RunData) -> None:
     shown = run.frontier.assign(peak_mib=run.frontier.peak_bytes / MIB, step_ms=run.frontier.step_seconds * 1e3)
     st.dataframe(shown[["summary", "peak_mib", "peak_rel", "step_ms", "time_rel", "source", "digest"]],
                  hide_index=True, width="stretch")
+
+
+def _plan_picker(run: RunData, selected: str | None) -> None:
+    """Every measured plan, frontier first, as a list: to inspect a rule or a dominated plan too."""
+    ev = run.evaluations.loc[run.evaluations.measured].sort_values(["dominated", "peak_bytes", "step_seconds"])
+    digests = list(ev.digest)
+    labels = {r.digest: f"{'frontier' if not r.dominated else 'dominated'}{f' · rule {r.rule}' if r.rule else ''} · "
+                        f"{r.summary}: {r.peak_bytes / MIB:.4f} MiB, {r.step_seconds * 1e3:.2f} ms ({r.digest})"
+              for r in ev.itertuples()}
+    st.session_state[selection.PICK] = selected if selected in digests else None
+    st.selectbox("or pick any measured plan", digests, format_func=labels.get, key=selection.PICK,
+                 on_change=_select_pick, placeholder="choose a plan")
 
 
 def _selected_line(run: RunData, digest: str) -> None:

@@ -134,12 +134,16 @@ class AppliedPlan:
     plan: Plan
     applied: dict[str, Action] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # units of the plan the model lacks (strict=False)
+    # a unit's own instance ``forward`` from before the plan (set by other code), put back on remove
+    previous_forward: dict[str, Any] = field(default_factory=dict)
 
     def remove(self) -> None:
         for fqn in list(self.applied):
             module = self.model.get_submodule(fqn)
             module.__dict__.pop("forward", None)
             module.__dict__.pop(_MARK, None)
+            if fqn in self.previous_forward:
+                module.__dict__["forward"] = self.previous_forward.pop(fqn)
             del self.applied[fqn]
 
     def __enter__(self) -> "AppliedPlan":
@@ -172,6 +176,8 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
             raise PlanError(f"unit '{fqn}' already has a plan applied; remove it first (handle.remove())")
         wrapped = POLICIES[action].wrap(module, module.forward)
         if wrapped is not None:
+            if "forward" in module.__dict__:
+                handle.previous_forward[fqn] = module.__dict__["forward"]
             module.forward = wrapped  # instance attribute: shadows the class's forward only
             module.__dict__[_MARK] = action
             handle.applied[fqn] = action

@@ -2,7 +2,14 @@
 
 
 class CkptSearchError(Exception):
-    """Base of every error this project raises on bad input."""
+    """Base of every error this project raises on bad input.
+
+    The message is folded onto one line, so a multi-line cause quoted in it (a user factory's
+    exception, a pydantic report) still reads as one line in a log or a terminal.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
 
 
 class WorkloadError(CkptSearchError):

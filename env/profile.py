@@ -4,9 +4,11 @@ A step's timeline is cut by the unit marks (see ``env.timeline``) into segments:
 
     pre | F_0 | F_1 | ... | F_{n-1} | post | B_{n-1} | ... | B_0 | tail
 
-``F_i`` is unit i's forward (until the next unit starts), ``B_i`` its backward (from its
-output's gradient until the previous unit's), ``pre``/``post``/``tail`` the rest (embeddings,
-head and loss, optimizer step). Each segment has ``delta_bytes`` (net allocation: what it
+``F_i`` is unit i's forward (until the next unit starts; for the last unit, until its output's
+gradient arrives, so the head and the loss are part of it), ``B_i`` its backward (from its
+output's gradient until the previous unit's), ``pre``/``tail`` the rest (embeddings, optimizer
+step). ``post`` is empty: the head's bytes depend on the last unit's action (whether its output
+stays live through the head), so they are measured as part of that unit under each action. Each segment has ``delta_bytes`` (net allocation: what it
 leaves live), ``rise_bytes`` (its highest point above its start) and ``seconds``.
 
 ``profile()`` measures every unit under every action by running the step once per action with
@@ -82,7 +84,12 @@ def _segments(marks: dict[str, int], n: int) -> list[tuple[str, str, str]]:
     """(segment name, start mark, end mark) for the whole step, in time order."""
     segs = [("pre", "step_start", "fwd_pre:0")]
     segs += [(f"F:{i}", f"fwd_pre:{i}", f"fwd_pre:{i + 1}") for i in range(n - 1)]
-    segs += [(f"F:{n - 1}", f"fwd_pre:{n - 1}", f"fwd_post:{n - 1}"), ("post", f"fwd_post:{n - 1}", f"bwd_pre:{n - 1}")]
+    # The last unit's forward runs on to its output's gradient: whether that output stays live
+    # through the head depends on the unit's action (a kept ReLU saves it; a checkpoint frees it
+    # once the head has read it), so the head's bytes belong to the last unit's cost. ``post`` is
+    # then an empty segment, kept so that every reader of the timeline stays the same.
+    last = f"bwd_pre:{n - 1}"
+    segs += [(f"F:{n - 1}", f"fwd_pre:{n - 1}", last), ("post", last, last)]
     segs += [(f"B:{i}", f"bwd_pre:{i}", f"bwd_pre:{i - 1}") for i in range(n - 1, 0, -1)]
     segs += [("B:0", "bwd_pre:0", "bwd_end"), ("tail", "bwd_end", "step_end")]
     missing = [m for _, a, b in segs for m in (a, b) if m not in marks]

@@ -3,11 +3,13 @@
 Found automatically as the children of the model's largest ``nn.ModuleList`` /
 ``nn.Sequential`` (the repeated blocks: ``blocks.0`` .. ``blocks.N``), one level finer with
 ``granularity="sub-block"`` (``blocks.0.attn``, ``blocks.0.mlp``, ...), or given by the user as
-FQNs or shell-style globs (``blocks.*.mlp``).
+FQNs or globs over dotted names: ``*`` stays within one name (``blocks.*`` is the blocks,
+``blocks.*.mlp`` their MLPs), ``**`` spans any depth (``**.mlp``).
 """
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from typing import Literal, Sequence
 
@@ -57,14 +59,35 @@ def find_units(model: nn.Module, granularity: str = "block",
     return finer
 
 
+def _glob_match(name: Sequence[str], pattern: Sequence[str]) -> bool:
+    """Dotted-name glob: ``*``/``?``/``[..]`` match within one segment, ``**`` any number of them."""
+    if not pattern:
+        return not name
+    if pattern[0] == "**":
+        return any(_glob_match(name[k:], pattern[1:]) for k in range(len(name) + 1))
+    return bool(name) and fnmatch.fnmatchcase(name[0], pattern[0]) and _glob_match(name[1:], pattern[1:])
+
+
+def _glob_example(names: Sequence[str]) -> str:
+    """A glob over the model's repeated blocks, to show the syntax with the model's own names."""
+    for name in names:
+        head, _, tail = name.rpartition(".")
+        if head and tail.isdigit():
+            return f"{head}.*"
+    return names[0] if names else "*"
+
+
 def _match_patterns(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     names = [n for n, _ in model.named_modules() if n]
     chosen: list[str] = []
     for pattern in patterns:
-        hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+        hits = [n for n in names if _glob_match(n.split("."), pattern.split("."))]
         if not hits:
-            sample = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-            raise UnitError(f"unit pattern '{pattern}' matches no module of {type(model).__name__}; modules are: {sample}")
+            close = difflib.get_close_matches(pattern, names, n=3) or names[:6]
+            raise UnitError(
+                f"unit pattern '{pattern}' matches no module of {type(model).__name__}; give module FQNs or "
+                f"shell globs (e.g. '{_glob_example(names)}'); modules named like it: {', '.join(close)}"
+            )
         chosen.extend(h for h in hits if h not in chosen)
     chosen.sort(key=names.index)
     for a in chosen:

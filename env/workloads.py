@@ -241,7 +241,8 @@ def _resolve_factory(target: str) -> Callable[..., Any]:
             raise WorkloadError(f"cannot import module '{where}' for workload '{target}': {e}; check PYTHONPATH") from e
     factory = getattr(module, func, None)
     if not callable(factory):
-        public = [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
+        public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                  and getattr(v, "__module__", None) == module.__name__]
         raise WorkloadError(
             f"'{where}' has no factory function '{func}'; define it there or name one of: {', '.join(public) or '(none)'}"
         )

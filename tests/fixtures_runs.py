@@ -65,7 +65,7 @@ def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[st
     """Each plan measured at the run's batch size, twice and four times it."""
     out: dict[str, list[dict]] = {p.digest: [] for p in plans}
     for b in (batch_size, 2 * batch_size, 4 * batch_size):
-        w = load_workload(f"{spec}?batch_size={b}")
+        w = load_workload(f"{spec}{'&' if '?' in spec else '?'}batch_size={b}")
         for p in plans:
             m = measure(w, p, units, repeats=1, warmup=0)
             out[p.digest].append({"batch_size": b, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds})
@@ -163,9 +163,10 @@ def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontie
             store.set_meta(key, value)
         labelled = [(p, f"rule:{n}") for n, p in rules.items()] + [(p, "exact") for p in exact]
         labelled += [(p, f"agent_{i % 2}") for i, p in enumerate(randoms)]
+        measure(w, rules["none"], units, repeats=5)  # not stored: the first plan measured ran slow (cold caches)
         for plan, source in labelled:
             if store.get(plan.digest) is None:
-                _record(store, plan, units, source, measure(w, plan, units, repeats=3, warmup=0), cm)
+                _record(store, plan, units, source, measure(w, plan, units, repeats=5), cm)
         for i in range(2):
             done = 256 if status == "finished" else 96 + 32 * i
             store.set_progress(f"agent_{i}", budget_bytes=int(prof.baseline.peak_bytes * (0.9 + 0.07 * i)),

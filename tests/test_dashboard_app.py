@@ -44,7 +44,8 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     run = load_run(run_dir)
     at = _app(run_dir.parent, monkeypatch)
     _no_exception(at)
-    fastest = select_plan(run.frontier, run.baseline_peak_bytes).digest
+    top = max(run.frontier.peak_bytes.max(), run.baseline_peak_bytes)  # the slider starts at its top
+    fastest = select_plan(run.frontier, top).digest
     assert _exported(at).digest == fastest and fastest in at.success[0].value
     smallest = run.frontier.iloc[0]
     at.slider(key="budget_mib").set_value(smallest.peak_bytes / MIB).run()  # the tightest budget
@@ -52,9 +53,10 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     plan = _exported(at)
     assert plan.digest == smallest.digest and plan.fingerprint == run.fingerprint
     assert [a.value for a in plan.action_list(run.units)] == list(smallest.actions)
-    other = run.frontier.digest.iloc[1]
-    at.selectbox(key="plan_pick").set_value(other).run()
-    assert _exported(at).digest == other
+    at.selectbox(key="plan_pick").set_value(run.rules["all"]).run()  # any measured plan, here a rule
+    plan = _exported(at)
+    assert plan.digest == run.rules["all"] and {a.value for a in plan.actions.values()} == {"recompute"}
+    assert "recompute 4" in at.success[0].value and "recompute 4" in at.subheader[0].value
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
     snippet = at.code[1].value
@@ -76,7 +78,7 @@ def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pyte
     at.number_input(key="gpu_gb").set_value(0.004).run()
     _no_exception(at)
     assert not at.error
-    priced = at.dataframe[1].value
+    priced = next(d.value for d in at.dataframe if "fits" in d.value.columns)
     assert priced.fits.all() and (priced.gpus * priced.accumulation * priced.micro_batch >= 1024).all()
 
 
@@ -95,6 +97,7 @@ def test_broken_store_and_run_without_results(tmp_path: Path, monkeypatch: pytes
     assert "corrupt" in at.error[0].value
     (tmp_path / "a-starting").mkdir()
     (tmp_path / "a-starting" / "search.log").write_text("profiling\n")
+    at.run()
     at.selectbox(key="run_choice").set_value("a-starting").run()
     _no_exception(at)
     assert "no results yet" in at.info[0].value and not at.error
@@ -113,3 +116,13 @@ def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.Mo
     at.button[0].click().run()
     _no_exception(at)
     assert "unknown preset 'huge'" in at.error[0].value
+
+
+def test_launch_binds_locally_unless_told() -> None:
+    from dashboard.launch import build_parser, streamlit_command
+
+    cmd = streamlit_command(build_parser().parse_args([]))
+    assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--") + 1:] == ["--runs", str(Path("runs").resolve())]
+    wide = streamlit_command(build_parser().parse_args(["--address", "0.0.0.0", "--port", "8600"]))
+    assert wide[wide.index("--server.address") + 1] == "0.0.0.0" and wide[wide.index("--server.port") + 1] == "8600"

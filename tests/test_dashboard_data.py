@@ -171,7 +171,7 @@ def test_price_table_on_measured_batch_scaling(run_dir: Path) -> None:
     gpu_gb = 4e-3  # a 4 MB GPU: gpt/tiny needs about 1 MB at batch 2, so the micro-batch matters
     table = price_table(run.frontier, run.batch_scaling, Cluster(gpu_gb, 2.0, 256, 100))
     priced = set(run.batch_scaling) & set(run.frontier.digest)
-    assert set(table.digest) == priced and len(table) >= 2
+    assert set(table.digest) == priced and len(table) >= 1
     assert list(table.cost) == sorted(table.cost)
     for r in table.itertuples():
         pts = run.batch_scaling[r.digest]

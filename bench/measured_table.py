@@ -1,0 +1,141 @@
+"""Measured peak memory and step time of the standard plans on every built-in workload.
+
+    python bench/measured_table.py                          # default sizes (~5 min on 2 cores)
+    python bench/measured_table.py --workloads gpt/tiny --repeats 5
+
+For each workload the plans are: ``none`` (every unit kept), ``all recompute``, ``all
+selective`` and ``every other`` (recompute on units 0, 2, 4, ...). All plans of one workload
+are measured in one process, in interleaved rounds (plan A, B, C, D, then again) so that a
+change of machine load over the run falls on every plan alike; a plan's step time is the
+median of all its timed steps and its spread the interquartile range.
+
+``peak_bytes`` counts everything live at the step's peak, AdamW's two state tensors per
+parameter included, so the saving of the total is smaller than the saving of the activation
+part (peak minus what is live before the step), which is what checkpointing acts on.
+Writes ``bench/results/measured_table.json`` with the machine it ran on and prints a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from env.apply import plan_for  # noqa: E402
+from env.measure import Measurement, measure  # noqa: E402
+from env.plan import Action, Plan  # noqa: E402
+from env.units import find_units  # noqa: E402
+from env.workloads import load_workload, workload_names  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "measured_table.json"
+MB = 1e6
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info() -> dict[str, Any]:
+    """What a reader needs to compare these numbers with theirs."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch_version": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "load_average_1_5_15": list(os.getloadavg())}
+
+
+def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
+    """none / all recompute / all selective / every other unit recomputed."""
+    n = len(units)
+    every_other = [Action.RECOMPUTE if i % 2 == 0 else Action.KEEP for i in range(n)]
+    return {
+        "none": plan_for(model, units, [Action.KEEP] * n),
+        "all recompute": plan_for(model, units, [Action.RECOMPUTE] * n),
+        "all selective": plan_for(model, units, [Action.SELECTIVE] * n),
+        "every other": plan_for(model, units, every_other),
+    }
+
+
+def measure_interleaved(spec: str, repeats: int, rounds: int) -> tuple[list[str], dict[str, Measurement]]:
+    """Every standard plan of ``spec``, ``rounds`` interleaved rounds of ``repeats`` timed steps."""
+    w = load_workload(spec)
+    units = find_units(w.model)
+    plans = standard_plans(w.model, units)
+    got: dict[str, Measurement] = {}
+    for _ in range(rounds):
+        for name, plan in plans.items():
+            m = measure(w, plan, units, repeats=repeats, warmup=1)
+            got[name] = got[name].merged(m) if name in got else m
+    return units, got
+
+
+def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[dict[str, Any]]:
+    base = got["none"]
+    rows = []
+    for name, m in got.items():
+        rows.append({
+            "workload": spec, "plan": name, "n_units": len(units), "batch_shape": m.batch_shape,
+            "peak_mb": m.peak_bytes / MB, "activation_mb": m.activation_bytes / MB,
+            "live_before_mb": m.live_before_bytes / MB,
+            "step_seconds": m.step_seconds, "spread_seconds": m.spread_seconds,
+            "n_timed_steps": len(m.step_seconds_samples),
+            "peak_saving_pct": 100 * (1 - m.peak_bytes / base.peak_bytes),
+            "activation_saving_pct": 100 * (1 - m.activation_bytes / base.activation_bytes),
+            "slowdown_pct": 100 * (m.step_seconds / base.step_seconds - 1),
+            "step_seconds_samples": m.step_seconds_samples,
+        })
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    head = ("| workload | plan | peak MB | activation MB | peak saving | activation saving | step s (IQR) "
+            "| slowdown |\n|---|---|---:|---:|---:|---:|---:|---:|")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['workload']} | {r['plan']} | {r['peak_mb']:.1f} | {r['activation_mb']:.1f} "
+            f"| {r['peak_saving_pct']:+.0f}% | {r['activation_saving_pct']:+.0f}% "
+            f"| {r['step_seconds']:.3f} ({r['spread_seconds']:.3f}) | {r['slowdown_pct']:+.0f}% |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per plan per round")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
+    args = ap.parse_args(argv)
+    if args.repeats * args.rounds < 5:
+        ap.error(f"--repeats {args.repeats} x --rounds {args.rounds} gives fewer than 5 timed steps; raise either")
+    started = machine_info()
+    rows: list[dict[str, Any]] = []
+    for spec in args.workloads:
+        t0 = time.perf_counter()
+        units, got = measure_interleaved(spec, args.repeats, args.rounds)
+        rows += rows_for(spec, units, got)
+        print(f"{spec}: {len(units)} units, measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    result = {"machine": started, "load_average_at_end": list(os.getloadavg()),
+              "repeats_per_round": args.repeats, "rounds": args.rounds, "rows": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,210 @@
+"""Applying a plan: the same gradients, loss and model state as no checkpointing; a clean remove.
+
+Every built-in workload runs with dropout on, so these tests fail if a recompute draws new
+dropout masks. Each step starts from the same weights and ``torch.manual_seed(STEP_SEED)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from env.apply import apply_actions, plan_for
+from env.errors import PlanError
+from env.plan import Action
+from env.units import find_units
+from env.workloads import Workload, load_workload
+
+STEP_SEED = 1234
+TINY = ("gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny")
+CPU_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
+
+
+class Case:
+    """A workload, its units, its initial state and the no-plan reference step from that state."""
+
+    def __init__(self, spec: str, device: str = "cpu") -> None:
+        self.workload = load_workload(spec, device=device)
+        self.units = find_units(self.workload.model)
+        self.initial = copy.deepcopy(self.workload.model.state_dict())
+        self.ref_loss, self.ref_grads, self.ref_state = self.step(None)
+
+    def step(self, actions: list[Action] | None, seed: int = STEP_SEED) -> tuple[torch.Tensor, dict, dict]:
+        """One forward/backward from the initial state; (loss, parameter grads, state after)."""
+        model = self.workload.model
+        model.load_state_dict(self.initial)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)
+        if actions is None:
+            loss = self.workload.loss()
+            loss.backward()
+        else:
+            with apply_actions(model, plan_for(model, self.units, actions), self.units):
+                loss = self.workload.loss()
+                loss.backward()
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+        return loss.detach(), grads, copy.deepcopy(model.state_dict())
+
+
+_CASES: dict[str, Case] = {}
+
+
+def case(spec: str) -> Case:
+    if spec not in _CASES:
+        _CASES[spec] = Case(spec)
+    return _CASES[spec]
+
+
+def compare(c: Case, actions: list[Action]) -> dict[str, bool]:
+    """Assert loss and every gradient match the reference; return which are bitwise equal."""
+    loss, grads, _ = c.step(actions)
+    assert grads.keys() == c.ref_grads.keys()
+    assert torch.allclose(loss, c.ref_loss), f"loss {loss} != {c.ref_loss} for {actions}"
+    for name, g in grads.items():
+        assert torch.allclose(g, c.ref_grads[name], rtol=1e-5, atol=1e-7), f"grad of {name} differs for {actions}"
+    return {"loss": torch.equal(loss, c.ref_loss), **{n: torch.equal(g, c.ref_grads[n]) for n, g in grads.items()}}
+
+
+@pytest.mark.parametrize("spec", TINY)
+def test_dropout_is_on_so_a_replayed_mask_matters(spec: str) -> None:
+    """Guards the gradient tests: another seed gives another loss, so the seed is what makes them equal."""
+    c = case(spec)
+    other_loss, _, _ = c.step(None, seed=STEP_SEED + 1)
+    assert not torch.equal(other_loss, c.ref_loss)
+
+
+@pytest.mark.parametrize("spec", TINY)
+@settings(max_examples=4, deadline=None, derandomize=True)
+@given(data=st.data())
+def test_random_plans_give_the_same_loss_and_gradients(spec: str, data: st.DataObject) -> None:
+    c = case(spec)
+    actions = data.draw(st.lists(st.sampled_from(CPU_ACTIONS), min_size=len(c.units), max_size=len(c.units)))
+    compare(c, actions)
+
+
+@pytest.mark.parametrize("spec", TINY)
+@pytest.mark.parametrize("action", [Action.RECOMPUTE, Action.SELECTIVE])
+def test_uniform_plans_are_bitwise_equal_on_cpu(spec: str, action: Action) -> None:
+    """On CPU the replayed forward runs the same kernels on the same data: not just close, equal."""
+    c = case(spec)
+    equal = compare(c, [action] * len(c.units))
+    assert all(equal.values()), f"not bitwise equal: {[k for k, v in equal.items() if not v]}"
+
+
+def test_batchnorm_state_after_a_recompute_step_is_as_without_a_plan() -> None:
+    c = case("cnn/tiny")
+    n = len(c.units)
+    for actions in ([Action.RECOMPUTE] * n, [Action.SELECTIVE] * n, [Action.RECOMPUTE, Action.KEEP] * n):
+        _, _, state = c.step(actions[:n])
+        assert state.keys() == c.ref_state.keys()
+        for key, value in state.items():
+            assert torch.equal(value, c.ref_state[key]), f"{key} differs after {actions[:n]}"
+    tracked = [k for k in c.ref_state if k.endswith("num_batches_tracked")]
+    assert tracked and all(int(c.ref_state[k]) == int(c.initial[k]) + 1 for k in tracked)
+    moved = [k for k in c.ref_state if k.endswith("running_mean")]
+    assert all(not torch.equal(c.ref_state[k], c.initial[k]) for k in moved)
+
+
+def test_offload_without_cuda_is_refused_on_one_line() -> None:
+    c = case("mlp/tiny")
+    plan = plan_for(c.workload.model, c.units, [Action.OFFLOAD] + [Action.KEEP] * (len(c.units) - 1))
+    with pytest.raises(PlanError) as err:
+        apply_actions(c.workload.model, plan, c.units)
+    msg = str(err.value)
+    assert "offload" in msg and c.units[0] in msg and "CUDA" in msg and "recompute" in msg and "\n" not in msg
+    assert not any("forward" in m.__dict__ for m in c.workload.model.modules())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", ["gpt/tiny", "cnn/tiny"])
+def test_offload_gives_the_same_gradients_on_cuda(spec: str) -> None:
+    c = Case(spec, device="cuda")
+    n = len(c.units)
+    compare(c, [Action.OFFLOAD] * n)
+    compare(c, [Action.OFFLOAD, Action.RECOMPUTE, Action.SELECTIVE, Action.KEEP][:n] + [Action.KEEP] * max(0, n - 4))
+
+
+def _snapshot(model: nn.Module) -> dict[str, Any]:
+    return {
+        "dicts": {name: dict(m.__dict__) for name, m in model.named_modules()},
+        "keys": list(model.state_dict()),
+        "hooks": {name: (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+                  for name, m in model.named_modules()},
+    }
+
+
+def _dict_contents(snapshot: dict[str, Any]) -> dict[str, set[str]]:
+    return {name: set(d) for name, d in snapshot["dicts"].items()}
+
+
+def test_apply_then_remove_leaves_the_model_exactly_as_before() -> None:
+    w = load_workload("gpt/tiny")
+    model, units = w.model, find_units(w.model)
+    before = _snapshot(model)
+    plan = plan_for(model, units, [Action.RECOMPUTE, Action.SELECTIVE, Action.KEEP, Action.RECOMPUTE])
+    with apply_actions(model, plan, units) as handle:
+        assert handle.applied == {"blocks.0": Action.RECOMPUTE, "blocks.1": Action.SELECTIVE,
+                                  "blocks.3": Action.RECOMPUTE}
+        assert "forward" in model.blocks[0].__dict__ and "forward" not in model.blocks[2].__dict__
+        assert list(model.state_dict()) == before["keys"]
+        w.loss().backward()
+    after = _snapshot(model)
+    assert _dict_contents(after) == _dict_contents(before)
+    assert after["keys"] == before["keys"] and after["hooks"] == before["hooks"]
+    for name, m in model.named_modules():
+        assert m.forward.__func__ is type(m).forward, f"{name}.forward is not its class's forward"
+
+
+def test_remove_restores_a_forward_the_unit_had_before() -> None:
+    w = load_workload("mlp/tiny")
+    units = find_units(w.model)
+    block = w.model.get_submodule(units[0])
+    own = block.forward  # e.g. another library's wrapper set on the instance
+    block.forward = own
+    with apply_actions(w.model, plan_for(w.model, units, [Action.RECOMPUTE] * len(units)), units):
+        assert block.__dict__["forward"] is not own
+    assert block.__dict__["forward"] is own
+
+
+def test_applying_twice_is_refused_and_leaves_the_first_plan() -> None:
+    w = load_workload("mlp/tiny")
+    units = find_units(w.model)
+    plan = plan_for(w.model, units, [Action.RECOMPUTE] * len(units))
+    with apply_actions(w.model, plan, units) as first:
+        with pytest.raises(PlanError, match=r"already has a plan applied; remove it first"):
+            apply_actions(w.model, plan, units)
+        assert all("forward" in w.model.get_submodule(u).__dict__ for u in first.applied)
+    assert not any("forward" in m.__dict__ for m in w.model.modules())
+
+
+def _live_objects() -> int:
+    gc.collect()
+    return len(gc.get_objects())
+
+
+def test_replanning_200_times_leaks_nothing() -> None:
+    w = load_workload("mlp/tiny")
+    model, units = w.model, find_units(w.model)
+    n = len(units)
+    plans = [plan_for(model, units, [CPU_ACTIONS[(i + k) % 3] for k in range(n)]) for i in range(3)]
+
+    def replan(times: int) -> None:
+        for i in range(times):
+            with apply_actions(model, plans[i % 3], units):
+                w.loss().backward()
+            model.zero_grad(set_to_none=True)
+
+    replan(20)  # warm: first-call caches of autograd and the checkpoint code
+    objects_before = _live_objects()
+    replan(200)
+    growth = _live_objects() - objects_before
+    assert growth < 50, f"{growth} more live objects after 200 re-plans"
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert not any("forward" in m.__dict__ for m in model.modules())
