@@ -2,6 +2,7 @@
 
     python bench/measured_table.py                          # default sizes (~5 min on 2 cores)
     python bench/measured_table.py --workloads gpt/tiny --repeats 5
+    python bench/measured_table.py --threads 2              # on a machine of your own
 
 For each workload the plans are: ``none`` (every unit kept), ``all recompute``, ``all
 selective`` and ``every other`` (recompute on units 0, 2, 4, ...). All plans of one workload
@@ -119,8 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per plan per round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
     if args.repeats * args.rounds < 5:
         ap.error(f"--repeats {args.repeats} x --rounds {args.rounds} gives fewer than 5 timed steps; raise either")
     started = machine_info()

@@ -169,7 +169,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     | Mode       | Source                                                                     |
     |------------|----------------------------------------------------------------------------|
-    | model      | ``CostModel.predict`` (deterministic)                                      |
+    | model      | ``CostModel.predict`` (deterministic); once ``add_measurements`` has given |
+    |            | measured plans, corrected by them as in ``hybrid`` (no measuring here)     |
     | measured   | ``evaluator`` for every new plan, cached by plan; the baseline is measured |
     |            | too (once), so ratios compare measurements with measurements               |
     | hybrid     | the prediction times the mean measured/predicted ratio (peak and time      |
@@ -339,7 +340,14 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     def _evaluate(self, plan: list[int]) -> tuple[int, float, bool]:
         pred = self.cost_model.predict(plan)  # O(n): cheaper than a cache of every plan seen
         if self.reward_mode == "model":
-            return pred.peak_bytes, pred.step_seconds, False
+            if not self._ratios:
+                return pred.peak_bytes, pred.step_seconds, False
+            # corrected by add_measurements(): a measured plan is its measurement
+            known = self._cache.get(tuple(plan))
+            if known is not None:
+                return known
+            peak_r, time_r = self._correction()
+            return round(pred.peak_bytes * peak_r), pred.step_seconds * time_r, False
         if tuple(plan) in self._cache:
             return self._cache[tuple(plan)]
         if self._measured_baseline is None:
@@ -351,6 +359,27 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         if peak <= self.budget_bytes and seconds < self._best_measured_seconds:
             return self._measure(plan) + (True,)
         return peak, seconds, False  # not cached: the correction moves as measurements arrive
+
+    def add_measurements(self, measurements: Sequence[tuple[Sequence[int], int, float]]) -> None:
+        """Plans measured by the caller, as (profile action indices, peak_bytes, step_seconds).
+
+        They are answered from the cache from now on, and their measured/predicted ratios
+        correct every prediction, in ``model`` mode too: the search's hybrid reward, where the
+        driver measures between training chunks so that measuring never shares the CPU with
+        training. The all-``keep`` plan among them becomes the baseline of the time ratio.
+        """
+        keep = tuple([self.profile.actions.index(Action.KEEP)] * self.n_units)
+        for plan, peak, seconds in measurements:
+            key = tuple(int(a) for a in plan)
+            if key in self._cache and self._cache[key][2]:
+                continue
+            pred = self.cost_model.predict(list(key))
+            self._ratios.append((peak / pred.peak_bytes, seconds / pred.step_seconds))
+            self._cache[key] = (int(peak), float(seconds), True)
+            if key == keep:
+                self._measured_baseline = (int(peak), float(seconds))
+            if peak <= self.budget_bytes:
+                self._best_measured_seconds = min(self._best_measured_seconds, float(seconds))
 
     def _measure(self, plan: list[int]) -> tuple[int, float]:
         """Measure a plan once (cached), and learn the measured/predicted ratios from it."""

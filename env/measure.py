@@ -108,7 +108,7 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
     error on CUDA returns a measurement marked ``oom`` instead of raising.
     """
     if repeats < 1:
-        raise MeasurementError(f"repeats={repeats} must be at least 1")
+        raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
     optimizer = workload.meta.get("_optimizer")
     if optimizer is None:  # one optimizer per workload: its state is part of what is live

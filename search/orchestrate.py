@@ -207,6 +207,8 @@ class Search:
             if slot.status == "running":
                 self._spawn(slot)
             self._save_progress(slot)
+        if self.cfg.reward == "hybrid":
+            self.feed(self.measured_points())
 
     def _save_progress(self, slot: AgentSlot) -> None:
         self.store.set_progress(slot.name, budget_bytes=slot.budget_bytes, timesteps=slot.timesteps,
@@ -237,9 +239,11 @@ class Search:
         cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
         slot.last_error = f"{type(error).__name__}: {cause[:200]}"
         if slot.restarts <= 1:
-            self.state.events.append(f"{slot.name} died ({type(error).__name__}) and was restarted from its last saved policy")
+            self.state.events.append(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
             slot.status = "running"
             self._spawn(slot)
+            if self.cfg.reward == "hybrid":
+                self.feed(self.measured_points(), [slot])
         else:
             self.state.events.append(f"{slot.name} died again ({slot.last_error}); the run went on without it")
             slot.status = "died"
@@ -354,15 +358,22 @@ class Search:
         limit = room if final else max(1, math.ceil(room / (rounds_left + 1)))
         picked = self.candidates(min(limit, room))
         results = self.measure([(p, self._proposer(p)) for p in picked])
-        if results and self.cfg.reward == "hybrid":
-            fed = [([self.profile.actions.index(Action(a)) for a in r.actions], r.peak_bytes, _median(r.step_samples))  # type: ignore[union-attr]
-                   for r in results if not r.oom]
-            for s in self.agents:
-                if s.status == "running":
-                    try:
-                        self.ray.get(s.handle.observe.remote(fed))
-                    except self.ray.exceptions.RayActorError as e:
-                        self._agent_died(s, e)
+        if self.cfg.reward == "hybrid":
+            self.feed(results)
+
+    def feed(self, results: list[Result], slots: list[AgentSlot] | None = None) -> None:
+        """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them."""
+        assert self.profile is not None
+        fed = [([self.profile.actions.index(Action(a)) for a in r.actions], r.peak_bytes, _median(r.step_samples))
+               for r in results if not r.oom]
+        if not fed:
+            return
+        for s in slots or self.agents:
+            if s.status == "running":
+                try:
+                    self.ray.get(s.handle.observe.remote(fed))
+                except self.ray.exceptions.RayActorError as e:
+                    self._agent_died(s, e)
 
     def _proposer(self, idx: tuple[int, ...]) -> str:
         from env.plan import Plan

@@ -1,0 +1,137 @@
+"""Cost-model fidelity: predicted peak memory and step time against measure(), on random plans.
+
+    python bench/fidelity.py                                   # every built-in (~15 min, 2 cores)
+    python bench/fidelity.py --workloads gpt/tiny cnn/tiny --plans 20
+
+For each workload: one ``profile()``, then ``--plans`` distinct random plans over keep /
+recompute / selective, each predicted by ``CostModel`` and measured by ``measure()``. The
+plans are measured in ``--rounds`` interleaved rounds (every plan once, then again), so a
+change in machine load falls on all plans alike rather than on the last ones. Reports per
+workload the max and median absolute relative error of peak bytes (target 5%) and of step
+time (target 10%), the signed median time error (a bias, e.g. from the profile's marks, shows
+here), and the measured time spread, the noise floor the time error should be read against.
+Writes ``bench/results/fidelity.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.measured_table import machine_info  # noqa: E402
+from env.apply import plan_for  # noqa: E402
+from env.cost_model import CostModel  # noqa: E402
+from env.measure import Measurement, measure  # noqa: E402
+from env.profile import profile  # noqa: E402
+from env.units import find_units  # noqa: E402
+from env.workloads import load_workload, workload_names  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "fidelity.json"
+PEAK_TARGET, TIME_TARGET = 0.05, 0.10
+
+
+def random_plans(n_units: int, n_actions: int, count: int, rng: np.random.Generator) -> list[list[int]]:
+    """``count`` distinct action-index lists (fewer if the space is smaller)."""
+    seen: dict[tuple[int, ...], None] = {}
+    for _ in range(100 * count):
+        if len(seen) == min(count, n_actions ** n_units):
+            break
+        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
+    return [list(p) for p in seen]
+
+
+def rel(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured
+
+
+def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_repeats: int,
+                 seed: int) -> dict[str, Any]:
+    w = load_workload(spec)
+    units = find_units(w.model)
+    t0 = time.perf_counter()
+    cm = CostModel(profile(w, units, repeats=profile_repeats, baseline=False))
+    profile_seconds = time.perf_counter() - t0
+    plans = random_plans(len(units), len(cm.profile.actions), n_plans, np.random.default_rng(seed))
+    got: list[Measurement | None] = [None] * len(plans)
+    for _ in range(rounds):
+        for k, idx in enumerate(plans):
+            m = measure(w, plan_for(w.model, units, [cm.profile.actions[a] for a in idx]), units, repeats=repeats)
+            prev = got[k]
+            got[k] = prev.merged(m) if prev is not None else m
+    rows = []
+    for idx, m in zip(plans, got):
+        assert m is not None
+        pred = cm.predict(idx)
+        rows.append({"actions": [cm.profile.actions[a].value for a in idx],
+                     "predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": m.peak_bytes,
+                     "peak_error": rel(pred.peak_bytes, m.peak_bytes),
+                     "predicted_step_seconds": pred.step_seconds, "measured_step_seconds": m.step_seconds,
+                     "time_error": rel(pred.step_seconds, m.step_seconds),
+                     "relative_spread": m.spread_seconds / m.step_seconds})
+    return {"workload": spec, "n_units": len(units), "n_plans": len(rows), "profile_seconds": profile_seconds,
+            "bench_seconds": time.perf_counter() - t0, **summary(rows), "plans": rows}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    peak = [abs(r["peak_error"]) for r in rows]
+    tim = [abs(r["time_error"]) for r in rows]
+    return {"peak_max_abs_error": max(peak), "peak_median_abs_error": statistics.median(peak),
+            "peak_within_target": sum(e <= PEAK_TARGET for e in peak) / len(rows),
+            "time_max_abs_error": max(tim), "time_median_abs_error": statistics.median(tim),
+            "time_median_signed_error": statistics.median(r["time_error"] for r in rows),
+            "time_within_target": sum(e <= TIME_TARGET for e in tim) / len(rows),
+            "median_relative_spread": statistics.median(r["relative_spread"] for r in rows)}
+
+
+def markdown(results: list[dict[str, Any]]) -> str:
+    lines = ["| workload | plans | peak err max / median | peak within 5% | time err max / median "
+             "| time bias | time within 10% | time IQR/median |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(
+            f"| {r['workload']} | {r['n_plans']} | {100 * r['peak_max_abs_error']:.2f}% / "
+            f"{100 * r['peak_median_abs_error']:.2f}% | {100 * r['peak_within_target']:.0f}% "
+            f"| {100 * r['time_max_abs_error']:.1f}% / {100 * r['time_median_abs_error']:.1f}% "
+            f"| {100 * r['time_median_signed_error']:+.1f}% | {100 * r['time_within_target']:.0f}% "
+            f"| {100 * r['median_relative_spread']:.1f}% |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
+    ap.add_argument("--plans", type=int, default=20, help="random plans per workload")
+    ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")
+    ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per action in profile()")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random plans")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    started = machine_info()
+    results = []
+    for spec in args.workloads:
+        results.append(run_workload(spec, args.plans, args.repeats, args.rounds, args.profile_repeats, args.seed))
+        r = results[-1]
+        print(f"{spec}: {r['n_plans']} plans in {r['bench_seconds']:.0f} s", file=sys.stderr)
+    out = {"machine": started, "load_average_at_end": list(os.getloadavg()), "settings": vars(args) | {"out": str(args.out)},
+           "targets": {"peak": PEAK_TARGET, "time": TIME_TARGET}, "workloads": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Measurement: a CPU peak that repeats exactly, its parts, and the step-time record."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from env.apply import plan_for
+from env.errors import MeasurementError
+from env.measure import Measurement, measure
+from env.plan import Action
+from env.profile import profile
+from env.timeline import UnitMarkers, train_step
+from env.units import find_units
+from env.workloads import Workload, load_workload
+
+from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+
+MIXED = [Action.RECOMPUTE, Action.KEEP, Action.SELECTIVE, Action.KEEP]
+
+
+@pytest.fixture(scope="module")
+def gpt() -> tuple[Workload, list[str]]:
+    w = load_workload("gpt/tiny")
+    return w, find_units(w.model)
+
+
+def test_the_cpu_peak_of_a_plan_is_identical_over_five_measurements(gpt) -> None:
+    w, units = gpt
+    plan = plan_for(w.model, units, MIXED)
+    runs = [measure(w, plan, units, repeats=3) for _ in range(5)]
+    assert len({m.peak_bytes for m in runs}) == 1, [m.peak_bytes for m in runs]
+    assert len({m.live_before_bytes for m in runs}) == 1
+    assert all(len(m.step_seconds_samples) == 3 and m.step_seconds > 0 for m in runs)
+    assert not any("forward" in m.__dict__ for m in w.model.modules())  # the plan is removed
+
+
+def test_peak_parts_and_savings(gpt) -> None:
+    w, units = gpt
+    n = len(units)
+    keep = measure(w, plan_for(w.model, units, [Action.KEEP] * n), units, repeats=1)
+    recompute = measure(w, plan_for(w.model, units, [Action.RECOMPUTE] * n), units, repeats=1)
+    param_bytes = sum(p.numel() * p.element_size() for p in w.model.parameters())
+    # parameters + AdamW's exp_avg and exp_avg_sq + inputs are live before the step
+    assert keep.live_before_bytes >= 3 * param_bytes
+    assert keep.activation_bytes == keep.peak_bytes - keep.live_before_bytes > param_bytes  # grads at least
+    assert recompute.live_before_bytes == keep.live_before_bytes
+    assert recompute.peak_bytes < keep.peak_bytes
+    assert keep.device.startswith("cpu (") and keep.torch_version == torch.__version__
+    assert keep.workload == "gpt/tiny" and keep.batch_shape == "0:2x16,1:2x16"
+
+
+def _record(samples: list[float], digest: str = "d") -> Measurement:
+    return Measurement(workload="w", batch_shape="b", plan_digest=digest, peak_bytes=10, live_before_bytes=4,
+                       step_seconds_samples=samples, device="cpu", torch_version="x")
+
+
+def test_median_spread_and_merging_repeats() -> None:
+    m = _record([0.5, 0.1, 0.2, 0.3, 0.4])
+    assert m.step_seconds == 0.3 and m.activation_bytes == 6
+    assert m.spread_seconds == pytest.approx(0.45 - 0.15)  # interquartile range
+    assert _record([0.2, 0.1]).spread_seconds == pytest.approx(0.1)
+    merged = m.merged(_record([0.6, 0.7]))
+    assert len(merged.step_seconds_samples) == 7 and merged.step_seconds == 0.4
+    assert Measurement.model_validate_json(merged.model_dump_json()) == merged
+    with pytest.raises(MeasurementError) as e:
+        m.merged(_record([0.1], digest="other"))
+    one_line_error(e, "cannot merge measurements of different plans")
+
+
+def test_repeats_must_be_positive(gpt) -> None:
+    w, units = gpt
+    with pytest.raises(MeasurementError) as e:
+        measure(w, plan_for(w.model, units, [Action.KEEP] * len(units)), units, repeats=0)
+    one_line_error(e, "repeats=0 must be at least 1")
+
+
+def test_unit_markers_remove_their_hooks(gpt) -> None:
+    w, units = gpt
+    optimizer = torch.optim.SGD(w.model.parameters(), lr=0.0)
+    with UnitMarkers(w.model, units) as markers:
+        train_step(w, optimizer, markers)
+    names = [name for name, _ in markers.marks]
+    assert names[0] == "step_start" and names[-1] == "step_end"
+    assert [n for n in names if n.startswith("bwd_pre")] == [f"bwd_pre:{i}" for i in (3, 2, 1, 0)]
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in w.model.modules())
+
+
+class _Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in (self.blocks[0], self.blocks[1], self.blocks[0]):  # blocks.0 is reused
+            x = block(x)
+        return x.pow(2).mean()
+
+
+def test_a_unit_that_runs_twice_is_named() -> None:
+    w = Workload("twice", _Twice(), (torch.randn(2, 4),))
+    with pytest.raises(MeasurementError) as e:
+        profile(w, ["blocks.0", "blocks.1"], repeats=1, baseline=False)
+    one_line_error(e, "fired twice in one step", "a unit ran twice", "each run once per step")

@@ -1,0 +1,96 @@
+"""Plans: JSON round-trip, stable digests, and one-line refusals of plans that do not fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from env.apply import apply_actions, plan_for
+from env.errors import PlanError
+from env.plan import SCHEMA_VERSION, Action, Plan, check_plan, fingerprint, parse_action
+from env.units import find_units
+from env.workloads import load_workload
+
+from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    w = load_workload("gpt/tiny")
+    return w.model, find_units(w.model)
+
+
+def test_json_round_trip_and_digest(gpt, tmp_path: Path) -> None:
+    model, units = gpt
+    plan = plan_for(model, units, ["recompute", "keep", "selective", "recompute"])
+    again = Plan.load(plan.save(tmp_path / "plan.json"))
+    assert again == plan and again.digest == plan.digest
+    assert json.loads(plan.to_json())["actions"]["blocks.2"] == "selective"
+    assert plan.summary() == "recompute 2, keep 1, selective 1"
+    other = plan_for(model, units, ["recompute", "keep", "selective", "keep"])
+    assert other.digest != plan.digest
+
+
+def test_fingerprint_depends_on_shapes_not_on_weights() -> None:
+    a, b = load_workload("gpt/tiny", seed=0).model, load_workload("gpt/tiny", seed=1).model
+    wide = load_workload("gpt/tiny?d_model=64").model
+    units = find_units(a)
+    assert fingerprint(a, units) == fingerprint(b, units) != fingerprint(wide, units)
+
+
+def test_a_plan_for_another_model_is_refused(gpt) -> None:
+    model, units = gpt
+    other = load_workload("gpt/tiny?d_model=64").model
+    plan = plan_for(other, units, [Action.RECOMPUTE] * len(units))
+    with pytest.raises(PlanError) as e:
+        apply_actions(model, plan, units)
+    one_line_error(e, "plan was made for another model", plan.fingerprint, "search this model again")
+    assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+def test_a_plan_naming_a_missing_unit_is_refused(gpt) -> None:
+    model, units = gpt
+    plan = Plan(fingerprint=fingerprint(model, units), actions={"blocks.9": Action.RECOMPUTE, "blocks.0": Action.KEEP})
+    with pytest.raises(PlanError) as e:
+        check_plan(plan, model)
+    one_line_error(e, "unit 'blocks.9' which GPT does not have", "strict=False")
+    with apply_actions(model, plan, strict=False) as handle:
+        assert handle.skipped == ["blocks.9"] and handle.applied == {}
+
+
+def test_an_unknown_action_names_the_choices(gpt) -> None:
+    model, units = gpt
+    with pytest.raises(PlanError) as e:
+        parse_action("checkpoint")
+    one_line_error(e, "unknown action 'checkpoint'", "keep, recompute, selective, offload")
+    text = json.dumps({"schema_version": SCHEMA_VERSION, "fingerprint": "x", "actions": {"blocks.0": "remat"}})
+    with pytest.raises(PlanError) as e:
+        Plan.from_json(text)
+    one_line_error(e, "unknown action 'remat' for unit 'blocks.0'", "keep, recompute")
+
+
+def test_one_action_per_unit(gpt) -> None:
+    model, units = gpt
+    with pytest.raises(PlanError) as e:
+        plan_for(model, units, [Action.KEEP])
+    one_line_error(e, "1 actions for 4 units", "one action per unit")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", ("is not JSON", "export it again")),
+    ('{"schema_version": 1}', ("not a checkpoint plan", "no 'actions'")),
+    ('{"schema_version": 99, "fingerprint": "x", "actions": {}}', ("schema version 99", "upgrade")),
+    ('{"schema_version": 1, "fingerprint": 5, "actions": {}}', ("not a valid plan", "fingerprint")),
+])
+def test_bad_plan_files(text: str, words: tuple[str, ...]) -> None:
+    with pytest.raises(PlanError) as e:
+        Plan.from_json(text, source="plan file 'p.json'")
+    one_line_error(e, "plan file 'p.json'", *words)
+
+
+def test_a_missing_plan_file(tmp_path: Path) -> None:
+    with pytest.raises(PlanError) as e:
+        Plan.load(tmp_path / "none.json")
+    one_line_error(e, "none.json' does not exist")
