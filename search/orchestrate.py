@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 from agents.baselines import baseline_rules
 from agents.exact import exact_frontier
 from env.cost_model import CostModel
+from env.errors import CkptSearchError
 from env.plan import Action
 from env.profile import ModelProfile
 from search.config import SearchConfig
@@ -72,19 +74,33 @@ class Search:
         threads = None if n_gpus else (config.measure_threads or os.cpu_count() or 1)
         self.evaluator = Evaluator.remote(config.workload, config.seed, config.units, config.granularity,
                                           config.actions, config.repeats, "cuda" if n_gpus else device, threads)
-        info = ray.get(self.evaluator.info.remote())
+        info = self._get(self.evaluator.info.remote())
         self.units: list[str] = info["units"]
         self.batch_shape: str = info["batch_shape"]
         self.agents: list[AgentSlot] = []
         self.profile: ModelProfile | None = None
         self.cm: CostModel | None = None
 
+    def _get(self, ref: Any) -> Any:
+        """ray.get that turns a project error raised inside an actor back into that error."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, CkptSearchError):
+                raise e.cause from None
+            raise
+        except self.ray.exceptions.RayActorError as e:
+            found = re.findall(r"(?:WorkloadError|UnitError|PlanError|MeasurementError|CkptSearchError): ([^\n]+)", str(e))
+            if found:
+                raise CkptSearchError(found[-1]) from None
+            raise
+
     # -- setup --------------------------------------------------------------------------------
     def prepare(self) -> None:
         s = self.store
         prof_json = s.get_meta("profile")
         if prof_json is None:
-            prof_json = self.ray.get(self.evaluator.profile.remote())
+            prof_json = self._get(self.evaluator.profile.remote())
             s.set_meta("profile", prof_json)
         self.profile = ModelProfile.model_validate(prof_json)
         self.units = list(self.profile.units)
@@ -123,7 +139,7 @@ class Search:
         out = []
         for idx, source in plans:
             self._record_prediction(idx, source)
-            result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, again))
+            result: Result = self._get(self.evaluator.evaluate.remote(self.names(idx), source, again))
             self._store_result(result)
             out.append(result)
         return out

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from env.errors import CkptSearchError
+from env.workloads import WorkloadSpec, builtin_options
 from search.config import SearchConfig, parse_config
 from search.store import RunStore, StoreError
 
@@ -67,6 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         cfg = parse_config(argv)
+        spec = WorkloadSpec.parse(cfg.workload)
+        if spec.is_builtin:  # fail before a run folder exists; factories are checked by the evaluator
+            builtin_options(spec)
         cfg, run_dir = make_run_dir(cfg)
         store = RunStore(run_dir / "store.sqlite")
         if store.get_meta("config") is None:
