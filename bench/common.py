@@ -15,11 +15,14 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +30,9 @@ RESULTS_DIR = ROOT / "bench" / "results"
 PLOTS_DIR = ROOT / "bench" / "plots"
 if str(ROOT) not in sys.path:  # the scripts run as ``python bench/<name>.py`` from the repo root
     sys.path.insert(0, str(ROOT))
+
+from env.plan import Action  # noqa: E402
+from search.pareto import REFERENCE, hypervolume, nondominated, normalise  # noqa: E402
 
 USER_MODEL = "bench/user_model.py:make"
 # name -> spec measured by default; "small" sizes so that one workload's comparison fits ~5 min
@@ -74,14 +80,23 @@ def machine_info(device: str = "cpu") -> dict[str, Any]:
 def machine_label(machine: dict[str, Any]) -> str:
     """One line naming the machine, for figure captions and table headers."""
     load = machine.get("load_average_1_5_15") or [None]
-    return (f"{machine.get('device', '?')} on {machine.get('cpu_model', '?')} ({machine.get('cpu_count', '?')} cores), "
+    device = machine.get("device") or f"cpu ({machine.get('torch_threads', '?')} threads)"
+    return (f"{device} on {machine.get('cpu_model') or machine.get('processor', '?')} ({machine.get('cpu_count', '?')} cores), "
             f"torch {machine.get('torch_version', machine.get('torch', '?'))}, load {load[0]}")
 
 
 def workload_specs(names: list[str], quick: bool) -> dict[str, str]:
-    """Short names (gpt, cnn, lstm, user) or full specs -> {label: spec} at bench or quick size."""
+    """Short names (gpt, cnn, lstm, user), specs, or ``label=spec`` -> {label: spec}.
+
+    A short name means the bench size (``BENCH_WORKLOADS``), or the quick one with ``quick``;
+    ``gpt=gpt`` measures the built-in default size under the label ``gpt``.
+    """
     table = QUICK_WORKLOADS if quick else BENCH_WORKLOADS
-    return {n: table.get(n, n) for n in names}
+    out = {}
+    for n in names:
+        label, _, spec = n.partition("=")
+        out[label] = spec if spec else table.get(n, n)
+    return out
 
 
 def write_result(name: str, payload: dict[str, Any], out: Path | None = None, device: str = "cpu") -> Path:
@@ -119,3 +134,83 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (set, tuple)):
         return list(x)
     raise TypeError(f"cannot write {type(x).__name__} to JSON")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans measured through one Evaluator, on the normalised axes of search.pareto
+
+@dataclass(frozen=True)
+class Point:
+    """A plan's measured record: every timed step it has had, merged."""
+
+    plan: tuple[int, ...]  # profile action index per unit
+    peak_bytes: int
+    live_before_bytes: int
+    step_samples: tuple[float, ...]
+
+    @property
+    def step_seconds(self) -> float:
+        return statistics.median(self.step_samples)
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.peak_bytes - self.live_before_bytes
+
+
+Evaluate = Callable[[list[str], str, bool], Any]  # (action names, source, again) -> search.evaluator.Result
+
+
+class Ledger:
+    """Every plan one benchmark measures, through one ``search.evaluator.Evaluator`` (a local
+    instance or its Ray actor), so that all methods share one measurement function and cache."""
+
+    def __init__(self, evaluate: Evaluate, actions: Sequence[Action]) -> None:
+        self._evaluate, self.actions = evaluate, list(actions)
+        self.records: dict[tuple[int, ...], Point] = {}
+        self.new_measurements = 0
+
+    def measure(self, plan: Sequence[int], source: str, again: bool = False) -> Point:
+        """The plan's record; measured now unless the Evaluator has it (``again``: add a repeat)."""
+        key = tuple(int(a) for a in plan)
+        r = self._evaluate([self.actions[a].value for a in key], source, again)
+        if r.oom:
+            raise RuntimeError(f"plan {list(key)} ran out of memory on {r.device}; pick a smaller workload size")
+        old = self.records.get(key)
+        if r.new:
+            self.new_measurements += 1
+            samples = (old.step_samples if old else ()) + tuple(r.step_samples)
+            self.records[key] = Point(key, max(r.peak_bytes, old.peak_bytes if old else 0), r.live_before_bytes, samples)
+        elif old is None:  # measured earlier through the same Evaluator (e.g. by the search)
+            self.records[key] = Point(key, r.peak_bytes, r.live_before_bytes, tuple(r.step_samples))
+        return self.records[key]
+
+    def normalised(self, plans: Sequence[Sequence[int]], base: Point) -> np.ndarray:
+        """(n, 2) of (peak, seconds) relative to ``base``, from the current records."""
+        recs = [self.records[tuple(p)] for p in plans]
+        return normalise([(r.peak_bytes, r.step_seconds) for r in recs], base.peak_bytes, base.step_seconds)
+
+
+def hv_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: Point) -> float:
+    """Hypervolume (search.pareto convention) of the measured plans."""
+    return hypervolume(ledger.normalised(plans, base), REFERENCE) if plans else 0.0
+
+
+def front_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: Point) -> list[tuple[int, ...]]:
+    """The non-dominated plans among ``plans`` (measured), sorted by peak."""
+    uniq = list(dict.fromkeys(tuple(p) for p in plans))
+    if not uniq:
+        return []
+    mask = nondominated(ledger.normalised(uniq, base))
+    return sorted((p for p, k in zip(uniq, mask) if k), key=lambda p: ledger.records[p].peak_bytes)
+
+
+def point_row(ledger: Ledger, plan: Sequence[int], base: Point) -> dict[str, Any]:
+    """A plan's measured numbers as a JSON row, with savings and slowdown against ``base``."""
+    r = ledger.records[tuple(plan)]
+    return {"plan": [ledger.actions[a].value for a in r.plan], "peak_bytes": r.peak_bytes,
+            "activation_bytes": r.activation_bytes, "step_seconds": r.step_seconds,
+            "n_timed_steps": len(r.step_samples), "peak_ratio": r.peak_bytes / base.peak_bytes,
+            "time_ratio": r.step_seconds / base.step_seconds,
+            "peak_saving": 1 - r.peak_bytes / base.peak_bytes,
+            "activation_saving": 1 - r.activation_bytes / base.activation_bytes,
+            "slowdown": r.step_seconds / base.step_seconds - 1}

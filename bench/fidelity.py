@@ -5,8 +5,8 @@
 
 For each workload: one ``profile()``, then ``--plans`` distinct random plans over keep /
 recompute / selective, each predicted by ``CostModel`` and measured by ``measure()``. The
-plans are measured in ``--rounds`` interleaved rounds (every plan once, then again), so a
-change in machine load falls on all plans alike rather than on the last ones. Reports per
+plans are measured in ``--rounds`` interleaved rounds (every plan once, then again, each round
+starting elsewhere), so a change in machine load falls on all plans alike. Reports per
 workload the max and median absolute relative error of peak bytes (target 5%) and of step
 time (target 10%), the signed median time error (a bias, e.g. from the profile's marks, shows
 here), and the measured time spread, the noise floor the time error should be read against.
@@ -16,7 +16,6 @@ Writes ``bench/results/fidelity.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,15 +28,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.measured_table import machine_info  # noqa: E402
+from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
+from bench.measured_table import measure_rounds  # noqa: E402
 from env.apply import plan_for  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
-from env.measure import Measurement, measure  # noqa: E402
 from env.profile import profile  # noqa: E402
 from env.units import find_units  # noqa: E402
 from env.workloads import load_workload, workload_names  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "fidelity.json"
+RESULTS = RESULTS_DIR / "fidelity.json"
 PEAK_TARGET, TIME_TARGET = 0.05, 0.10
 
 
@@ -63,16 +62,11 @@ def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_rep
     cm = CostModel(profile(w, units, repeats=profile_repeats, baseline=False))
     profile_seconds = time.perf_counter() - t0
     plans = random_plans(len(units), len(cm.profile.actions), n_plans, np.random.default_rng(seed))
-    got: list[Measurement | None] = [None] * len(plans)
-    for _ in range(rounds):
-        for k, idx in enumerate(plans):
-            m = measure(w, plan_for(w.model, units, [cm.profile.actions[a] for a in idx]), units, repeats=repeats)
-            prev = got[k]
-            got[k] = prev.merged(m) if prev is not None else m
+    by_name = {str(k): plan_for(w.model, units, [cm.profile.actions[a] for a in idx]) for k, idx in enumerate(plans)}
+    got = measure_rounds(w, units, by_name, repeats, rounds)
     rows = []
-    for idx, m in zip(plans, got):
-        assert m is not None
-        pred = cm.predict(idx)
+    for k, idx in enumerate(plans):
+        m, pred = got[str(k)], cm.predict(idx)
         rows.append({"actions": [cm.profile.actions[a].value for a in idx],
                      "predicted_peak_bytes": pred.peak_bytes, "measured_peak_bytes": m.peak_bytes,
                      "peak_error": rel(pred.peak_bytes, m.peak_bytes),
@@ -119,17 +113,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random plans")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    started = machine_info()
+    set_threads(args.threads)
+    load_at_start = list(os.getloadavg())
     results = []
     for spec in args.workloads:
         results.append(run_workload(spec, args.plans, args.repeats, args.rounds, args.profile_repeats, args.seed))
         r = results[-1]
         print(f"{spec}: {r['n_plans']} plans in {r['bench_seconds']:.0f} s", file=sys.stderr)
-    out = {"machine": started, "load_average_at_end": list(os.getloadavg()), "settings": vars(args) | {"out": str(args.out)},
-           "targets": {"peak": PEAK_TARGET, "time": TIME_TARGET}, "workloads": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    write_result("fidelity", {"load_average_at_start": load_at_start, "settings": settings,
+                              "targets": {"peak": PEAK_TARGET, "time": TIME_TARGET}, "workloads": results}, args.out)
     print(markdown(results))
 
 

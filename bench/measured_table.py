@@ -6,23 +6,23 @@
 
 For each workload the plans are: ``none`` (every unit kept), ``all recompute``, ``all
 selective`` and ``every other`` (recompute on units 0, 2, 4, ...). All plans of one workload
-are measured in one process, in interleaved rounds (plan A, B, C, D, then again) so that a
+are measured in one process, in interleaved rounds (A B C D, then B C D A, ...) so that a
 change of machine load over the run falls on every plan alike; a plan's step time is the
-median of all its timed steps and its spread the interquartile range.
+median of all its timed steps and its spread the interquartile range. The slowdown is given
+from medians and, beside it, from each plan's fastest step (the least disturbed by other
+processes on a shared machine).
 
 ``peak_bytes`` counts everything live at the step's peak, AdamW's two state tensors per
 parameter included, so the saving of the total is smaller than the saving of the activation
 part (peak minus what is live before the step), which is what checkpointing acts on.
-Writes ``bench/results/measured_table.json`` with the machine it ran on and prints a
-markdown table.
+Writes ``bench/results/measured_table.json`` with the machine it ran on (``bench.common``)
+and prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,32 +32,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
 from env.apply import plan_for  # noqa: E402
 from env.measure import Measurement, measure  # noqa: E402
 from env.plan import Action, Plan  # noqa: E402
 from env.units import find_units  # noqa: E402
-from env.workloads import load_workload, workload_names  # noqa: E402
+from env.workloads import Workload, load_workload, workload_names  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "measured_table.json"
+RESULTS = RESULTS_DIR / "measured_table.json"
 MB = 1e6
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name (``/proc/cpuinfo``), or what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine_info() -> dict[str, Any]:
-    """What a reader needs to compare these numbers with theirs."""
-    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch_version": torch.__version__, "python": platform.python_version(),
-            "platform": platform.platform(), "load_average_1_5_15": list(os.getloadavg())}
 
 
 def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
@@ -72,17 +55,16 @@ def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
     }
 
 
-def measure_interleaved(spec: str, repeats: int, rounds: int) -> tuple[list[str], dict[str, Measurement]]:
-    """Every standard plan of ``spec``, ``rounds`` interleaved rounds of ``repeats`` timed steps."""
-    w = load_workload(spec)
-    units = find_units(w.model)
-    plans = standard_plans(w.model, units)
+def measure_rounds(w: Workload, units: list[str], plans: dict[str, Plan], repeats: int,
+                   rounds: int) -> dict[str, Measurement]:
+    """Each plan measured in ``rounds`` interleaved rounds of ``repeats`` timed steps, merged."""
+    names = list(plans)
     got: dict[str, Measurement] = {}
-    for _ in range(rounds):
-        for name, plan in plans.items():
-            m = measure(w, plan, units, repeats=repeats, warmup=1)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:  # no plan always goes first
+            m = measure(w, plans[name], units, repeats=repeats, warmup=1)
             got[name] = got[name].merged(m) if name in got else m
-    return units, got
+    return {name: got[name] for name in names}
 
 
 def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[dict[str, Any]]:
@@ -98,6 +80,8 @@ def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[d
             "peak_saving_pct": 100 * (1 - m.peak_bytes / base.peak_bytes),
             "activation_saving_pct": 100 * (1 - m.activation_bytes / base.activation_bytes),
             "slowdown_pct": 100 * (m.step_seconds / base.step_seconds - 1),
+            # fastest step against fastest step: what the plan costs with the least interference
+            "slowdown_min_pct": 100 * (min(m.step_seconds_samples) / min(base.step_seconds_samples) - 1),
             "step_seconds_samples": m.step_seconds_samples,
         })
     return rows
@@ -105,39 +89,40 @@ def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[d
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = ("| workload | plan | peak MB | activation MB | peak saving | activation saving | step s (IQR) "
-            "| slowdown |\n|---|---|---:|---:|---:|---:|---:|---:|")
+            "| slowdown (median) | slowdown (fastest) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['workload']} | {r['plan']} | {r['peak_mb']:.1f} | {r['activation_mb']:.1f} "
             f"| {r['peak_saving_pct']:+.0f}% | {r['activation_saving_pct']:+.0f}% "
-            f"| {r['step_seconds']:.3f} ({r['spread_seconds']:.3f}) | {r['slowdown_pct']:+.0f}% |")
+            f"| {r['step_seconds']:.3f} ({r['spread_seconds']:.3f}) | {r['slowdown_pct']:+.0f}% "
+            f"| {r['slowdown_min_pct']:+.0f}% |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps per plan per round")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")
+    ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the plans")
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = ap.parse_args(argv)
-    torch.set_num_threads(args.threads)
     if args.repeats * args.rounds < 5:
         ap.error(f"--repeats {args.repeats} x --rounds {args.rounds} gives fewer than 5 timed steps; raise either")
-    started = machine_info()
+    set_threads(args.threads)
+    load_at_start = list(os.getloadavg())
     rows: list[dict[str, Any]] = []
     for spec in args.workloads:
         t0 = time.perf_counter()
-        units, got = measure_interleaved(spec, args.repeats, args.rounds)
+        w = load_workload(spec)
+        units = find_units(w.model)
+        got = measure_rounds(w, units, standard_plans(w.model, units), args.repeats, args.rounds)
         rows += rows_for(spec, units, got)
         print(f"{spec}: {len(units)} units, measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    result = {"machine": started, "load_average_at_end": list(os.getloadavg()),
-              "repeats_per_round": args.repeats, "rounds": args.rounds, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("measured_table", {"load_average_at_start": load_at_start, "repeats_per_round": args.repeats,
+                                    "rounds": args.rounds, "rows": rows}, args.out)
     print(markdown(rows))
 
 

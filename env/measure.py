@@ -27,6 +27,20 @@ from env.timeline import profiled_step, sync, train_step
 from env.workloads import Workload
 
 
+def median_seconds(samples: Sequence[float]) -> float:
+    """Median step time; infinite for a plan without samples (it never ran: out of memory)."""
+    return statistics.median(samples) if samples else float("inf")
+
+
+def spread_seconds(samples: Sequence[float]) -> float:
+    """Interquartile range of step times (with fewer than 4 samples: max - min)."""
+    s = sorted(samples)
+    if len(s) < 4:
+        return (s[-1] - s[0]) if s else 0.0
+    q = statistics.quantiles(s, n=4)
+    return q[2] - q[0]
+
+
 class Measurement(BaseModel):
     """One plan measured on one workload and device."""
 
@@ -47,16 +61,11 @@ class Measurement(BaseModel):
 
     @property
     def step_seconds(self) -> float:
-        return statistics.median(self.step_seconds_samples) if self.step_seconds_samples else float("inf")
+        return median_seconds(self.step_seconds_samples)
 
     @property
     def spread_seconds(self) -> float:
-        """Interquartile range of the step times (0 with fewer than 4 samples: max - min)."""
-        s = sorted(self.step_seconds_samples)
-        if len(s) < 4:
-            return (s[-1] - s[0]) if s else 0.0
-        q = statistics.quantiles(s, n=4)
-        return q[2] - q[0]
+        return spread_seconds(self.step_seconds_samples)
 
     @property
     def key(self) -> tuple[str, str, str]:

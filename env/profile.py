@@ -30,7 +30,7 @@ from env.apply import apply_actions, plan_for
 from env.errors import MeasurementError
 from env.measure import Measurement, measure, state_bytes
 from env.plan import Action
-from env.timeline import UnitMarkers, profiled_step, train_step
+from env.timeline import MemoryTrace, UnitMarkers, profiled_step, train_step
 from env.workloads import Workload
 
 
@@ -118,9 +118,41 @@ def _execution_order(workload: Workload, units: Sequence[str], optimizer: torch.
     return [units[i] for i in sorted(first, key=first.get)]
 
 
+Segments = list[tuple[str, str, str]]
+
+
+def _memory(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence[str],
+            action: Action) -> tuple[MemoryTrace, Segments, int]:
+    """One profiled step with every unit under ``action``: its trace, segments and base bytes."""
+    plan = plan_for(workload.model, units, [action] * len(units))
+    with apply_actions(workload.model, plan, units):
+        train_step(workload, optimizer)
+        base_bytes = state_bytes(workload.model, optimizer, workload.inputs)
+        with UnitMarkers(workload.model, units) as markers:
+            trace = profiled_step(workload, optimizer, markers)
+    return trace, _segments(trace.marks, len(units)), base_bytes
+
+
+def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence[str], action: Action,
+           segs: Segments, times: dict[str, list[float]]) -> None:
+    """One timed step with every unit under ``action``; appends each segment's seconds to ``times``."""
+    plan = plan_for(workload.model, units, [action] * len(units))
+    with apply_actions(workload.model, plan, units):
+        with UnitMarkers(workload.model, units, sync_cuda=workload.device.type == "cuda") as timed:
+            train_step(workload, optimizer, timed)
+    ns = dict(timed.marks)
+    for name, a, b in segs:
+        times.setdefault(name, []).append((ns[b] - ns[a]) / 1e9)
+
+
 def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE),
             repeats: int = 3, baseline: bool = True) -> ModelProfile:
-    """Measure every unit under every action (one profiled and ``repeats`` timed steps per action)."""
+    """Measure every unit under every action (one profiled and ``repeats`` timed steps per action).
+
+    The timed steps go in rounds over the actions (keep, recompute, selective, then again, each
+    round starting one further on), so a change of machine load during profiling falls on every
+    action alike instead of making one action look slow; each segment's time is its median.
+    """
     from env.plan import fingerprint  # local: keeps the import graph one-directional at module load
 
     optimizer = workload.meta.get("_optimizer") or workload.optimizer_factory(workload.model.parameters())
@@ -128,26 +160,16 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     train_step(workload, optimizer)  # optimizer state exists from here on
     units = _execution_order(workload, units, optimizer)
     n = len(units)
-    sync_cuda = workload.device.type == "cuda"
+    memory = {action: _memory(workload, optimizer, units, action) for action in actions}
+    base_bytes = memory[actions[-1]][2]
+    times: dict[Action, dict[str, list[float]]] = {action: {} for action in actions}
+    for r in range(repeats):
+        for action in list(actions[r % len(actions):]) + list(actions[:r % len(actions)]):
+            _timed(workload, optimizer, units, action, memory[action][1], times[action])
     per_action: dict[Action, dict[str, Segment]] = {}
-    base_bytes = 0
-    for action in actions:
-        plan = plan_for(workload.model, units, [action] * n)
-        with apply_actions(workload.model, plan, units):
-            train_step(workload, optimizer)
-            base_bytes = state_bytes(workload.model, optimizer, workload.inputs)
-            with UnitMarkers(workload.model, units) as markers:
-                trace = profiled_step(workload, optimizer, markers)
-            segs = _segments(trace.marks, n)
-            times: dict[str, list[float]] = {name: [] for name, _, _ in segs}
-            for _ in range(repeats):
-                with UnitMarkers(workload.model, units, sync_cuda=sync_cuda) as timed:
-                    train_step(workload, optimizer, timed)
-                ns = dict(timed.marks)
-                for name, a, b in segs:
-                    times[name].append((ns[b] - ns[a]) / 1e9)
+    for action, (trace, segs, _) in memory.items():
         per_action[action] = {
-            name: Segment(delta_bytes=d, rise_bytes=r, seconds=statistics.median(times[name]))
+            name: Segment(delta_bytes=d, rise_bytes=r, seconds=statistics.median(times[action][name]))
             for (name, a, b) in segs for d, r in [trace.segment(trace.marks[a], trace.marks[b])]
         }
     keep = per_action[actions[0]]

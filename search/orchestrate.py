@@ -27,6 +27,7 @@ import numpy as np
 from agents.baselines import baseline_rules
 from agents.exact import exact_frontier
 from env.cost_model import CostModel
+from env.measure import median_seconds as _median
 from env.errors import CkptSearchError
 from env.plan import Action
 from env.profile import ModelProfile
@@ -397,10 +398,6 @@ class Search:
         digest = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest  # type: ignore[union-attr]
         row = self.store.get(digest)
         return row.source if row else "agent"
-
-
-def _median(xs: list[float]) -> float:
-    return float(np.median(xs)) if xs else float("inf")
 
 
 def _spread(points: list[tuple[int, ...]], k: int) -> list[tuple[int, ...]]:

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from env.measure import median_seconds as _med
+from env.measure import spread_seconds as _spread
 from env.plan import Plan
 from search.frontier_file import FrontierFile, FrontierPoint, write_frontier
 
@@ -95,13 +97,3 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
-
-
-def _med(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return float("inf") if not n else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
-
-
-def _spread(xs: list[float]) -> float:
-    return (max(xs) - min(xs)) if xs else 0.0

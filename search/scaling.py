@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from env.measure import median_seconds
 from env.workloads import WorkloadSpec, builtin_options
 
 MAX_PLANS = 6
@@ -25,7 +26,7 @@ def measure_batch_scaling(search: Any) -> dict[str, list[dict[str, Any]]]:
             continue
         half = search.ray.get(search.evaluator.evaluate_at_batch.remote(list(r.actions), batch // 2))
         scaling[r.digest] = [half, {"batch_size": batch, "peak_bytes": r.peak_bytes,
-                                    "step_seconds": float(sorted(r.step_samples)[len(r.step_samples) // 2]), "oom": r.oom}]
+                                    "step_seconds": median_seconds(r.step_samples), "oom": r.oom}]
         search.store.set_meta("batch_scaling", scaling)
     search.store.set_meta("batch_size", batch)
     return scaling

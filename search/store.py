@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from env.errors import CkptSearchError
+from env.measure import spread_seconds
 
 STORE_NAME = "store.sqlite"
 SCHEMA_VERSION = 1
@@ -84,11 +85,7 @@ class Evaluation:
 
     @property
     def spread_seconds(self) -> float:
-        s = sorted(self.step_samples)
-        if len(s) < 4:
-            return (s[-1] - s[0]) if s else 0.0
-        q = statistics.quantiles(s, n=4)
-        return q[2] - q[0]
+        return spread_seconds(self.step_samples)
 
 
 def _row_to_eval(r: sqlite3.Row) -> Evaluation:

@@ -1,0 +1,227 @@
+"""The checkpointing premium per architecture: memory saved against step time paid, measured.
+
+    python bench/premium.py                    # gpt (transformer), cnn, lstm at bench sizes, ~3 min each
+    python bench/premium.py --workloads gpt --device cuda
+    python bench/premium.py --quick            # tiny sizes, for the smoke test
+
+For each workload, through one ``search.evaluator.Evaluator`` in this process: the baseline
+(every unit kept), every unit recomputed, every unit selective, the rules of
+``agents.baselines``, and the exact solver's frontier on the profile (the searched plans),
+each measured. For 30%, 50% and 70% activation-memory saving the searched plan is the fastest
+measured exact-frontier plan reaching at least that saving (or "unreachable"). The plans the
+tables quote are then measured once more, interleaved, and the numbers come from all their
+timed steps. Savings are of the total peak and of the activation part (peak minus what is live
+before the step: parameters, gradients, AdamW state, inputs), which is what checkpointing acts on.
+
+Beside them, the commonly cited figures (CITED below) and whether each holds here; at 50%
+saving, the searched plan's step time against every rule reaching that saving (as ratios).
+Writes ``bench/results/premium.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import Ledger, Point, point_row, set_threads, workload_specs, write_result  # noqa: E402
+from agents.baselines import baseline_rules  # noqa: E402
+from agents.exact import exact_frontier  # noqa: E402
+from env.cost_model import CostModel  # noqa: E402
+from env.profile import ModelProfile  # noqa: E402
+from search.evaluator import Evaluator  # noqa: E402
+
+Plan = tuple[int, ...]
+TARGETS = (0.3, 0.5, 0.7)  # activation-memory saving the searched plans must reach
+ARCHITECTURE = {"gpt": "transformer", "cnn": "cnn", "lstm": "rnn"}
+# (activation memory saved %, step-time cost %), low-high, as commonly cited for checkpointing
+CITED: dict[str, dict[str, Any]] = {
+    "transformer": {"plan": "all", "saving_pct": (65, 75), "slowdown_pct": (20, 30)},
+    "cnn": {"plan": "all", "saving_pct": (50, 60), "slowdown_pct": (15, 25)},
+    "rnn": {"plan": "all", "saving_pct": (40, 50), "slowdown_pct": (10, 20)},
+    "selective": {"plan": "all_selective", "saving_pct": (50, 60), "slowdown_pct": (10, 15)},
+}
+
+
+def compare(value_pct: float, low: float, high: float, lower_is_better: bool) -> str:
+    """'in range', or above/below it with whether that is better or worse than cited."""
+    if low <= value_pct <= high:
+        return "in range"
+    above = value_pct > high
+    better = above != lower_is_better
+    return f"{'above' if above else 'below'} ({'better' if better else 'worse'})"
+
+
+def cited_check(row: dict[str, Any], cited: dict[str, Any]) -> dict[str, Any]:
+    """Measured activation saving and slowdown of a plan against a cited (saving, cost) claim."""
+    saving, slowdown = 100 * row["activation_saving"], 100 * row["slowdown"]
+    mem = compare(saving, *cited["saving_pct"], lower_is_better=False)
+    cost = compare(slowdown, *cited["slowdown_pct"], lower_is_better=True)
+    holds = "better" in mem or mem == "in range"
+    holds = holds and ("better" in cost or cost == "in range")
+    return {"cited_saving_pct": list(cited["saving_pct"]), "cited_slowdown_pct": list(cited["slowdown_pct"]),
+            "measured_activation_saving_pct": saving, "measured_peak_saving_pct": 100 * row["peak_saving"],
+            "measured_slowdown_pct": slowdown, "memory": mem, "time": cost, "holds": holds}
+
+
+def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: Point, target: float, k: int = 1) -> list[Plan]:
+    """The ``k`` fastest measured plans whose activation saving is at least ``target``."""
+    ok = [p for p in plans if 1 - ledger.records[p].activation_bytes / base.activation_bytes >= target]
+    return sorted(ok, key=lambda p: ledger.records[p].step_seconds)[:k]
+
+
+def measure_all(ledger: Ledger, prof: ModelProfile, max_exact: int, seed: int) -> tuple[dict[str, Plan], list[Plan]]:
+    """Rules (incl. none/all/all_selective) and the exact frontier's plans, each measured once."""
+    rules = {k: tuple(v) for k, v in baseline_rules(len(prof.units), prof.actions, seed=seed).items()
+             if not k.startswith("random")}
+    for name, p in rules.items():
+        ledger.measure(p, f"rule:{name}")
+    exact = [tuple(p.plan) for p in exact_frontier(CostModel(prof))]
+    if len(exact) > max_exact:  # keep the low-memory end, where the targets are
+        exact = exact[:max_exact]
+    for p in exact:
+        ledger.measure(p, "exact")
+    return rules, exact
+
+
+def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int) -> None:
+    """Interleaved repeats of the plans the tables quote: the baseline, the uniform plans, the rules
+    and the three fastest frontier candidates per target."""
+    base = ledger.records[rules["none"]]
+    quoted = [rules["none"], *rules.values()]
+    for t in TARGETS:
+        quoted += fastest_reaching(ledger, exact, base, t, k=3)
+    for _ in range(rounds):
+        for p in dict.fromkeys(quoted):
+            ledger.measure(p, "remeasure", again=True)
+
+
+def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: Point) -> dict[str, Any]:
+    """Per target: the searched plan, or why there is none, and the rules against it."""
+    reach = max(1 - ledger.records[p].activation_bytes / base.activation_bytes for p in exact)
+    out: dict[str, Any] = {}
+    for t in TARGETS:
+        best = fastest_reaching(ledger, exact, base, t)
+        key = f"{round(100 * t)}%"
+        if not best:
+            out[key] = {"reachable": False, "max_searched_activation_saving": reach}
+            continue
+        row = point_row(ledger, best[0], base)
+        versus = {}
+        for name, p in rules.items():
+            r = point_row(ledger, p, base)
+            versus[name] = {"reaches": r["activation_saving"] >= t, "activation_saving": r["activation_saving"],
+                            "time_ratio_to_searched": r["step_seconds"] / row["step_seconds"]}
+        out[key] = {"reachable": True, "searched": row, "rules": versus}
+    return out
+
+
+def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    ev = Evaluator(spec, args.seed, [], "block", ["keep", "recompute", "selective"], args.repeats, args.device,
+                   args.threads)
+    prof = ModelProfile.model_validate(ev.profile())
+    ledger = Ledger(ev.evaluate, prof.actions)
+    rules, exact = measure_all(ledger, prof, args.max_exact, args.seed)
+    remeasure(ledger, rules, exact, args.rounds)
+    base = ledger.records[rules["none"]]
+    uniform = {name: point_row(ledger, rules[name], base) for name in ("none", "all", "all_selective")}
+    arch = ARCHITECTURE.get(label)
+    cited = {}
+    if arch:
+        cited[arch] = cited_check(uniform["all"], CITED[arch])
+    cited["selective"] = cited_check(uniform["all_selective"], CITED["selective"])
+    return {
+        "label": label, "architecture": arch or label, "workload": spec, "batch_shape": prof.batch_shape,
+        "n_units": len(prof.units), "device": ev.device, "baseline": uniform["none"],
+        "uniform": uniform, "targets": at_targets(ledger, rules, exact, base), "cited": cited,
+        "searched_frontier": [point_row(ledger, p, base) for p in exact],
+        "rules": {name: point_row(ledger, p, base) for name, p in rules.items()},
+        "new_measurements": ledger.new_measurements, "wall_seconds": time.perf_counter() - t0,
+    }
+
+
+def _saving_row(name: str, r: dict[str, Any]) -> str:
+    return (f"| {name} | {100 * r['peak_saving']:.0f}% | {100 * r['activation_saving']:.0f}% | "
+            f"{100 * r['slowdown']:+.0f}% | {r['step_seconds'] * 1e3:.1f} |")
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Per architecture: savings and cost of the uniform and searched plans, the cited figures
+    against these, and the rules at 50% saving against the searched plan."""
+    out = []
+    for w in result["workloads"]:
+        b = w["baseline"]
+        out += [f"**{w['architecture']}** (`{w['workload']}`, {w['n_units']} units; baseline "
+                f"{b['peak_bytes'] / 1e6:.1f} MB peak of which {b['activation_bytes'] / 1e6:.1f} MB activations, "
+                f"{b['step_seconds'] * 1e3:.1f} ms a step)", "",
+                "| plan | peak saved | activation memory saved | step time | step ms |", "|---|---:|---:|---:|---:|",
+                _saving_row("every unit recomputed", w["uniform"]["all"]),
+                _saving_row("every unit selective", w["uniform"]["all_selective"])]
+        for key, t in w["targets"].items():
+            if t["reachable"]:
+                out.append(_saving_row(f"searched, >= {key} activation saving", t["searched"]))
+            else:
+                out.append(f"| searched, >= {key} activation saving | unreachable: the most any searched plan saves "
+                           f"is {100 * t['max_searched_activation_saving']:.0f}% | | | |")
+        out += ["", "| cited claim | cited: memory saved, slower | measured here | memory | time | holds? |",
+                "|---|---|---|---|---|---|"]
+        for claim, c in w["cited"].items():
+            plan = "every unit selective" if claim == "selective" else "every unit recomputed"
+            out.append(f"| {claim} ({plan}) | {c['cited_saving_pct'][0]}-{c['cited_saving_pct'][1]}%, "
+                       f"+{c['cited_slowdown_pct'][0]}-{c['cited_slowdown_pct'][1]}% "
+                       f"| {c['measured_activation_saving_pct']:.0f}%, {c['measured_slowdown_pct']:+.0f}% "
+                       f"| {c['memory']} | {c['time']} | {'yes' if c['holds'] else 'no'} |")
+        half = w["targets"].get("50%", {})
+        if half.get("reachable"):
+            out += ["", "At >= 50% activation saving, each rule's step time over the searched plan's "
+                        f"({half['searched']['step_seconds'] * 1e3:.1f} ms):", ""]
+            cells = [f"{name} {r['time_ratio_to_searched']:.2f}x" if r["reaches"]
+                     else f"{name} (saves only {100 * r['activation_saving']:.0f}%)"
+                     for name, r in half["rules"].items() if name != "none"]
+            out.append("; ".join(cells) + ".")
+        out.append("")
+    return "\n".join(out)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm"],
+                    help="gpt, cnn, lstm (bench sizes, see bench/common.py) or any workload spec")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved re-measurements of the quoted plans")
+    ap.add_argument("--max-exact", type=int, default=24, help="most exact-frontier plans measured (lowest memory first)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring (CPU)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, a few seconds)")
+    ap.add_argument("--out", type=Path, help="result file (default bench/results/premium.json)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.rounds, args.max_exact = 1, 1, 6
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    set_threads(args.threads)
+    rows = []
+    for label, spec in workload_specs(args.workloads, args.quick).items():
+        row = premium_row(label, spec, args)
+        print(f"{label} ({spec}): all recompute saves {row['uniform']['all']['activation_saving']:.0%} of activations "
+              f"for {row['uniform']['all']['slowdown']:+.0%}", file=sys.stderr)
+        rows.append(row)
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    device = rows[0]["device"] if rows else "cpu"
+    result = {"settings": settings, "targets": list(TARGETS), "cited": CITED, "workloads": rows}
+    path = write_result("premium", result, args.out, device=device)
+    print(markdown(result))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""BENCHMARKS.md and bench/plots/*.png, generated from every bench/results/*.json.
+
+    python bench/report.py                     # rewrites BENCHMARKS.md and the plots
+    python bench/report.py --results DIR --out OUT.md --plots DIR
+
+Each section's table comes from its bench script's own ``markdown()`` (one formatter per
+result), each figure names the machine and device its numbers were measured on, and a result
+that is missing is listed with the command that produces it. Never edit BENCHMARKS.md by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
+
+Result = dict[str, Any]
+
+
+def caption(fig: Figure, result: Result, name: str) -> None:
+    """The machine line every figure carries."""
+    text = f"Measured on {machine_label(result.get('machine', {}))}; bench/results/{name}.json"
+    width = int(fig.get_figwidth() * 17)  # characters of 6-point text per line
+    fig.text(0.01, 0.005, textwrap.fill(text, width), fontsize=6, color="0.35", ha="left", va="bottom")
+
+
+def save(fig: Figure, plots: Path, stem: str) -> str:
+    plots.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.savefig(plots / f"{stem}.png", dpi=110)
+    plt.close(fig)
+    return f"{stem}.png"
+
+
+def _grid(n: int, width: float = 4.2, height: float = 3.4) -> tuple[Figure, list[Any]]:
+    cols = min(n, 2) if n > 1 else 1
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures, one function per result
+
+def fig_search_quality(r: Result, plots: Path) -> list[str]:
+    wl = r["workloads"]
+    fig, axes = _grid(len(wl))
+    for ax, w in zip(axes, wl):
+        for name, m in w["methods"].items():
+            if name == "agents' own plans" or not m["frontier"]:
+                continue
+            pts = sorted((p["peak_ratio"], p["time_ratio"]) for p in m["frontier"])
+            style = {"color": "black", "lw": 2} if name.startswith("exact") else {}
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o", ms=3,
+                    label=f"{name} ({m['hypervolume']:.3f})", **style)
+        ax.set(title=f"{w['label']}: {w['workload']}", xlabel="peak / baseline", ylabel="step time / baseline")
+        ax.legend(fontsize=6)
+    caption(fig, r, "search_quality")
+    names = [save(fig, plots, "search_quality_frontiers")]
+    fig, axes = _grid(len(wl))
+    for ax, w in zip(axes, wl):
+        exact = w["methods"]["exact (measured)"]["hypervolume"]
+        for name, m in w["methods"].items():
+            if name in ("rules", "exact (measured)") or not m["hypervolume_curve"]:
+                continue
+            ax.plot(range(1, len(m["hypervolume_curve"]) + 1), m["hypervolume_curve"], label=name)
+        ax.axhline(0.99 * exact, color="black", ls="--", lw=1, label="99% of exact (measured)")
+        ax.set(title=w["label"], xlabel="measured evaluations", ylabel="hypervolume")
+        ax.legend(fontsize=6)
+    caption(fig, r, "search_quality")
+    return names + [save(fig, plots, "search_quality_curves")]
+
+
+def fig_premium(r: Result, plots: Path, name: str = "premium") -> list[str]:
+    wl = r["workloads"]
+    fig, axes = _grid(len(wl))
+    for ax, w in zip(axes, wl):
+        front = w["searched_frontier"]
+        ax.plot([100 * p["activation_saving"] for p in front], [100 * p["slowdown"] for p in front], "o",
+                color="0.6", ms=4, label="searched (exact frontier, measured)")
+        for rule, p in w["rules"].items():
+            if rule != "none":
+                ax.plot(100 * p["activation_saving"], 100 * p["slowdown"], "x", color="tab:red", ms=4)
+        ax.plot([], [], "x", color="tab:red", label="rules")
+        for (claim, c), color in zip(w["cited"].items(), ("tab:blue", "tab:green")):
+            (x0, x1), (y0, y1) = c["cited_saving_pct"], c["cited_slowdown_pct"]
+            ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, alpha=0.3, color=color, label=f"cited: {claim}"))
+        for key, t in w["targets"].items():
+            if t["reachable"]:
+                p = t["searched"]
+                ax.plot(100 * p["activation_saving"], 100 * p["slowdown"], "*", ms=10, label=f"searched >= {key}")
+        ax.set(title=f"{w['architecture']}: {w['workload']}", xlabel="activation memory saved (%)",
+               ylabel="step time added (%)")
+        ax.legend(fontsize=6)
+    caption(fig, r, name)
+    return [save(fig, plots, name)]
+
+
+def fig_search_cost(r: Result, plots: Path) -> list[str]:
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for n_actions in sorted({row["n_actions"] for row in r["scaling"]}):
+        rows = [row for row in r["scaling"] if row["n_actions"] == n_actions]
+        solved = [row for row in rows if "exact_seconds" in row]
+        a1.plot([x["n_units"] for x in solved], [x["exact_seconds"] for x in solved], "o-", label=f"{n_actions} actions")
+        a2.plot([x["n_units"] for x in rows], [x["env_steps_per_second"] for x in rows], "o-", label=f"{n_actions} actions")
+    a1.set(xscale="log", yscale="log", xlabel="decision units", ylabel="exact solve (s)", title="exact solver")
+    a2.set(xscale="log", xlabel="decision units", ylabel="env steps / s (model mode)", title="environment")
+    a1.legend(fontsize=7)
+    a2.legend(fontsize=7)
+    caption(fig, r, "search_cost")
+    return [save(fig, plots, "search_cost_scaling")]
+
+
+def fig_measured_table(r: Result, plots: Path) -> list[str]:
+    rows = [x for x in r["rows"] if x["plan"] != "none"]
+    labels = [f"{x['workload']}\n{x['plan']}" for x in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 0.55 * len(rows)), 3.8))
+    xs = range(len(rows))
+    ax.bar([i - 0.2 for i in xs], [x["activation_saving_pct"] for x in rows], 0.4, label="activation memory saved (%)")
+    ax.bar([i + 0.2 for i in xs], [x["slowdown_pct"] for x in rows], 0.4, label="step time added (%)")
+    ax.set_xticks(list(xs), labels, fontsize=6, rotation=60, ha="right")
+    ax.legend(fontsize=7)
+    caption(fig, r, "measured_table")
+    return [save(fig, plots, "measured_table")]
+
+
+def fig_fidelity(r: Result, plots: Path, name: str = "fidelity") -> list[str]:
+    wl = r["workloads"]
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(wl)), 3.6))
+    xs = range(len(wl))
+    for k, (key, lab) in enumerate([("peak_median_abs_error", "peak, median"), ("peak_max_abs_error", "peak, max"),
+                                    ("time_median_abs_error", "time, median"), ("time_max_abs_error", "time, max")]):
+        ax.bar([i + 0.2 * (k - 1.5) for i in xs], [100 * w[key] for w in wl], 0.2, label=lab)
+    ax.set_xticks(list(xs), [w["workload"] for w in wl], fontsize=7)
+    ax.set(ylabel="|predicted - measured| / measured (%)", title="cost model against measure()")
+    ax.legend(fontsize=7)
+    caption(fig, r, name)
+    return [save(fig, plots, name)]
+
+
+def fig_frontier_table(r: Result, plots: Path) -> list[str]:
+    wl = r["workloads"]
+    fig, axes = _grid(len(wl))
+    for ax, w in zip(axes, wl):
+        pts = [(p["peak_ratio"], p["time_ratio"]) for p in w["frontier"]]
+        ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o", ms=3, color="black", label="exact")
+        rules = [(x["peak_ratio"], x["time_ratio"]) for n, x in w["rules"].items() if not n.startswith("random")]
+        ax.plot([p[0] for p in rules], [p[1] for p in rules], "x", color="tab:red", label="rules")
+        ax.set(title=f"{w['workload']} (cost model)", xlabel="peak / baseline", ylabel="step time / baseline")
+        ax.legend(fontsize=7)
+    machine = r.get("machine", {})
+    caption(fig, {"machine": machine}, "frontier_table")
+    return [save(fig, plots, "frontier_table")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections: result name -> title, what it shows, its table, its figures, the command behind it
+
+def _table(module: str, key: str | None) -> Callable[[Result], str]:
+    """The bench script's own ``markdown()`` on the result (or on ``result[key]``)."""
+    def render(r: Result) -> str:
+        import importlib
+
+        md = importlib.import_module(f"bench.{module}").markdown
+        return md(r[key] if key else r)
+    return render
+
+
+def _env_speed(r: Result) -> str:
+    return (f"| workload | units x actions | env steps/s | with action masks |\n|---|---|---:|---:|\n"
+            f"| {r['workload']} | {r['n_units']} x {r['n_actions']} | {r['steps_per_second']} "
+            f"| {r['steps_per_second_with_masks']} |\n")
+
+
+SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[str]] | None, str]] = [
+    ("search_quality", "Search quality at equal measurement budgets",
+     "Hypervolume (search.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
+     "measured frontier each method finds with the same number of measured plans, every plan measured through "
+     "one Evaluator in one process, frontier plans measured once more at the end. \"agents (search run)\" is "
+     "`python -m search.run --reward hybrid --no-warm-start` with its budget (the rules it always measures "
+     "count against it); \"exact (measured)\" is the yardstick: the exact solver's frontier on the profile, "
+     "each plan measured. Workloads run at the bench's small sizes (bench/common.py) so that each fits ~5 "
+     "minutes on 2 cores.",
+     _table("search_quality", None), fig_search_quality, "python bench/search_quality.py"),
+    ("premium", "The checkpointing premium", "Memory saved and step time paid, measured, per architecture. "
+     "\"Searched\" plans are the fastest measured exact-frontier plan reaching the activation saving. The cited "
+     "figures are the commonly quoted ranges; \"holds\" means the measured plan is at least as good on both.",
+     _table("premium", None), fig_premium, "python bench/premium.py"),
+    ("premium_gpu", "The checkpointing premium on a GPU", "As above, on CUDA at the built-in default sizes.",
+     _table("premium", None), lambda r, p: fig_premium(r, p, "premium_gpu"), "python bench/gpu.py"),
+    ("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
+     "solver and the env with the number of decision units (synthetic profiles).",
+     _table("search_cost", None), fig_search_cost, "python bench/search_cost.py"),
+    ("frontier_table", "Exact frontier against the rules (cost model)", "Predictions from one profile per workload.",
+     _table("frontier_table", "workloads"), fig_frontier_table, "python bench/frontier_table.py"),
+    ("measured_table", "Standard plans, measured", "Every built-in workload at its default size.",
+     _table("measured_table", "rows"), fig_measured_table, "python bench/measured_table.py"),
+    ("fidelity", "Cost-model fidelity", "Predicted against measured peak and step time on random plans.",
+     _table("fidelity", "workloads"), fig_fidelity, "python bench/fidelity.py"),
+    ("fidelity_gpu", "Cost-model fidelity on a GPU", "As above, on CUDA.",
+     _table("fidelity", "workloads"), lambda r, p: fig_fidelity(r, p, "fidelity_gpu"), "python bench/gpu.py"),
+    ("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.", _env_speed, None,
+     "python bench/env_speed.py"),
+]
+
+
+def section(name: str, title: str, intro: str, table: Callable[[Result], str], figs: Callable[..., list[str]] | None,
+            command: str, result: Result | None, plots: Path, md_dir: Path) -> list[str]:
+    out = [f"## {title}", ""]
+    if result is None:
+        return out + [f"Not measured yet: run `{command}`.", ""]
+    out += [intro, "", f"Measured on {machine_label(result.get('machine', {}))}"
+            + (f", {result['written_at']}" if result.get("written_at") else "") + f"; `{command}`.", ""]
+    try:
+        out += [table(result).rstrip(), ""]
+        pngs = figs(result, plots) if figs else []
+    except (KeyError, TypeError, IndexError) as e:  # a result older than its script's current format
+        return out + [f"`bench/results/{name}.json` does not have the fields its script now writes "
+                      f"({type(e).__name__}: {e}); rerun `{command}`.", ""]
+    for png in pngs:
+        rel = (plots / png).resolve().relative_to(md_dir.resolve()) if plots.resolve().is_relative_to(md_dir.resolve()) \
+            else (plots / png).resolve()
+        out += [f"![{title}]({rel.as_posix()})", ""]
+    return out
+
+
+def build(results: dict[str, Result], plots: Path, md_path: Path) -> str:
+    lines = ["# Benchmarks", "",
+             "Generated by `python bench/report.py` from `bench/results/*.json`; do not edit by hand. "
+             "Timings on a shared 2-core CPU are noisy (about 4% run to run): compare ratios measured in one run, "
+             "and read each number with the machine it names.", ""]
+    known = {s[0] for s in SECTIONS}
+    for name, title, intro, table, figs, command in SECTIONS:
+        lines += section(name, title, intro, table, figs, command, results.get(name), plots, md_path.parent)
+    other = sorted(set(results) - known)
+    if other:
+        lines += ["## Other results", "", "Present in bench/results but not rendered here: "
+                  + ", ".join(f"`{n}.json`" for n in other) + ".", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=RESULTS_DIR, help="folder of result JSON files")
+    ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md", help="markdown file to write")
+    ap.add_argument("--plots", type=Path, default=PLOTS_DIR, help="folder for the PNG figures")
+    args = ap.parse_args(argv)
+    text = build(read_results(args.results), args.plots, args.out)
+    args.out.write_text(text)
+    print(args.out)
+
+
+if __name__ == "__main__":
+    main()

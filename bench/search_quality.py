@@ -1,0 +1,354 @@
+"""Search quality at equal numbers of measured plans: PPO agents, random, NSGA-II, rules, exact.
+
+    python bench/search_quality.py                       # gpt, cnn, lstm, user: ~5 min each on 2 cores
+    python bench/search_quality.py --workloads gpt --measurements 24
+    python bench/search_quality.py --quick               # tiny sizes, for the smoke test
+
+For each workload, in one process and through one ``search.evaluator.Evaluator`` (one
+measurement function, one cache):
+
+1. the search service (``search.orchestrate.Search``, as ``python -m search.run --reward hybrid
+   --no-warm-start --max-measurements M``): K PPO agents; it measures the baseline rules it
+   always shows, then the agents' candidates, up to M plans in all;
+2. random search: M distinct plans, each unit's action uniform;
+3. NSGA-II (``optuna.samplers.NSGAIISampler``): one categorical per unit, objectives measured
+   peak bytes and step seconds, M trials;
+4. the rules of ``agents.baselines`` (none, all, every n, sqrt(n), segments, all selective);
+5. the yardstick: the exact solver's frontier on the profile, each plan measured.
+
+Then every method's frontier plans and the baseline are measured once more (interleaved, so
+load that changed over the run falls on all alike), and each method's hypervolume is computed
+from all its plans' merged records on the ``search.pareto`` axes. Reported per method: the
+hypervolume, its ratio to the measured exact frontier's, the evaluations after which it first
+reached 99% of that, and for the agents whether any rule lies beyond their own plans'
+frontier. Writes ``bench/results/search_quality.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import Ledger, Point, front_of, hv_of, point_row, set_threads, workload_specs, write_result  # noqa: E402
+from agents.baselines import baseline_rules  # noqa: E402
+from agents.exact import exact_frontier  # noqa: E402
+from env.cost_model import CostModel  # noqa: E402
+from env.plan import Action  # noqa: E402
+from search.config import SearchConfig  # noqa: E402
+from search.orchestrate import Search  # noqa: E402
+from search.pareto import hypervolume  # noqa: E402
+from search.store import RunStore  # noqa: E402
+
+Plan = tuple[int, ...]
+TARGET = 0.99  # agents / exact hypervolume the search aims for
+
+
+class TracedSearch(Search):
+    """The search service, noting the order in which it measures new plans."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.order: list[tuple[str, str]] = []  # (digest, source) of each new measurement
+
+    def _store_result(self, r: Any) -> None:
+        if r.new and not any(d == r.digest for d, _ in self.order):
+            self.order.append((r.digest, r.source))
+        super()._store_result(r)
+
+
+@dataclass
+class Method:
+    """One method's evaluations in the order it asked for them (a repeat counts again)."""
+
+    name: str
+    asked: list[Plan]
+    note: str = ""
+
+
+def random_plans(n_units: int, n_actions: int, count: int, seed: int) -> list[Plan]:
+    """``count`` distinct plans, each unit's action uniform (every plan when there are fewer)."""
+    total = n_actions ** n_units
+    if total <= count:
+        return [tuple(p) for p in itertools.product(range(n_actions), repeat=n_units)]
+    rng, seen = np.random.default_rng(seed), dict[Plan, None]()
+    while len(seen) < count:
+        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
+    return list(seen)
+
+
+def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) -> list[Plan]:
+    """NSGA-II over one categorical per unit; measured (peak, seconds) both minimised."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    names = [a.value for a in ledger.actions]
+    sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    asked: list[Plan] = []
+    for _ in range(count):
+        trial = study.ask()
+        plan = tuple(names.index(trial.suggest_categorical(f"unit_{i}", names)) for i in range(n_units))
+        rec = ledger.measure(plan, "nsga2")
+        study.tell(trial, [float(rec.peak_bytes), rec.step_seconds])
+        asked.append(plan)
+    return asked
+
+
+def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> TracedSearch:
+    cfg = SearchConfig(workload=spec, agents=args.agents, timesteps=args.timesteps, reward="hybrid",
+                       max_measurements=args.measurements, repeats=args.repeats, warm_start=False,
+                       batch_scaling=False, out=str(run_root), name=spec.replace("/", "-").replace(":", "-")[:40],
+                       seed=args.seed, measure_threads=args.threads, chunk_timesteps=args.chunk_timesteps,
+                       progress=False).validate()
+    run_dir = run_root / cfg.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = RunStore(run_dir / "store.sqlite")
+    store.set_meta("config", cfg.__dict__)
+    search = TracedSearch(cfg, run_dir, store)
+    search.run()
+    return search
+
+
+def curve(ledger: Ledger, asked: Sequence[Plan], base: Point) -> list[float]:
+    """Hypervolume after each evaluation (final records)."""
+    return [hv_of(ledger, asked[:k], base) for k in range(1, len(asked) + 1)]
+
+
+def first_reaching(values: Sequence[float], target: float) -> int | None:
+    return next((k + 1 for k, v in enumerate(values) if v >= target), None)
+
+
+def rules_beyond(ledger: Ledger, rules: dict[str, Plan], agents: Sequence[Plan], base: Point) -> list[dict[str, Any]]:
+    """Rules no agent plan weakly dominates, each with the agents' best time at its memory."""
+    out = []
+    for name, plan in rules.items():
+        r = ledger.records[plan]
+        if any(ledger.records[a].peak_bytes <= r.peak_bytes and ledger.records[a].step_seconds <= r.step_seconds
+               for a in agents):
+            continue
+        fit = [ledger.records[a].step_seconds for a in agents if ledger.records[a].peak_bytes <= r.peak_bytes]
+        out.append({"rule": name, "peak_ratio": r.peak_bytes / base.peak_bytes,
+                    "time_ratio": r.step_seconds / base.step_seconds,
+                    "agents_time_ratio_at_that_memory": min(fit) / base.step_seconds if fit else None})
+    return out
+
+
+def spread(plans: Sequence[Plan], k: int) -> list[Plan]:
+    """At most ``k`` of ``plans`` evenly spaced (ends kept), in order."""
+    if len(plans) <= k:
+        return list(plans)
+    return [plans[i] for i in sorted(set(np.linspace(0, len(plans) - 1, k).round().astype(int)))]
+
+
+def measure_methods(search: TracedSearch, args: argparse.Namespace) -> tuple[Ledger, list[Method], dict[str, Plan]]:
+    """Every method's plans measured through the search's own Evaluator."""
+    prof, ray, ev = search.profile, search.ray, search.evaluator
+    assert prof is not None
+    ledger = Ledger(lambda names, src, again: ray.get(ev.evaluate.remote(names, src, again)), prof.actions)
+    n, n_actions = len(prof.units), len(prof.actions)
+    index = {a.value: i for i, a in enumerate(prof.actions)}
+    run = [(tuple(index[a] for a in search.state.measured[d].actions), src) for d, src in search.order]
+    for plan, _ in run:
+        ledger.measure(plan, "search")  # answered from the Evaluator's cache
+    rules = {k: tuple(v) for k, v in baseline_rules(n, prof.actions, seed=args.seed).items()
+             if not k.startswith("random")}
+    methods = [Method("agents (search run)", [p for p, _ in run],
+                      f"{sum(s.startswith('rule:') for _, s in run)} of its plans are rules the search always measures"),
+               Method("agents' own plans", [p for p, s in run if not s.startswith("rule:")])]
+    rand = random_plans(n, n_actions, args.measurements, args.seed)
+    for p in rand:
+        ledger.measure(p, "random")
+    methods.append(Method("random", rand))
+    population = max(2, min(args.population, args.measurements))
+    methods.append(Method("NSGA-II", nsga2(ledger, n, args.measurements, population, args.seed),
+                          f"population {population}"))
+    for name, p in rules.items():
+        ledger.measure(p, f"rule:{name}")
+    methods.append(Method("rules", list(rules.values())))
+    exact = [tuple(p.plan) for p in exact_frontier(CostModel(prof))]
+    chosen = spread(exact, args.max_exact)
+    for p in chosen:
+        ledger.measure(p, "exact")
+    methods.append(Method("exact (measured)", chosen, f"{len(chosen)} of the {len(exact)} points the exact solver "
+                                                      "finds on the profile"))
+    return ledger, methods, rules
+
+
+def remeasure(ledger: Ledger, methods: list[Method], base_plan: Plan) -> None:
+    """One more measurement of the baseline and every method's frontier plans."""
+    base = ledger.records[base_plan]
+    todo = [base_plan] + [p for m in methods for p in front_of(ledger, m.asked, base)]
+    for p in dict.fromkeys(todo):
+        ledger.measure(p, "remeasure", again=True)
+
+
+
+def method_rows(ledger: Ledger, methods: list[Method], base: Point) -> dict[str, dict[str, Any]]:
+    exact_hv = hv_of(ledger, methods[-1].asked, base)
+    n_agents = len(methods[0].asked)
+    rows = {}
+    for m in methods:
+        hvs = curve(ledger, m.asked, base)
+        hv = hvs[-1] if hvs else 0.0
+        rows[m.name] = {
+            "evaluations": len(m.asked), "distinct_plans": len(set(m.asked)), "hypervolume": hv,
+            "ratio_to_exact": hv / exact_hv if exact_hv else None,
+            "evaluations_to_99pct_of_exact": first_reaching(hvs, TARGET * exact_hv),
+            "hypervolume_at_agents_evaluations": hvs[min(n_agents, len(hvs)) - 1] if hvs and n_agents else None,
+            "hypervolume_curve": hvs, "note": m.note,
+            "frontier": [point_row(ledger, p, base) for p in front_of(ledger, m.asked, base)],
+        }
+    return rows
+
+
+def verdict(rows: dict[str, dict[str, Any]], beyond: list[dict[str, Any]], n_plans: int, m: int) -> list[str]:
+    """Plain statements about who won and, where the agents did not, the facts that explain it."""
+    agents = rows["agents (search run)"]
+    best = max((k for k in rows if not k.startswith("exact")), key=lambda k: rows[k]["hypervolume"])
+    out = [f"highest hypervolume among the searches: {best} ({rows[best]['hypervolume']:.4f})"]
+    ratio = agents["ratio_to_exact"]
+    if ratio is not None:
+        out.append(f"agents / exact = {ratio:.3f}: target {TARGET} {'met' if ratio >= TARGET else 'NOT met'}")
+    for other in ("random", "NSGA-II", "rules"):
+        if rows[other]["hypervolume"] > agents["hypervolume"]:
+            out.append(f"{other} beat the agents ({rows[other]['hypervolume']:.4f} vs {agents['hypervolume']:.4f})")
+    if agents["evaluations"] < m:
+        out.append(f"the search measured {agents['evaluations']} plans, fewer than the {m} allowed: it measures only "
+                   "plans the (corrected) cost model predicts non-dominated, and had no more")
+    if m >= 0.25 * n_plans:
+        out.append(f"{m} measurements cover {m / n_plans:.0%} of the {n_plans} plans: random search samples the "
+                   "space densely here, which favours it")
+    if beyond:
+        out.append("rules beyond the agents' own frontier: " + ", ".join(b["rule"] for b in beyond))
+    else:
+        out.append("no rule lies beyond the agents' own frontier")
+    return out
+
+
+def evaluate_workload(label: str, spec: str, args: argparse.Namespace, run_root: Path) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    search = run_search(spec, args, run_root)
+    search_s = time.perf_counter() - t0
+    try:
+        ledger, methods, rules = measure_methods(search, args)
+        remeasure(ledger, methods, rules["none"])
+    finally:
+        for slot in search.agents:
+            if slot.handle is not None:
+                search.ray.kill(slot.handle)
+        search.ray.kill(search.evaluator)
+        search.store.close()
+    prof = search.profile
+    assert prof is not None
+    base = ledger.records[rules["none"]]
+    rows = method_rows(ledger, methods, base)
+    beyond = rules_beyond(ledger, rules, methods[1].asked + [rules["none"]], base)
+    n_plans = len(prof.actions) ** len(prof.units)
+    cm = CostModel(prof)
+    exact_pred = [(p.peak_bytes / cm.peak_bytes(rules["none"]), p.step_seconds / cm.step_seconds(rules["none"]))
+                  for p in exact_frontier(cm)]
+    return {
+        "label": label, "workload": spec, "batch_shape": prof.batch_shape, "n_units": len(prof.units),
+        "actions": [a.value for a in prof.actions], "plans_in_space": n_plans,
+        "baseline": point_row(ledger, rules["none"], base),
+        "exact_predicted_hypervolume": hypervolume(exact_pred),
+        "methods": rows, "rules_beyond_agents_frontier": beyond,
+        "verdict": verdict(rows, beyond, n_plans, args.measurements),
+        "new_measurements": ledger.new_measurements + search.state.n_new_measurements,
+        "search_seconds": search_s, "wall_seconds": time.perf_counter() - t0,
+        "events": search.state.events,
+    }
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Per workload: each method's hypervolume, its ratio to the measured exact frontier's, the
+    evaluations it needed to reach 99% of that, then the verdict."""
+    out = []
+    for w in result["workloads"]:
+        out += [f"**{w['label']}** (`{w['workload']}`, {w['n_units']} units x {len(w['actions'])} actions = "
+                f"{w['plans_in_space']} plans; baseline {w['baseline']['peak_bytes'] / 1e6:.1f} MB, "
+                f"{w['baseline']['step_seconds'] * 1e3:.1f} ms a step)", "",
+                "| method | evaluations (distinct) | hypervolume | / exact | evaluations to 99% of exact "
+                "| hypervolume at the search's count | frontier points |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, m in w["methods"].items():
+            reach = m["evaluations_to_99pct_of_exact"]
+            out.append(f"| {name} | {m['evaluations']} ({m['distinct_plans']}) | {m['hypervolume']:.4f} "
+                       f"| {_num(m['ratio_to_exact'])} | {reach if reach else 'not reached'} "
+                       f"| {_num(m['hypervolume_at_agents_evaluations'])} | {len(m['frontier'])} |")
+        out += ["", f"Exact frontier's hypervolume on the cost model (predicted): "
+                    f"{w['exact_predicted_hypervolume']:.4f}.", ""]
+        out += [f"- {v}" for v in w["verdict"]] + [""]
+    return "\n".join(out)
+
+
+def start_ray(n_agents: int) -> None:
+    """Local Ray with a logical CPU per agent (agents never train while the Evaluator measures)."""
+    import ray
+
+    path = str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_agents), include_dashboard=False,
+             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm", "user"],
+                    help="gpt, cnn, lstm, user (bench sizes, see bench/common.py) or any workload spec")
+    ap.add_argument("--measurements", type=int, default=24, help="measured plans per method (search: rules included)")
+    ap.add_argument("--agents", type=int, default=4, help="PPO agents of the search")
+    ap.add_argument("--timesteps", type=int, default=4096, help="env steps per agent")
+    ap.add_argument("--chunk-timesteps", type=int, default=1024, help="agent steps between measurement rounds")
+    ap.add_argument("--population", type=int, default=8, help="NSGA-II population (M trials = M/population generations)")
+    ap.add_argument("--max-exact", type=int, default=24, help="most exact-frontier plans measured (evenly spread)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true", help="tiny sizes and budgets (smoke test, ~30 s)")
+    ap.add_argument("--out", type=Path, help="result file (default bench/results/search_quality.json)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.measurements, args.agents, args.timesteps, args.chunk_timesteps = 6, 2, 128, 64
+        args.population, args.max_exact, args.repeats = 4, 6, 1
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    set_threads(args.threads)
+    import ray
+
+    start_ray(args.agents)
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="search_quality_") as tmp:
+            for label, spec in workload_specs(args.workloads, args.quick).items():
+                row = evaluate_workload(label, spec, args, Path(tmp))
+                print(f"{label} ({spec}): " + "; ".join(row["verdict"]), file=sys.stderr)
+                rows.append(row)
+    finally:
+        ray.shutdown()
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    result = {"settings": settings, "target_ratio": TARGET, "workloads": rows}
+    path = write_result("search_quality", result, args.out)
+    print(markdown(result))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
