@@ -81,7 +81,8 @@ def machine_label(machine: dict[str, Any]) -> str:
     """One line naming the machine, for figure captions and table headers."""
     load = machine.get("load_average_1_5_15") or [None]
     device = machine.get("device") or f"cpu ({machine.get('torch_threads', '?')} threads)"
-    return (f"{device} on {machine.get('cpu_model') or machine.get('processor', '?')} ({machine.get('cpu_count', '?')} cores), "
+    cpu = machine.get("cpu_model") or machine.get("processor", "?")
+    return (f"{device} on {cpu} ({machine.get('cpu_count', '?')} cores), "
             f"torch {machine.get('torch_version', machine.get('torch', '?'))}, load {load[0]}")
 
 
@@ -116,7 +117,8 @@ def read_results(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:
         try:
             out[path.stem] = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); rerun the bench that writes it") from e
+            raise ValueError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); "
+                             "rerun the bench that writes it") from e
     return out
 
 
@@ -179,7 +181,8 @@ class Ledger:
         if r.new:
             self.new_measurements += 1
             samples = (old.step_samples if old else ()) + tuple(r.step_samples)
-            self.records[key] = Point(key, max(r.peak_bytes, old.peak_bytes if old else 0), r.live_before_bytes, samples)
+            peak = max(r.peak_bytes, old.peak_bytes if old else 0)
+            self.records[key] = Point(key, peak, r.live_before_bytes, samples)
         elif old is None:  # measured earlier through the same Evaluator (e.g. by the search)
             self.records[key] = Point(key, r.peak_bytes, r.live_before_bytes, tuple(r.step_samples))
         return self.records[key]

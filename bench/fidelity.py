@@ -1,7 +1,12 @@
 """Cost-model fidelity: predicted peak memory and step time against measure(), on random plans.
 
-    python bench/fidelity.py                                   # every built-in (~15 min, 2 cores)
+    python bench/fidelity.py                                   # every built-in (~10 min, 2 cores)
+    python bench/fidelity.py --workloads gpt mlp --plans 20    # the default sizes of these two too
     python bench/fidelity.py --workloads gpt/tiny cnn/tiny --plans 20
+
+By default cnn and lstm run at their default sizes and gpt and mlp at their ``small`` presets:
+at the default sizes (gpt ~4 s a step on one thread) the ~170 steps a workload takes here would
+not fit the whole run into ~15 minutes.
 
 For each workload: one ``profile()``, then ``--plans`` distinct random plans over keep /
 recompute / selective, each predicted by ``CostModel`` and measured by ``measure()``. The
@@ -9,7 +14,9 @@ plans are measured in ``--rounds`` interleaved rounds (every plan once, then aga
 starting elsewhere), so a change in machine load falls on all plans alike. Reports per
 workload the max and median absolute relative error of peak bytes (target 5%) and of step
 time (target 10%), the signed median time error (a bias, e.g. from the profile's marks, shows
-here), and the measured time spread, the noise floor the time error should be read against.
+here), the error of the predicted slowdown against all-keep (measured in the same rounds, so
+free of load changes between profiling and measuring), and the measured time spread: the
+noise floor every time error should be read against.
 Writes ``bench/results/fidelity.json``.
 """
 
@@ -24,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -32,12 +38,14 @@ from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
 from bench.measured_table import measure_rounds  # noqa: E402
 from env.apply import plan_for  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
+from env.plan import Action  # noqa: E402
 from env.profile import profile  # noqa: E402
 from env.units import find_units  # noqa: E402
-from env.workloads import load_workload, workload_names  # noqa: E402
+from env.workloads import load_workload  # noqa: E402
 
 RESULTS = RESULTS_DIR / "fidelity.json"
 PEAK_TARGET, TIME_TARGET = 0.05, 0.10
+DEFAULT_WORKLOADS = ("gpt/small", "cnn", "lstm", "mlp/small")
 
 
 def random_plans(n_units: int, n_actions: int, count: int, rng: np.random.Generator) -> list[list[int]]:
@@ -63,7 +71,10 @@ def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_rep
     profile_seconds = time.perf_counter() - t0
     plans = random_plans(len(units), len(cm.profile.actions), n_plans, np.random.default_rng(seed))
     by_name = {str(k): plan_for(w.model, units, [cm.profile.actions[a] for a in idx]) for k, idx in enumerate(plans)}
+    keep = [cm.action_index(Action.KEEP)] * len(units)
+    by_name["keep"] = plan_for(w.model, units, [Action.KEEP] * len(units))  # the reference for time ratios
     got = measure_rounds(w, units, by_name, repeats, rounds)
+    keep_pred, keep_meas = cm.predict(keep).step_seconds, got["keep"].step_seconds
     rows = []
     for k, idx in enumerate(plans):
         m, pred = got[str(k)], cm.predict(idx)
@@ -72,6 +83,9 @@ def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_rep
                      "peak_error": rel(pred.peak_bytes, m.peak_bytes),
                      "predicted_step_seconds": pred.step_seconds, "measured_step_seconds": m.step_seconds,
                      "time_error": rel(pred.step_seconds, m.step_seconds),
+                     # slowdown against all-keep, predicted vs measured in the same rounds: free of
+                     # the load difference between the profile's minutes and the measurement's
+                     "time_ratio_error": rel(pred.step_seconds / keep_pred, m.step_seconds / keep_meas),
                      "relative_spread": m.spread_seconds / m.step_seconds})
     return {"workload": spec, "n_units": len(units), "n_plans": len(rows), "profile_seconds": profile_seconds,
             "bench_seconds": time.perf_counter() - t0, **summary(rows), "plans": rows}
@@ -85,25 +99,30 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
             "time_max_abs_error": max(tim), "time_median_abs_error": statistics.median(tim),
             "time_median_signed_error": statistics.median(r["time_error"] for r in rows),
             "time_within_target": sum(e <= TIME_TARGET for e in tim) / len(rows),
+            "time_ratio_max_abs_error": max(abs(r["time_ratio_error"]) for r in rows),
+            "time_ratio_median_abs_error": statistics.median(abs(r["time_ratio_error"]) for r in rows),
             "median_relative_spread": statistics.median(r["relative_spread"] for r in rows)}
 
 
 def markdown(results: list[dict[str, Any]]) -> str:
     lines = ["| workload | plans | peak err max / median | peak within 5% | time err max / median "
-             "| time bias | time within 10% | time IQR/median |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| time bias | time within 10% | slowdown err max / median | time IQR/median |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         lines.append(
             f"| {r['workload']} | {r['n_plans']} | {100 * r['peak_max_abs_error']:.2f}% / "
             f"{100 * r['peak_median_abs_error']:.2f}% | {100 * r['peak_within_target']:.0f}% "
             f"| {100 * r['time_max_abs_error']:.1f}% / {100 * r['time_median_abs_error']:.1f}% "
             f"| {100 * r['time_median_signed_error']:+.1f}% | {100 * r['time_within_target']:.0f}% "
+            f"| {100 * r['time_ratio_max_abs_error']:.1f}% / {100 * r['time_ratio_median_abs_error']:.1f}% "
             f"| {100 * r['median_relative_spread']:.1f}% |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
+    ap.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS),
+                    help="workload specs (default: every built-in, gpt and mlp at their small presets)")
     ap.add_argument("--plans", type=int, default=20, help="random plans per workload")
     ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")

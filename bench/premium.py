@@ -194,8 +194,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="gpt, cnn, lstm (bench sizes, see bench/common.py) or any workload spec")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved re-measurements of the quoted plans")
-    ap.add_argument("--max-exact", type=int, default=24, help="most exact-frontier plans measured (lowest memory first)")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved re-measurements of the quoted plans")
+    ap.add_argument("--max-exact", type=int, default=24,
+                    help="most exact-frontier plans measured (lowest memory first)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring (CPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, a few seconds)")

@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
 
 Result = dict[str, Any]
+METHOD_COLORS = {"agents (search run)": "tab:blue", "agents' own plans": "tab:cyan", "random": "tab:orange",
+                 "NSGA-II": "tab:green", "rules": "tab:red", "exact (measured)": "black"}
 
 
 def caption(fig: Figure, result: Result, name: str) -> None:
@@ -65,9 +67,9 @@ def fig_search_quality(r: Result, plots: Path) -> list[str]:
             if name == "agents' own plans" or not m["frontier"]:
                 continue
             pts = sorted((p["peak_ratio"], p["time_ratio"]) for p in m["frontier"])
-            style = {"color": "black", "lw": 2} if name.startswith("exact") else {}
             ax.step([p[0] for p in pts], [p[1] for p in pts], where="post", marker="o", ms=3,
-                    label=f"{name} ({m['hypervolume']:.3f})", **style)
+                    lw=2 if name.startswith("exact") else 1.2, color=METHOD_COLORS.get(name),
+                    label=f"{name} ({m['hypervolume']:.3f})")
         ax.set(title=f"{w['label']}: {w['workload']}", xlabel="peak / baseline", ylabel="step time / baseline")
         ax.legend(fontsize=6)
     caption(fig, r, "search_quality")
@@ -78,7 +80,8 @@ def fig_search_quality(r: Result, plots: Path) -> list[str]:
         for name, m in w["methods"].items():
             if name in ("rules", "exact (measured)") or not m["hypervolume_curve"]:
                 continue
-            ax.plot(range(1, len(m["hypervolume_curve"]) + 1), m["hypervolume_curve"], label=name)
+            ax.plot(range(1, len(m["hypervolume_curve"]) + 1), m["hypervolume_curve"], label=name,
+                    color=METHOD_COLORS.get(name))
         ax.axhline(0.99 * exact, color="black", ls="--", lw=1, label="99% of exact (measured)")
         ax.set(title=w["label"], xlabel="measured evaluations", ylabel="hypervolume")
         ax.legend(fontsize=6)
@@ -116,8 +119,9 @@ def fig_search_cost(r: Result, plots: Path) -> list[str]:
     for n_actions in sorted({row["n_actions"] for row in r["scaling"]}):
         rows = [row for row in r["scaling"] if row["n_actions"] == n_actions]
         solved = [row for row in rows if "exact_seconds" in row]
-        a1.plot([x["n_units"] for x in solved], [x["exact_seconds"] for x in solved], "o-", label=f"{n_actions} actions")
-        a2.plot([x["n_units"] for x in rows], [x["env_steps_per_second"] for x in rows], "o-", label=f"{n_actions} actions")
+        label = f"{n_actions} actions"
+        a1.plot([x["n_units"] for x in solved], [x["exact_seconds"] for x in solved], "o-", label=label)
+        a2.plot([x["n_units"] for x in rows], [x["env_steps_per_second"] for x in rows], "o-", label=label)
     a1.set(xscale="log", yscale="log", xlabel="decision units", ylabel="exact solve (s)", title="exact solver")
     a2.set(xscale="log", xlabel="decision units", ylabel="env steps / s (model mode)", title="environment")
     a1.legend(fontsize=7)
@@ -233,8 +237,8 @@ def section(name: str, title: str, intro: str, table: Callable[[Result], str], f
         return out + [f"`bench/results/{name}.json` does not have the fields its script now writes "
                       f"({type(e).__name__}: {e}); rerun `{command}`.", ""]
     for png in pngs:
-        rel = (plots / png).resolve().relative_to(md_dir.resolve()) if plots.resolve().is_relative_to(md_dir.resolve()) \
-            else (plots / png).resolve()
+        path = (plots / png).resolve()
+        rel = path.relative_to(md_dir.resolve()) if path.is_relative_to(md_dir.resolve()) else path
         out += [f"![{title}]({rel.as_posix()})", ""]
     return out
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import queue as queue_mod
 import sys
 import time
 from pathlib import Path
@@ -60,8 +61,9 @@ def synthetic_profile(n_units: int, n_actions: int, seed: int = 0) -> ModelProfi
             costs[a].append(UnitCost(fwd=fwd, bwd=bwd))
     empty = Segment(delta_bytes=0, rise_bytes=0, seconds=0.0)
     return ModelProfile(workload=f"synthetic/{n_units}x{n_actions}", batch_shape="-", device="none",
-                        fingerprint=f"synthetic-{n_units}-{n_actions}-{seed}", units=[f"blocks.{i}" for i in range(n_units)],
-                        actions=acts, base_bytes=200 * MB, pre=Segment(delta_bytes=20 * MB, rise_bytes=20 * MB, seconds=0.005),
+                        fingerprint=f"synthetic-{n_units}-{n_actions}-{seed}",
+                        units=[f"blocks.{i}" for i in range(n_units)], actions=acts, base_bytes=200 * MB,
+                        pre=Segment(delta_bytes=20 * MB, rise_bytes=20 * MB, seconds=0.005),
                         post=empty, tail=Segment(delta_bytes=0, rise_bytes=10 * MB, seconds=0.01), costs=costs)
 
 
@@ -84,6 +86,7 @@ def _solve(prof_json: str, queue: Any) -> None:
     from agents.exact import exact_frontier
 
     cm = CostModel(ModelProfile.model_validate_json(prof_json))
+    queue.put("started")
     t0 = time.perf_counter()
     frontier = exact_frontier(cm)
     queue.put((time.perf_counter() - t0, len(frontier)))
@@ -103,8 +106,9 @@ def solve_with_limit(prof: ModelProfile, limit_s: float) -> tuple[float, int] | 
     proc = ctx.Process(target=_solve, args=(prof.model_dump_json(), queue))
     proc.start()
     try:
-        return queue.get(timeout=limit_s + 30)  # + interpreter start-up of the child
-    except Exception:  # queue.Empty: the solve ran past the limit
+        queue.get(timeout=120)  # the child's interpreter start-up is not the solver's time
+        return queue.get(timeout=limit_s)
+    except queue_mod.Empty:  # the solve ran past the limit
         return None
     finally:
         proc.terminate()
@@ -208,7 +212,8 @@ def markdown(result: dict[str, Any]) -> str:
                    f"| {r['measurements_per_second']:.2f} | {r['median_step_seconds']:.3f} |")
     out += ["", "| PPO Ray workers (2 CPUs) | env steps/s, all workers | per worker |", "|---:|---:|---:|"]
     for r in result["ppo"]:
-        out.append(f"| {r['workers']} | {r['env_steps_per_second']:.0f} | {r['env_steps_per_second'] / r['workers']:.0f} |")
+        per_worker = r["env_steps_per_second"] / r["workers"]
+        out.append(f"| {r['workers']} | {r['env_steps_per_second']:.0f} | {per_worker:.0f} |")
     out += ["", "| units | actions | plans | exact solve s | exact frontier points | env steps/s |",
             "|---:|---:|---:|---:|---:|---:|"]
     for r in result["scaling"]:

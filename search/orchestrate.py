@@ -14,26 +14,25 @@ report says so. Ctrl-C drains the Evaluator into the store and leaves it resumab
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 
 from agents.baselines import baseline_rules
 from agents.exact import exact_frontier
 from env.cost_model import CostModel
 from env.measure import median_seconds as _median
 from env.errors import CkptSearchError
-from env.plan import Action
+from env.plan import Action, Plan
 from env.profile import ModelProfile
 from search.config import SearchConfig
 from search.evaluator import Result, ray_evaluator, resolve_device
-from search.pareto import hypervolume, nondominated, normalise
+from search.archive import ParetoArchive, spread_picks
 from search.store import RunStore
 
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
@@ -55,8 +54,7 @@ class AgentSlot:
 
 @dataclass
 class SearchState:
-    measured: dict[str, Result] = field(default_factory=dict)  # digest -> latest result
-    predicted: dict[tuple[int, ...], tuple[int, float]] = field(default_factory=dict)
+    archive: ParetoArchive = field(default_factory=ParetoArchive)
     n_new_measurements: int = 0
     events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
 
@@ -108,15 +106,12 @@ class Search:
         s.set_meta("units", self.units)
         s.set_meta("fingerprint", self.profile.fingerprint)
         self.cm = CostModel(self.profile)
-        known = [dict(r) for r in s.iter_rows() if r["measured"]]
-        for r in known:
-            r["step_samples"] = __import__("json").loads(r["step_samples"])
-        self.ray.get(self.evaluator.preload.remote(known))
-        for r in known:
-            self.state.measured[r["plan_digest"]] = Result(
-                tuple(__import__("json").loads(r["actions"])) if isinstance(r["actions"], str) else tuple(r["actions"]),
-                r["plan_digest"], r["source"], r["peak_bytes"], r["live_before_bytes"] or 0, r["step_samples"],
-                bool(r["oom"]), r["device"] or "", r["torch_version"] or "", r["batch_shape"] or "", False)
+        known = s.evaluations(measured_only=True)  # a resumed run: these are never measured again
+        self.ray.get(self.evaluator.preload.remote([dataclasses.asdict(e) for e in known]))
+        for e in known:
+            self.state.archive.add(Result(
+                tuple(e.actions), e.plan_digest, e.source, e.peak_bytes or 0, e.live_before_bytes or 0,
+                e.step_samples, e.oom, e.device or "", e.torch_version or "", e.batch_shape or "", False))
 
     def names(self, idx: list[int] | tuple[int, ...]) -> list[str]:
         assert self.profile is not None
@@ -127,13 +122,11 @@ class Search:
         assert self.cm is not None and self.profile is not None
         pred = self.cm.predict(list(idx))
         if not source.startswith("rule:"):
-            self.state.predicted[idx] = (pred.peak_bytes, pred.step_seconds)
-        from env.plan import Plan
-
-        plan = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint)
-        self.store.record(plan.digest, self.names(idx), source, predicted_peak_bytes=pred.peak_bytes,
+            self.state.archive.propose(idx, pred.peak_bytes, pred.step_seconds)
+        digest = self.digest(idx)
+        self.store.record(digest, self.names(idx), source, predicted_peak_bytes=pred.peak_bytes,
                           predicted_step_seconds=pred.step_seconds)
-        return plan.digest
+        return digest
 
     def measure(self, plans: list[tuple[tuple[int, ...], str]], again: bool = False) -> list[Result]:
         """Measure (plan indices, source) pairs on the Evaluator; record each result as it arrives."""
@@ -153,7 +146,7 @@ class Search:
                               device=r.device, torch_version=r.torch_version, batch_shape=r.batch_shape)
             if r.oom:
                 self.state.events.append(f"plan {r.digest} ran out of memory: recorded as infeasible")
-        self.state.measured[r.digest] = r
+        self.state.archive.add(r)
 
     def drain(self, timeout_s: float = 60.0) -> None:
         """Record what the Evaluator measured for agents directly (measured mode), or on Ctrl-C."""
@@ -179,11 +172,8 @@ class Search:
         """The cost model's optimal frontier. Its plans join the candidates only with warm start,
         so that without it every plan the agents measure is the agents' own find."""
         assert self.cm is not None and self.profile is not None
-        from env.plan import Plan
-
         points = [tuple(p.plan) for p in exact_frontier(self.cm)]
-        self.store.set_meta("exact", [Plan.from_list(self.units, self.names(p), self.profile.fingerprint).digest
-                                      for p in points])
+        self.store.set_meta("exact", [self.digest(p) for p in points])
         if self.cfg.warm_start:
             for p in points:
                 self._record_prediction(p, "exact")
@@ -272,53 +262,21 @@ class Search:
         self.ray.kill(slot.handle, no_restart=True)
 
     # -- measurement choice -------------------------------------------------------------------
-    def candidates(self, limit: int) -> list[tuple[int, ...]]:
-        """Unmeasured plans that are predicted non-dominated among predicted and measured plans."""
-        from env.plan import Plan
-
-        assert self.profile is not None
-        measured_digests = set(self.state.measured)
-        pool = list(self.state.predicted.items())
-        if not pool or limit <= 0:
-            return []
-        pts = np.array([v for _, v in pool], dtype=float)
-        mask = nondominated(pts)
-        out = []
-        for (idx, (peak, secs)), keep in sorted(zip(pool, mask), key=lambda t: t[0][1][0]):
-            if not keep:
-                continue
-            digest = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest
-            if digest not in measured_digests:
-                out.append(idx)
-        if len(out) > limit:  # spread over memory: evenly spaced picks
-            picks = np.linspace(0, len(out) - 1, limit).round().astype(int)
-            out = [out[i] for i in sorted(set(picks))]
-        return out
+    def digest(self, idx: tuple[int, ...]) -> str:
+        return Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest  # type: ignore[union-attr]
 
     def measured_points(self, sources: tuple[str, ...] | None = None) -> list[Result]:
-        rows = [r for r in self.state.measured.values() if not r.oom]
-        if sources is not None:
-            rows = [r for r in rows if r.source.startswith(sources)]
-        return rows
+        return self.state.archive.points(sources)
 
     def frontier(self, sources: tuple[str, ...] | None = None) -> list[Result]:
-        rows = self.measured_points(sources)
-        if not rows:
-            return []
-        pts = np.array([(r.peak_bytes, _median(r.step_samples)) for r in rows])
-        mask = nondominated(pts)
-        return sorted([r for r, k in zip(rows, mask) if k], key=lambda r: r.peak_bytes)
+        return self.state.archive.frontier(sources)
 
     def hv(self, rows: list[Result]) -> float:
-        base = self.baseline()
-        if base is None or not rows:
-            return 0.0
-        pts = np.array([(r.peak_bytes, _median(r.step_samples)) for r in rows])
-        return hypervolume(normalise(pts, base.peak_bytes, _median(base.step_samples)))
+        return self.state.archive.hypervolume(rows, self.baseline())
 
     def baseline(self) -> Result | None:
         digest = self.store.get_meta("baseline_digest")
-        return self.state.measured.get(digest) if digest else None
+        return self.state.archive.measured.get(digest) if digest else None
 
     def snapshot(self) -> None:
         front = self.frontier()
@@ -331,15 +289,15 @@ class Search:
         self.measure_baselines()
         exact = self.exact()
         if cfg.warm_start:
-            room = max(0, cfg.max_measurements - len(self.state.measured))
-            self.measure([(p, "exact") for p in _spread(exact, min(room, max(2, room // 2)))])
+            room = max(0, cfg.max_measurements - len(self.state.archive.measured))
+            self.measure([(p, "exact") for p in spread_picks(exact, min(room, max(2, room // 2)))])
         self.start_agents(self.budgets(exact))
         self.snapshot()
         while any(s.status == "running" for s in self.agents):
             reports = self.train_round()
             for rep in reports:
                 for p in rep["plans"]:
-                    if tuple(p["actions"]) not in self.state.predicted:
+                    if tuple(p["actions"]) not in self.state.archive.predicted:
                         self._record_prediction(tuple(p["actions"]), rep["name"])
             if cfg.reward == "measured":
                 self.drain()
@@ -356,24 +314,25 @@ class Search:
         """Measure the frontier's plans and the baseline once more: their records gain samples,
         so a point displaces another on medians of at least two measurements, not one."""
         digests = [r.digest for r in self.frontier()] + [self.store.get_meta("baseline_digest")]
-        todo = [(tuple(self.profile.actions.index(Action(a)) for a in self.state.measured[d].actions),  # type: ignore[union-attr]
-                 self.state.measured[d].source) for d in dict.fromkeys(digests) if d in self.state.measured]
+        known = self.state.archive.measured
+        todo = [(tuple(self.profile.actions.index(Action(a)) for a in known[d].actions), known[d].source)  # type: ignore[union-attr]
+                for d in dict.fromkeys(digests) if d in known]
         for idx, source in todo:
             result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, True))
             self._store_result(result)
             # the evaluator's record merges all samples; keep the driver's view in step with it
             row = self.store.get(result.digest)
             assert row is not None
-            self.state.measured[result.digest] = Result(result.actions, result.digest, row.source, row.peak_bytes or 0,
+            self.state.archive.add(Result(result.actions, result.digest, row.source, row.peak_bytes or 0,
                                                         row.live_before_bytes or 0, row.step_samples, row.oom,
-                                                        result.device, result.torch_version, result.batch_shape, False)
+                                                        result.device, result.torch_version, result.batch_shape, False))
 
     def _measure_round(self, final: bool = False) -> None:
         rounds_left = sum(max(0, math.ceil((self.cfg.timesteps - s.timesteps) / self.cfg.chunk_timesteps))
                           for s in self.agents if s.status == "running") / max(1, len(self.agents))
-        room = self.cfg.max_measurements - len(self.state.measured)
+        room = self.cfg.max_measurements - len(self.state.archive.measured)
         limit = room if final else max(1, math.ceil(room / (rounds_left + 1)))
-        picked = self.candidates(min(limit, room))
+        picked = self.state.archive.candidates(min(limit, room), self.digest)
         results = self.measure([(p, self._proposer(p)) for p in picked])
         if self.cfg.reward == "hybrid":
             self.feed(results)
@@ -393,20 +352,8 @@ class Search:
                     self._agent_died(s, e)
 
     def _proposer(self, idx: tuple[int, ...]) -> str:
-        from env.plan import Plan
-
-        digest = Plan.from_list(self.units, self.names(idx), self.profile.fingerprint).digest  # type: ignore[union-attr]
-        row = self.store.get(digest)
+        row = self.store.get(self.digest(idx))
         return row.source if row else "agent"
-
-
-def _spread(points: list[tuple[int, ...]], k: int) -> list[tuple[int, ...]]:
-    if k <= 0 or not points:
-        return []
-    if len(points) <= k:
-        return points
-    picks = np.linspace(0, len(points) - 1, k).round().astype(int)
-    return [points[i] for i in sorted(set(picks))]
 
 
 def _remote_measure(evaluator: Any, actions: list[Action], source: str) -> Callable[[list[int]], tuple[int, float]]:

@@ -7,7 +7,6 @@ per agent budget (the fastest measured frontier plan under it).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from env.measure import median_seconds as _med
@@ -48,7 +47,7 @@ def write_outputs(search: Any) -> dict[str, Any]:
 
     rule_rows = []
     for name, digest in rules.items():
-        r = search.state.measured.get(digest)
+        r = search.state.archive.measured.get(digest)
         if r is None or r.oom:
             continue
         beyond = not any(p.peak_bytes <= r.peak_bytes and p.step_seconds <= _med(r.step_samples) and

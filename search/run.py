@@ -58,7 +58,9 @@ def start_ray(address: str) -> None:
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        # "local": a new instance even when another cluster runs on this machine (that one needs --address)
+        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=runtime_env,
+                 log_to_driver=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

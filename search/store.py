@@ -195,12 +195,10 @@ class RunStore:
     # -- progress and snapshots ---------------------------------------------------------------
     def set_progress(self, agent: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
-        cols = ", ".join(fields)
         with self.conn:
-            self.conn.execute(f"INSERT OR IGNORE INTO progress(agent, updated_at) VALUES (?, ?)", (agent, fields["updated_at"]))
+            self.conn.execute("INSERT OR IGNORE INTO progress(agent, updated_at) VALUES (?, ?)", (agent, fields["updated_at"]))
             self.conn.execute(f"UPDATE progress SET {', '.join(f'{c} = ?' for c in fields)} WHERE agent = ?",
                               (*fields.values(), agent))
-        del cols
 
     def progress(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM progress ORDER BY agent")]

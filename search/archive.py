@@ -1,0 +1,76 @@
+"""ParetoArchive: what a search knows about plans, and which of them form the frontier.
+
+Two kinds of knowledge, kept apart:
+- ``measured``: plan digest -> its latest Result (the truth; only these form the frontier);
+- ``predicted``: plan indices -> cost-model (peak_bytes, step_seconds) of plans proposed by the
+  agents (and the exact solver with warm start): the pool measurement candidates come from.
+Frontier and hypervolume use medians of measured step times on baseline-normalised axes
+(``search.pareto``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence, TypeVar
+
+import numpy as np
+
+from env.measure import median_seconds
+from search.evaluator import Result
+from search.pareto import hypervolume, nondominated, normalise
+
+T = TypeVar("T")
+Indices = tuple[int, ...]
+
+
+def spread_picks(items: Sequence[T], k: int) -> list[T]:
+    """At most k items, evenly spaced over the sequence (its ends included)."""
+    if k <= 0 or not items:
+        return []
+    if len(items) <= k:
+        return list(items)
+    picks = np.linspace(0, len(items) - 1, k).round().astype(int)
+    return [items[i] for i in sorted(set(picks))]
+
+
+@dataclass
+class ParetoArchive:
+    measured: dict[str, Result] = field(default_factory=dict)
+    predicted: dict[Indices, tuple[int, float]] = field(default_factory=dict)
+
+    def add(self, result: Result) -> None:
+        self.measured[result.digest] = result
+
+    def propose(self, idx: Indices, peak_bytes: int, step_seconds: float) -> None:
+        self.predicted[idx] = (peak_bytes, step_seconds)
+
+    def points(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+        """Measured plans that ran (no OOM), optionally only those first proposed by ``sources``."""
+        rows = [r for r in self.measured.values() if not r.oom]
+        if sources is not None:
+            rows = [r for r in rows if r.source.startswith(sources)]
+        return rows
+
+    def frontier(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+        """Non-dominated measured plans, by peak bytes ascending."""
+        rows = self.points(sources)
+        if not rows:
+            return []
+        mask = nondominated([(r.peak_bytes, median_seconds(r.step_samples)) for r in rows])
+        return sorted([r for r, keep in zip(rows, mask) if keep], key=lambda r: r.peak_bytes)
+
+    def hypervolume(self, rows: list[Result], baseline: Result | None) -> float:
+        if baseline is None or not rows:
+            return 0.0
+        pts = [(r.peak_bytes, median_seconds(r.step_samples)) for r in rows]
+        return hypervolume(normalise(pts, baseline.peak_bytes, median_seconds(baseline.step_samples)))
+
+    def candidates(self, limit: int, digest_of: Callable[[Indices], str]) -> list[Indices]:
+        """Unmeasured plans on the predicted frontier of the pool, spread over memory."""
+        pool = list(self.predicted.items())
+        if not pool or limit <= 0:
+            return []
+        mask = nondominated([v for _, v in pool])
+        front = sorted((item for item, keep in zip(pool, mask) if keep), key=lambda item: item[1][0])
+        fresh = [idx for idx, _ in front if digest_of(idx) not in self.measured]
+        return spread_picks(fresh, limit)
