@@ -33,7 +33,9 @@ METHOD_COLORS = {"agents (search run)": "tab:blue", "agents' own plans": "tab:cy
 
 def caption(fig: Figure, result: Result, name: str) -> None:
     """The machine line every figure carries."""
-    text = f"Measured on {machine_label(result.get('machine', {}))}; bench/results/{name}.json"
+    machine = result.get("machine")
+    where = f"Measured on {machine_label(machine)}" if machine else "Machine not recorded"
+    text = f"{where}; bench/results/{name}.json"
     width = int(fig.get_figwidth() * 17)  # characters of 6-point text per line
     fig.text(0.01, 0.005, textwrap.fill(text, width), fontsize=6, color="0.35", ha="left", va="bottom")
 
@@ -228,8 +230,10 @@ def section(name: str, title: str, intro: str, table: Callable[[Result], str], f
     out = [f"## {title}", ""]
     if result is None:
         return out + [f"Not measured yet: run `{command}`.", ""]
-    out += [intro, "", f"Measured on {machine_label(result.get('machine', {}))}"
-            + (f", {result['written_at']}" if result.get("written_at") else "") + f"; `{command}`.", ""]
+    where = (f"Measured on {machine_label(result['machine'])}" if result.get("machine")
+             else "This result does not record the machine it ran on (rerun to record it)")
+    when = f", {result['written_at']}" if result.get("written_at") else ""
+    out += [intro, "", f"{where}{when}; `{command}`.", ""]
     try:
         out += [table(result).rstrip(), ""]
         pngs = figs(result, plots) if figs else []

@@ -60,11 +60,11 @@ class TracedSearch(Search):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.order: list[tuple[str, str]] = []  # (digest, source) of each new measurement
+        self.order: dict[str, tuple[tuple[str, ...], str]] = {}  # digest -> (action names, source), in order
 
     def _store_result(self, r: Any) -> None:
-        if r.new and not any(d == r.digest for d, _ in self.order):
-            self.order.append((r.digest, r.source))
+        if r.new and r.digest not in self.order:
+            self.order[r.digest] = (tuple(r.actions), r.source)
         super()._store_result(r)
 
 
@@ -159,7 +159,7 @@ def measure_methods(search: TracedSearch, args: argparse.Namespace) -> tuple[Led
     ledger = Ledger(lambda names, src, again: ray.get(ev.evaluate.remote(names, src, again)), prof.actions)
     n, n_actions = len(prof.units), len(prof.actions)
     index = {a.value: i for i, a in enumerate(prof.actions)}
-    run = [(tuple(index[a] for a in search.state.measured[d].actions), src) for d, src in search.order]
+    run = [(tuple(index[a] for a in names), src) for names, src in search.order.values()]
     for plan, _ in run:
         ledger.measure(plan, "search")  # answered from the Evaluator's cache
     rules = {k: tuple(v) for k, v in baseline_rules(n, prof.actions, seed=args.seed).items()
