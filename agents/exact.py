@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from env.checkpoint_env import advance, initial_state, suffix_functionals, unit_terms
+from env.peak_walk import advance, initial_state, suffix_functionals, unit_terms
 from env.cost_model import CostModel
 
 

@@ -320,13 +320,14 @@ def start_ray(n_agents: int) -> None:
 
 
 def merged(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """``rows`` after the workloads of an earlier result that these do not replace."""
+    """An earlier result's workloads, in their order, with ``rows`` replacing those of the same
+    label; new labels go last."""
     if not path.is_file():
         return rows
     old = json.loads(path.read_text())
-    fresh = {r["label"] for r in rows}
-    kept = [{**r, "machine": r.get("machine", old["machine"])} for r in old["workloads"] if r["label"] not in fresh]
-    return kept + rows
+    fresh = {r["label"]: r for r in rows}
+    out = [fresh.pop(r["label"], {**r, "machine": r.get("machine", old["machine"])}) for r in old["workloads"]]
+    return out + list(fresh.values())
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

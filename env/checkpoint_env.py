@@ -34,6 +34,7 @@ import numpy as np
 from gymnasium import spaces
 
 from env.cost_model import CostModel
+from env.peak_walk import advance, initial_state, lowest_peak, suffix_functionals, unit_terms
 from env.plan import Action
 from env.profile import ModelProfile
 
@@ -41,70 +42,6 @@ Evaluator = Callable[[list[int]], tuple[int, float]]  # profile action indices -
 PlanCallback = Callable[[list[int], dict], None]
 REWARD_MODES = ("model", "measured", "hybrid")
 OBS_BOUND = 1e6  # observations are ratios of order 1; clipped here so the Box is finite
-
-UnitTerms = tuple[int, int, int, int]  # (f_delta, f_rise, b_delta, b_rise) of one unit under one action
-
-
-# ---------------------------------------------------------------------------------------------
-# Peak state carried through the timeline (shared with agents.exact)
-
-def initial_state(profile: ModelProfile) -> tuple[int, int, int]:
-    """(P, L, M) before the first unit: peak so far, forward level, level plus backward part."""
-    level = profile.base_bytes + profile.pre.delta_bytes
-    return profile.base_bytes + profile.pre.rise_bytes, level, level + profile.tail.rise_bytes
-
-
-def advance(state: tuple[int, int, int], terms: UnitTerms) -> tuple[int, int, int]:
-    """The state after one more unit whose action has these (f_delta, f_rise, b_delta, b_rise)."""
-    p, level, m = state
-    fd, fr, bd, br = terms
-    return max(p, level + fr), level + fd, max(m + fd + bd, level + fd + br)
-
-
-def unit_terms(cm: CostModel, actions: Sequence[int]) -> list[list[UnitTerms]]:
-    """terms[i][k]: unit i under profile action ``actions[k]``, as python ints."""
-    fd, fr, bd, br = (x.tolist() for x in (cm.f_delta, cm.f_rise, cm.b_delta, cm.b_rise))
-    return [[(fd[i][a], fr[i][a], bd[i][a], br[i][a]) for a in actions] for i in range(cm.n_units)]
-
-
-def _pareto_2d(points: set[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Points no other point is <= in both coordinates (duplicates once), sorted by the first."""
-    out: list[tuple[int, int]] = []
-    for x, y in sorted(points):
-        if not out or y < out[-1][1]:
-            out.append((x, y))
-    return out
-
-
-def suffix_functionals(profile: ModelProfile, terms: list[list[UnitTerms]]) -> list[list[tuple[int, int]]]:
-    """S[k]: non-dominated (cL, cM) over all action choices for units k..n-1; S[n] is post alone.
-
-    From a state (P, L, M) before unit k, the plan's peak is max(P, L + cL, M + cM) for the
-    suffix's (cL, cM), so min over S[k] of that is the lowest peak reachable (exact).
-    """
-    n = len(terms)
-    last = [(profile.post.rise_bytes, profile.post.delta_bytes)]
-    out: list[list[tuple[int, int]]] = [[] for _ in range(n)] + [last]
-    for k in range(n - 1, -1, -1):
-        cands = {(max(fr, fd + cl, fd + br + cm), fd + bd + cm)
-                 for fd, fr, bd, br in terms[k] for cl, cm in out[k + 1]}
-        out[k] = _pareto_2d(cands)
-    return out
-
-
-def lowest_peak(state: tuple[int, int, int], functionals: list[tuple[int, int]]) -> int:
-    """Lowest peak any completion reaches from ``state`` (``functionals``: the suffix's S[k])."""
-    p, level, m = state
-    best = None
-    for cl, cm in functionals:  # a plain loop: this runs on every env step
-        peak = max(p, level + cl, m + cm)
-        if best is None or peak < best:
-            best = peak
-    assert best is not None, "a suffix always has at least one functional"
-    return best
-
-
-# ---------------------------------------------------------------------------------------------
 
 class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     """

@@ -11,6 +11,16 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """Measurements in tests run on one intra-op thread: on a shared 2-core machine a second
+    OpenMP thread waits for a busy core and a 20 ms step can take a second."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

@@ -22,7 +22,6 @@ from env.plan import Action
 from env.units import find_units
 from env.workloads import load_workload
 
-from tests.test_workloads import one_thread  # noqa: F401 (autouse fixture)
 
 STEP_SEED = 1234
 TINY = ("gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny")

@@ -16,7 +16,7 @@ from env.checkpoint_env import CheckpointEnv
 from env.cost_model import CostModel
 from env.plan import Action
 from env.profile import ModelProfile
-from tests.test_exact import synthetic_profile
+from tests.profiles import synthetic_profile
 
 
 @pytest.fixture(scope="module")

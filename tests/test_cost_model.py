@@ -19,7 +19,7 @@ from env.profile import ModelProfile, Segment, profile
 from env.units import find_units
 from env.workloads import Workload, load_workload
 
-from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+from tests.test_workloads import one_line_error
 
 SPECS = ("gpt/tiny", "cnn/tiny")
 _PROFILED: dict[str, tuple[Workload, list[str], CostModel]] = {}

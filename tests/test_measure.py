@@ -15,7 +15,7 @@ from env.timeline import UnitMarkers, train_step
 from env.units import find_units
 from env.workloads import Workload, load_workload
 
-from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+from tests.test_workloads import one_line_error
 
 MIXED = [Action.RECOMPUTE, Action.KEEP, Action.SELECTIVE, Action.KEEP]
 

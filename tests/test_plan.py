@@ -13,7 +13,7 @@ from env.plan import SCHEMA_VERSION, Action, Plan, check_plan, fingerprint, pars
 from env.units import find_units
 from env.workloads import load_workload
 
-from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+from tests.test_workloads import one_line_error
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from env.errors import UnitError
 from env.units import find_units
 from env.workloads import load_workload
 
-from tests.test_workloads import one_line_error, one_thread  # noqa: F401 (autouse fixture)
+from tests.test_workloads import one_line_error
 
 EXPECTED_BLOCKS = {
     "gpt/tiny": [f"blocks.{i}" for i in range(4)],

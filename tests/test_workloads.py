@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import torch
@@ -12,16 +11,6 @@ from env.errors import WorkloadError
 from env.workloads import PRESETS, Workload, WorkloadSpec, builtin_options, load_workload, workload_names
 
 TINY = [f"{name}/tiny" for name in ("gpt", "cnn", "lstm", "mlp")]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models on one intra-op thread: on a shared 2-core machine a second OpenMP thread
-    waits for a busy core and a 20 ms step takes a second. Imported by the other env test files."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def one_line_error(exc: pytest.ExceptionInfo, *words: str) -> str:
