@@ -63,8 +63,8 @@ def rel(predicted: float, measured: float) -> float:
 
 
 def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_repeats: int,
-                 seed: int) -> dict[str, Any]:
-    w = load_workload(spec)
+                 seed: int, device: str = "cpu") -> dict[str, Any]:
+    w = load_workload(spec, device=device)
     units = find_units(w.model)
     t0 = time.perf_counter()
     cm = CostModel(profile(w, units, repeats=profile_repeats, baseline=False))
@@ -130,13 +130,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random plans")
+    ap.add_argument("--device", default="cpu", help="device to measure on: cpu, cuda, cuda:N")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
     args = ap.parse_args(argv)
     set_threads(args.threads)
     load_at_start = list(os.getloadavg())
     results = []
     for spec in args.workloads:
-        results.append(run_workload(spec, args.plans, args.repeats, args.rounds, args.profile_repeats, args.seed))
+        results.append(run_workload(spec, args.plans, args.repeats, args.rounds, args.profile_repeats, args.seed,
+                                    args.device))
         r = results[-1]
         print(f"{spec}: {r['n_plans']} plans in {r['bench_seconds']:.0f} s", file=sys.stderr)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}

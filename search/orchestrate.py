@@ -192,7 +192,10 @@ class Search:
     def _spawn(self, slot: AgentSlot) -> None:
         from agents.ppo import PPOAgent
 
-        remote = self.ray.remote(num_cpus=1, max_restarts=0)(PPOAgent)
+        # a whole CPU each when there are enough; else a share, so that every agent starts
+        # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
+        cpus = self.ray.cluster_resources().get("CPU", 1.0)
+        remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(PPOAgent)
         measure_fn = None
         if self.cfg.reward == "measured":
             measure_fn = _remote_measure(self.evaluator, self.profile.actions, slot.name)  # type: ignore[union-attr]
