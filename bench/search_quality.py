@@ -167,7 +167,8 @@ def measure_methods(search: TracedSearch, args: argparse.Namespace) -> tuple[Led
     n_rules = sum(s.startswith("rule:") for _, s in run)
     methods = [Method("agents (search run)", [p for p, _ in run],
                       f"{n_rules} of its plans are rules the search always measures"),
-               Method("agents' own plans", [p for p, s in run if not s.startswith("rule:")])]
+               Method("agents' own plans", [p for (p, s), d in zip(run, search.order)
+                                            if any(x.startswith("agent") for x in search.state.archive.proposers[d])])]
     rand = random_plans(n, n_actions, args.measurements, args.seed)
     for p in rand:
         ledger.measure(p, "random")

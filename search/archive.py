@@ -37,18 +37,25 @@ def spread_picks(items: Sequence[T], k: int) -> list[T]:
 class ParetoArchive:
     measured: dict[str, Result] = field(default_factory=dict)
     predicted: dict[Indices, tuple[int, float]] = field(default_factory=dict)
+    proposers: dict[str, set[str]] = field(default_factory=dict)  # digest -> everyone who proposed it
 
     def add(self, result: Result) -> None:
         self.measured[result.digest] = result
+        self.proposers.setdefault(result.digest, set()).add(result.source)
 
-    def propose(self, idx: Indices, peak_bytes: int, step_seconds: float) -> None:
-        self.predicted[idx] = (peak_bytes, step_seconds)
+    def propose(self, idx: Indices, digest: str, source: str, peak_bytes: int, step_seconds: float,
+                candidate: bool = True) -> None:
+        """A proposal; ``candidate`` plans (agents', warm start) join the measurement pool."""
+        self.proposers.setdefault(digest, set()).add(source)
+        if candidate:
+            self.predicted[idx] = (peak_bytes, step_seconds)
 
     def points(self, sources: tuple[str, ...] | None = None) -> list[Result]:
-        """Measured plans that ran (no OOM), optionally only those first proposed by ``sources``."""
+        """Measured plans that ran (no OOM); with ``sources``, only those one of them proposed
+        (an agent that proposes a plan a rule also gives still found it)."""
         rows = [r for r in self.measured.values() if not r.oom]
         if sources is not None:
-            rows = [r for r in rows if r.source.startswith(sources)]
+            rows = [r for r in rows if any(p.startswith(sources) for p in self.proposers.get(r.digest, {r.source}))]
         return rows
 
     def frontier(self, sources: tuple[str, ...] | None = None) -> list[Result]:

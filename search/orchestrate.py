@@ -112,6 +112,7 @@ class Search:
             self.state.archive.add(Result(
                 tuple(e.actions), e.plan_digest, e.source, e.peak_bytes or 0, e.live_before_bytes or 0,
                 e.step_samples, e.oom, e.device or "", e.torch_version or "", e.batch_shape or "", False))
+            self.state.archive.proposers[e.plan_digest].update(e.proposers)
 
     def names(self, idx: list[int] | tuple[int, ...]) -> list[str]:
         assert self.profile is not None
@@ -121,9 +122,9 @@ class Search:
         """Record a plan's prediction; agents' (and warm-start) plans become measurement candidates."""
         assert self.cm is not None and self.profile is not None
         pred = self.cm.predict(list(idx))
-        if not source.startswith("rule:"):
-            self.state.archive.propose(idx, pred.peak_bytes, pred.step_seconds)
         digest = self.digest(idx)
+        self.state.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds,
+                                   candidate=not source.startswith("rule:"))
         self.store.record(digest, self.names(idx), source, predicted_peak_bytes=pred.peak_bytes,
                           predicted_step_seconds=pred.step_seconds)
         return digest
@@ -300,8 +301,9 @@ class Search:
             reports = self.train_round()
             for rep in reports:
                 for p in rep["plans"]:
-                    if tuple(p["actions"]) not in self.state.archive.predicted:
-                        self._record_prediction(tuple(p["actions"]), rep["name"])
+                    idx = tuple(p["actions"])
+                    if rep["name"] not in self.state.archive.proposers.get(self.digest(idx), ()):
+                        self._record_prediction(idx, rep["name"])
             if cfg.reward == "measured":
                 self.drain()
             elif cfg.reward == "hybrid":

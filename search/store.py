@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     plan_digest TEXT NOT NULL UNIQUE,
     actions TEXT NOT NULL,              -- JSON list of action names, one per unit (units in meta)
     source TEXT NOT NULL,               -- who proposed it first: agent name, rule:<name>, exact
+    proposers TEXT NOT NULL DEFAULT '[]', -- everyone who proposed it, first first (JSON list)
     measured INTEGER NOT NULL,          -- 1: peak/time below are measured
     peak_bytes INTEGER,                 -- measured peak (NULL until measured)
     live_before_bytes INTEGER,
@@ -70,6 +71,7 @@ class Evaluation:
     plan_digest: str
     actions: list[str]
     source: str
+    proposers: list[str]
     measured: bool
     peak_bytes: int | None
     live_before_bytes: int | None
@@ -91,6 +93,7 @@ class Evaluation:
 def _row_to_eval(r: sqlite3.Row) -> Evaluation:
     return Evaluation(
         id=r["id"], plan_digest=r["plan_digest"], actions=json.loads(r["actions"]), source=r["source"],
+        proposers=json.loads(r["proposers"]),
         measured=bool(r["measured"]), peak_bytes=r["peak_bytes"], live_before_bytes=r["live_before_bytes"],
         step_seconds=r["step_seconds"], step_samples=json.loads(r["step_samples"]),
         predicted_peak_bytes=r["predicted_peak_bytes"], predicted_step_seconds=r["predicted_step_seconds"],
@@ -159,8 +162,11 @@ class RunStore:
             row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (plan_digest,)).fetchone()
             if row is None:
                 self.conn.execute(
-                    "INSERT INTO evaluations(plan_digest, actions, source, measured, created_at, updated_at) "
-                    "VALUES (?, ?, ?, 0, ?, ?)", (plan_digest, json.dumps(actions), source, now, now))
+                    "INSERT INTO evaluations(plan_digest, actions, source, proposers, measured, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, 0, ?, ?)", (plan_digest, json.dumps(actions), source, json.dumps([source]), now, now))
+            elif source not in json.loads(row["proposers"]):
+                self.conn.execute("UPDATE evaluations SET proposers = ? WHERE plan_digest = ?",
+                                  (json.dumps(json.loads(row["proposers"]) + [source]), plan_digest))
             if predicted_peak_bytes is not None:
                 self.conn.execute(
                     "UPDATE evaluations SET predicted_peak_bytes = ?, predicted_step_seconds = ?, updated_at = ? "
