@@ -32,6 +32,9 @@ class Action(str, Enum):
     SELECTIVE = "selective"  # store matmul/conv/attention outputs; recompute the cheap ops
     OFFLOAD = "offload"  # store them in pinned CPU memory (CUDA only)
 
+    def __str__(self) -> str:
+        return self.value
+
 
 ACTIONS: tuple[Action, ...] = tuple(Action)
 ACTION_NAMES: tuple[str, ...] = tuple(a.value for a in Action)

@@ -55,6 +55,6 @@ class ProgressView:
                            f"{b['step_seconds'] * 1e3:.0f} ms")
         for p in report["frontier"]:
             self.console.print(f"  {p['peak_bytes'] / MB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
-                               f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {p['source']}")
+                               f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}")
         for e in report["events"]:
             self.console.print(f"  note: {e}")

@@ -50,18 +50,18 @@ def write_outputs(search: Any) -> dict[str, Any]:
         r = search.state.archive.measured.get(digest)
         if r is None or r.oom:
             continue
-        beyond = not any(p.peak_bytes <= r.peak_bytes and p.step_seconds <= _med(r.step_samples) and
-                         (p.peak_bytes, p.step_seconds) != (r.peak_bytes, _med(r.step_samples)) for p in points)
+        on_frontier = any(p.peak_bytes == r.peak_bytes and p.step_seconds == _med(r.step_samples) for p in points)
         rule_rows.append({"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": _med(r.step_samples),
-                          "not_dominated_by_frontier": beyond})
+                          "on_frontier": on_frontier})
     hv_all, hv_agents, hv_exact = search.hv(front), search.hv(agents_front), search.hv(exact_front)
     report = {
         "workload": search.cfg.workload, "batch_shape": search.batch_shape, "device": base.device,
         "units": len(search.units), "evaluations": search.store.count(), "measured": search.store.count(True),
         "baseline": {"peak_bytes": base_peak, "step_seconds": base_s},
-        "frontier": [p.model_dump() for p in points],
+        "frontier": [{**p.model_dump(mode="json"), "found_by": sorted(search.state.archive.proposers.get(r.digest, {r.source}))}
+                     for p, r in zip(points, front)],
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
-                        "agents_over_exact": (hv_agents / hv_exact) if hv_exact else None},
+                        "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
         "exact_plans_measured": len(exact_measured), "rules": rule_rows, "events": search.state.events,
         "agents": search.store.progress(),
     }
@@ -83,13 +83,13 @@ def to_markdown(rep: dict[str, Any]) -> str:
             counts[a] = counts.get(a, 0) + 1
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
         lines.append(f"| {p['peak_bytes'] / MB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
-                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {p['source']} |")
-    lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | beyond the frontier? |", "|---|---:|---:|---|"]
+                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
+    lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | on the frontier? |", "|---|---:|---:|---|"]
     for r in rep["rules"]:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
-                     f"{'yes' if r['not_dominated_by_frontier'] else 'no'} |")
+                     f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     hv = rep["hypervolume"]
-    ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] else "n/a (exact plans not measured)"
+    ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
               f"- measured frontier: {hv['frontier']:.4f}", f"- agents' plans only: {hv['agents_only']:.4f}",
               f"- exact solver's plans, measured: {hv['exact_measured']:.4f}", f"- agents / exact: {ratio}"]
