@@ -64,15 +64,3 @@ class PPOAgent:
     def observe(self, measurements: list[tuple[list[int], int, float]]) -> None:
         """Measured (actions, peak_bytes, step_seconds): the env's hybrid reward learns from them."""
         self.env.add_measurements(measurements)
-
-    def greedy_plan(self) -> list[int]:
-        """The plan the current policy picks deterministically."""
-        obs, _ = self.env.reset()
-        actions: list[int] = []
-        for _ in range(self.n_units):
-            a, _ = self.model.predict(obs, deterministic=True, action_masks=self.env.action_masks())
-            actions.append(int(a))
-            obs, _, done, _, _ = self.env.step(int(a))
-            if done:
-                break
-        return actions
