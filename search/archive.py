@@ -73,11 +73,14 @@ class ParetoArchive:
         return hypervolume(normalise(pts, baseline.peak_bytes, median_seconds(baseline.step_samples)))
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str]) -> list[Indices]:
-        """Unmeasured plans on the predicted frontier of the pool, spread over memory."""
-        pool = list(self.predicted.items())
-        if not pool or limit <= 0:
-            return []
-        mask = nondominated([v for _, v in pool])
-        front = sorted((item for item, keep in zip(pool, mask) if keep), key=lambda item: item[1][0])
-        fresh = [idx for idx, _ in front if digest_of(idx) not in self.measured]
-        return spread_picks(fresh, limit)
+        """Unmeasured plans from the predicted fronts of the pool, best front first, each spread
+        over memory. The first front alone leaves measurements unspent when the cost model's time
+        error hides plans (near-baseline plans differ by less than it), so later fronts fill up."""
+        pool = [(idx, v) for idx, v in self.predicted.items() if digest_of(idx) not in self.measured]
+        out: list[Indices] = []
+        while pool and len(out) < limit:
+            mask = nondominated([v for _, v in pool])
+            front = sorted((item for item, keep in zip(pool, mask) if keep), key=lambda item: item[1][0])
+            out += spread_picks([idx for idx, _ in front], limit - len(out))
+            pool = [item for item, keep in zip(pool, mask) if not keep]
+        return out

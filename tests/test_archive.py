@@ -1,0 +1,44 @@
+"""ParetoArchive: frontier of measured plans, credit to every proposer, measurement candidates."""
+
+from __future__ import annotations
+
+from search.archive import ParetoArchive, spread_picks
+from search.evaluator import Result
+
+
+def _result(digest: str, peak: int, seconds: float, source: str = "agent_0", oom: bool = False) -> Result:
+    return Result(("keep",), digest, source, peak, 0, [seconds], oom, "cpu", "t", "b", True)
+
+
+def test_frontier_keeps_non_dominated_measured_plans_by_memory():
+    a = ParetoArchive()
+    for r in [_result("a", 100, 1.0), _result("b", 50, 2.0), _result("c", 80, 2.5), _result("d", 10, 9.0, oom=True)]:
+        a.add(r)
+    assert [r.digest for r in a.frontier()] == ["b", "a"]  # c is dominated by b; d never ran
+
+
+def test_an_agent_that_proposes_a_rules_plan_is_credited():
+    a = ParetoArchive()
+    a.add(_result("r", 50, 2.0, source="rule:all"))
+    assert a.frontier(sources=("agent",)) == []
+    a.propose((1,), "r", "agent_1", 50, 2.0)
+    assert [r.digest for r in a.frontier(sources=("agent",))] == ["r"]
+
+
+def test_candidates_fill_the_limit_from_later_fronts_and_skip_measured_plans():
+    a = ParetoArchive()
+    preds = {(0,): (100, 1.0), (1,): (50, 2.0), (2,): (110, 1.1), (3,): (60, 2.2), (4,): (120, 1.2)}
+    for idx, (peak, secs) in preds.items():
+        a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
+    a.add(_result("d1", 50, 2.0))
+    digest = lambda idx: f"d{idx[0]}"  # noqa: E731
+    assert a.candidates(1, digest) == [(3,)]  # the lowest-memory end of the unmeasured first front
+    first_two = a.candidates(2, digest)
+    assert set(first_two) == {(0,), (3,)}  # the unmeasured first front
+    assert set(a.candidates(4, digest)) == {(0,), (3,), (2,), (4,)}  # then the next fronts
+    assert a.candidates(0, digest) == []
+
+
+def test_spread_picks_keeps_both_ends():
+    assert spread_picks(list(range(10)), 3) == [0, 4, 9]
+    assert spread_picks([1, 2], 5) == [1, 2]
