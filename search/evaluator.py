@@ -37,6 +37,7 @@ class Result:
     torch_version: str
     batch_shape: str
     new: bool  # measured now (False: answered from the cache)
+    seq: int = 0  # the Evaluator's count of measurements: a measurement's id, so none is recorded twice
 
 
 def resolve_device(name: str) -> str:
@@ -56,7 +57,8 @@ class Evaluator:
         self.units = find_units(self.workload.model, granularity, list(units) or None)
         self.actions = [parse_action(a) for a in actions]
         self.cache: dict[str, Measurement] = {}
-        self.journal: list[Result] = []
+        self.journal: list[Result] = []  # every new measurement, until the driver drains it
+        self.n_measured = 0
         self._other_batch: Workload | None = None
 
     def info(self) -> dict[str, Any]:
@@ -87,6 +89,7 @@ class Evaluator:
             return self._result(actions, plan.digest, source, cached, new=False)
         m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
+        self.n_measured += 1
         result = self._result(actions, plan.digest, source, m, new=True)
         self.journal.append(result)
         return result
@@ -105,12 +108,13 @@ class Evaluator:
         return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom}
 
     def drain(self) -> list[Result]:
+        """Every measurement since the last drain (the driver skips those it already recorded)."""
         out, self.journal = self.journal, []
         return out
 
     def _result(self, actions: Sequence[str], digest: str, source: str, m: Measurement, new: bool) -> Result:
         return Result(tuple(actions), digest, source, m.peak_bytes, m.live_before_bytes, list(m.step_seconds_samples),
-                      m.oom, m.device, m.torch_version, m.batch_shape, new)
+                      m.oom, m.device, m.torch_version, m.batch_shape, new, self.n_measured if new else 0)
 
 
 def ray_evaluator(num_gpus: int = 0):  # type: ignore[no-untyped-def]

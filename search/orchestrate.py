@@ -56,6 +56,7 @@ class AgentSlot:
 class SearchState:
     archive: ParetoArchive = field(default_factory=ParetoArchive)
     n_new_measurements: int = 0
+    recorded: set[int] = field(default_factory=set)  # Evaluator seq of each measurement in the store
     events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
 
 
@@ -140,7 +141,10 @@ class Search:
         return out
 
     def _store_result(self, r: Result) -> None:
+        if r.new and r.seq in self.state.recorded:
+            return  # drained after the driver had recorded it from the call itself
         if r.new:
+            self.state.recorded.add(r.seq)
             self.state.n_new_measurements += 1
             self.store.record(r.digest, list(r.actions), r.source, peak_bytes=r.peak_bytes,
                               live_before_bytes=r.live_before_bytes, step_samples=r.step_samples, oom=r.oom,
@@ -304,10 +308,9 @@ class Search:
                     idx = tuple(p["actions"])
                     if rep["name"] not in self.state.archive.proposers.get(self.digest(idx), ()):
                         self._record_prediction(idx, rep["name"])
-            if cfg.reward == "measured":
-                self.drain()
-            elif cfg.reward == "hybrid":
+            if cfg.reward == "hybrid":
                 self._measure_round()
+            self.drain()  # measured mode: the agents' own measurements; else a no-op that empties the journal
             self.snapshot()
             if self.on_round:
                 self.on_round(self)
@@ -322,6 +325,7 @@ class Search:
         known = self.state.archive.measured
         todo = [(tuple(self.profile.actions.index(Action(a)) for a in known[d].actions), known[d].source)  # type: ignore[union-attr]
                 for d in dict.fromkeys(digests) if d in known]
+        self.store.set_meta("remeasured", [d for d in dict.fromkeys(digests) if d in known])
         for idx, source in todo:
             result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, True))
             self._store_result(result)

@@ -123,11 +123,10 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     with RunStore(store_path, readonly=True) as s:
         after = {e.plan_digest: e.step_samples for e in s.evaluations(measured_only=True)}
         assert s.get_meta("status") == "finished"
-        remeasured = {s.get_meta("baseline_digest")} | {
-            e.plan_digest for e in s.evaluations(measured_only=True)
-            if (e.peak_bytes, e.step_seconds) in {(p["peak_bytes"], p["step_seconds"]) for p in
-                                                  json.loads((tmp_path / "r" / "frontier.json").read_text())["points"]}}
+        remeasured = set(s.get_meta("remeasured"))  # the final pass over frontier points and the baseline
+        assert s.get_meta("baseline_digest") in remeasured
     for digest, samples in before.items():
+        assert len(set(samples)) == len(samples), "a measurement was recorded twice"
         assert after[digest][:len(samples)] == samples, "samples measured before the interrupt were lost"
         if digest in remeasured:  # the final pass adds one more measurement to frontier points
             assert len(after[digest]) == len(samples) + 2
