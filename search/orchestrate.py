@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 from agents.baselines import baseline_rules
@@ -33,7 +33,7 @@ from env.profile import ModelProfile
 from search.config import SearchConfig
 from search.evaluator import Result, ray_evaluator, resolve_device
 from search.archive import ParetoArchive, spread_picks
-from search.store import RunStore
+from search.store import Evaluation, RunStore
 
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
@@ -110,14 +110,17 @@ class Search:
         known = s.evaluations(measured_only=True)  # a resumed run: these are never measured again
         self.ray.get(self.evaluator.preload.remote([dataclasses.asdict(e) for e in known]))
         for e in known:
-            self.state.archive.add(Result(
-                tuple(e.actions), e.plan_digest, e.source, e.peak_bytes or 0, e.live_before_bytes or 0,
-                e.step_samples, e.oom, e.device or "", e.torch_version or "", e.batch_shape or "", False))
+            self.state.archive.add(_from_store(e))
             self.state.archive.proposers[e.plan_digest].update(e.proposers)
 
     def names(self, idx: list[int] | tuple[int, ...]) -> list[str]:
         assert self.profile is not None
         return [self.profile.actions[i].value for i in idx]
+
+    def indices(self, names: Sequence[str]) -> tuple[int, ...]:
+        """The inverse of ``names``: action names -> profile action indices."""
+        assert self.profile is not None
+        return tuple(self.profile.actions.index(Action(a)) for a in names)
 
     def _record_prediction(self, idx: tuple[int, ...], source: str) -> str:
         """Record a plan's prediction; agents' (and warm-start) plans become measurement candidates."""
@@ -158,7 +161,7 @@ class Search:
         ready, _ = self.ray.wait([self.evaluator.drain.remote()], timeout=timeout_s)
         if ready:
             for r in self.ray.get(ready[0]):
-                self._record_prediction(tuple(self.profile.actions.index(Action(a)) for a in r.actions), r.source)
+                self._record_prediction(self.indices(r.actions), r.source)
                 self._store_result(r)
 
     def measure_baselines(self) -> dict[str, list[int]]:
@@ -323,18 +326,15 @@ class Search:
         so a point displaces another on medians of at least two measurements, not one."""
         digests = [r.digest for r in self.frontier()] + [self.store.get_meta("baseline_digest")]
         known = self.state.archive.measured
-        todo = [(tuple(self.profile.actions.index(Action(a)) for a in known[d].actions), known[d].source)  # type: ignore[union-attr]
-                for d in dict.fromkeys(digests) if d in known]
-        self.store.set_meta("remeasured", [d for d in dict.fromkeys(digests) if d in known])
-        for idx, source in todo:
-            result: Result = self.ray.get(self.evaluator.evaluate.remote(self.names(idx), source, True))
+        todo = [d for d in dict.fromkeys(digests) if d in known]
+        self.store.set_meta("remeasured", todo)
+        for d in todo:
+            result: Result = self._get(self.evaluator.evaluate.remote(list(known[d].actions), known[d].source, True))
             self._store_result(result)
-            # the evaluator's record merges all samples; keep the driver's view in step with it
+            # the store's row holds every sample of the plan; keep the driver's view in step with it
             row = self.store.get(result.digest)
             assert row is not None
-            self.state.archive.add(Result(result.actions, result.digest, row.source, row.peak_bytes or 0,
-                                                        row.live_before_bytes or 0, row.step_samples, row.oom,
-                                                        result.device, result.torch_version, result.batch_shape, False))
+            self.state.archive.add(_from_store(row))
 
     def _measure_round(self, final: bool = False) -> None:
         rounds_left = sum(max(0, math.ceil((self.cfg.timesteps - s.timesteps) / self.cfg.chunk_timesteps))
@@ -349,8 +349,7 @@ class Search:
     def feed(self, results: list[Result], slots: list[AgentSlot] | None = None) -> None:
         """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them."""
         assert self.profile is not None
-        fed = [([self.profile.actions.index(Action(a)) for a in r.actions], r.peak_bytes, _median(r.step_samples))
-               for r in results if not r.oom]
+        fed = [(list(self.indices(r.actions)), r.peak_bytes, _median(r.step_samples)) for r in results if not r.oom]
         if not fed:
             return
         for s in slots or self.agents:
@@ -363,6 +362,12 @@ class Search:
     def _proposer(self, idx: tuple[int, ...]) -> str:
         row = self.store.get(self.digest(idx))
         return row.source if row else "agent"
+
+
+def _from_store(e: Evaluation) -> Result:
+    """A measured store row as the driver's Result (not new: it is already recorded)."""
+    return Result(tuple(e.actions), e.plan_digest, e.source, e.peak_bytes or 0, e.live_before_bytes or 0,
+                  e.step_samples, e.oom, e.device or "", e.torch_version or "", e.batch_shape or "", False)
 
 
 def _remote_measure(evaluator: Any, actions: list[Action], source: str) -> Callable[[list[int]], tuple[int, float]]:
