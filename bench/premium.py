@@ -1,15 +1,17 @@
 """The checkpointing premium per architecture: memory saved against step time paid, measured.
 
-    python bench/premium.py                    # gpt (transformer), cnn, lstm at bench sizes, ~3 min each
+    python bench/premium.py                    # gpt (default size), a ResNet-style cnn, lstm: ~25 min
     python bench/premium.py --workloads gpt --device cuda
+    python bench/premium.py --saving activation   # targets on activation memory instead of the peak
     python bench/premium.py --quick            # tiny sizes, for the smoke test
 
 For each workload, through one ``search.evaluator.Evaluator`` in this process: the baseline
 (every unit kept), every unit recomputed, every unit selective, the rules of
 ``agents.baselines``, and the exact solver's frontier on the profile (the searched plans),
 each measured (up to ``--max-exact`` spread over it, plus the four predicted fastest near each
-target). For 30%, 50% and 70% activation-memory saving the searched plan is the fastest
-measured exact-frontier plan reaching at least that saving (or "unreachable"). The plans the
+target). For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
+activation memory (``--saving activation``) the searched plan is the fastest measured
+exact-frontier plan reaching at least that saving (or "unreachable"). The plans the
 tables quote are then measured once more, interleaved, and the numbers come from all their
 timed steps. Savings are of the total peak and of the activation part (peak minus what is live
 before the step: parameters, gradients, AdamW state, inputs), which is what checkpointing acts on.
@@ -17,6 +19,11 @@ before the step: parameters, gradients, AdamW state, inputs), which is what chec
 Beside them, the commonly cited figures (CITED below) and whether each holds here; at 50%
 saving, the searched plan's step time against every rule reaching that saving (as ratios).
 Writes ``bench/results/premium.json``.
+
+The default workloads: the transformer at the built-in default size (``gpt``: 6 blocks, d=384,
+batch 8x256), a ResNet-style CNN of 3 stages x 6 blocks (the cited CNN figures are for deep
+ResNets; at 2 blocks a stage the stem's full-resolution backward bounds the peak and no plan
+saves 50%), and the LSTM at its bench size.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from env.profile import ModelProfile  # noqa: E402
 from search.evaluator import Evaluator  # noqa: E402
 
 Plan = tuple[int, ...]
-TARGETS = (0.3, 0.5, 0.7)  # activation-memory saving the searched plans must reach
+TARGETS = (0.3, 0.5, 0.7)  # saving (of the peak, or of the activations) the searched plans must reach
+DEFAULT_WORKLOADS = ["gpt=gpt", "cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6", "lstm"]
+QUICK_WORKLOADS = ["gpt", "cnn", "lstm"]
 ARCHITECTURE = {"gpt": "transformer", "cnn": "cnn", "lstm": "rnn"}
 # (activation memory saved %, step-time cost %), low-high, as commonly cited for checkpointing
 CITED: dict[str, dict[str, Any]] = {
@@ -70,20 +79,30 @@ def cited_check(row: dict[str, Any], cited: dict[str, Any]) -> dict[str, Any]:
             "measured_slowdown_pct": slowdown, "memory": mem, "time": cost, "holds": holds}
 
 
-def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: Point, target: float, k: int = 1) -> list[Plan]:
-    """The ``k`` fastest measured plans whose activation saving is at least ``target``."""
-    ok = [p for p in plans if 1 - ledger.records[p].activation_bytes / base.activation_bytes >= target]
+def saving_of(ledger: Ledger, plan: Plan, base: Point, kind: str) -> float:
+    """The measured saving of ``plan`` against ``base``: of the peak, or of the activations."""
+    r = ledger.records[plan]
+    if kind == "peak":
+        return 1 - r.peak_bytes / base.peak_bytes
+    return 1 - r.activation_bytes / base.activation_bytes
+
+
+def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: Point, target: float, kind: str,
+                     k: int = 1) -> list[Plan]:
+    """The ``k`` fastest measured plans whose saving (``kind``) is at least ``target``."""
+    ok = [p for p in plans if saving_of(ledger, p, base, kind) >= target]
     return sorted(ok, key=lambda p: ledger.records[p].step_seconds)[:k]
 
 
-def searched_plans(prof: ModelProfile, max_exact: int, per_target: int = 4) -> list[Plan]:
+def searched_plans(prof: ModelProfile, max_exact: int, kind: str, per_target: int = 4) -> list[Plan]:
     """Exact-frontier plans to measure: at most ``max_exact`` spread over the frontier, plus per
-    target the ``per_target`` predicted fastest whose predicted activation saving is within 5
+    target the ``per_target`` predicted fastest whose predicted saving (``kind``) is within 5
     points of it (the profile's prediction is close, not exact)."""
     cm = CostModel(prof)
     front = exact_frontier(cm)
-    keep_act = cm.peak_bytes([cm.action_index(Action.KEEP)] * cm.n_units) - prof.base_bytes
-    saving = {tuple(p.plan): 1 - (p.peak_bytes - prof.base_bytes) / keep_act for p in front}
+    keep_peak = cm.peak_bytes([cm.action_index(Action.KEEP)] * cm.n_units)
+    floor = 0 if kind == "peak" else prof.base_bytes
+    saving = {tuple(p.plan): 1 - (p.peak_bytes - floor) / (keep_peak - floor) for p in front}
     step = max(1, -(-len(front) // max_exact))  # ceil: every step-th point, both ends kept
     chosen = [tuple(p.plan) for p in front[::step]] + [tuple(front[-1].plan)]
     for t in TARGETS:
@@ -92,45 +111,46 @@ def searched_plans(prof: ModelProfile, max_exact: int, per_target: int = 4) -> l
     return list(dict.fromkeys(chosen))
 
 
-def measure_all(ledger: Ledger, prof: ModelProfile, max_exact: int, seed: int) -> tuple[dict[str, Plan], list[Plan]]:
+def measure_all(ledger: Ledger, prof: ModelProfile, max_exact: int, seed: int,
+                kind: str) -> tuple[dict[str, Plan], list[Plan]]:
     """Rules (incl. none/all/all_selective) and the searched plans, each measured once."""
     rules = {k: tuple(v) for k, v in baseline_rules(len(prof.units), prof.actions, seed=seed).items()
              if not k.startswith("random")}
     for name, p in rules.items():
         ledger.measure(p, f"rule:{name}")
-    exact = searched_plans(prof, max_exact)
+    exact = searched_plans(prof, max_exact, kind)
     for p in exact:
         ledger.measure(p, "exact")
     return rules, exact
 
 
-def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int) -> None:
+def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int, kind: str) -> None:
     """Interleaved repeats of the plans the tables quote: the baseline, the uniform plans, the rules
     and the three fastest frontier candidates per target."""
     base = ledger.records[rules["none"]]
     quoted = [rules["none"], *rules.values()]
     for t in TARGETS:
-        quoted += fastest_reaching(ledger, exact, base, t, k=3)
+        quoted += fastest_reaching(ledger, exact, base, t, kind, k=3)
     for _ in range(rounds):
         for p in dict.fromkeys(quoted):
             ledger.measure(p, "remeasure", again=True)
 
 
-def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: Point) -> dict[str, Any]:
+def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: Point, kind: str) -> dict[str, Any]:
     """Per target: the searched plan, or why there is none, and the rules against it."""
-    reach = max(1 - ledger.records[p].activation_bytes / base.activation_bytes for p in exact)
+    reach = max(saving_of(ledger, p, base, kind) for p in exact)
     out: dict[str, Any] = {}
     for t in TARGETS:
-        best = fastest_reaching(ledger, exact, base, t)
+        best = fastest_reaching(ledger, exact, base, t, kind)
         key = f"{round(100 * t)}%"
         if not best:
-            out[key] = {"reachable": False, "max_searched_activation_saving": reach}
+            out[key] = {"reachable": False, "max_searched_saving": reach}
             continue
         row = point_row(ledger, best[0], base)
         versus = {}
         for name, p in rules.items():
             r = point_row(ledger, p, base)
-            versus[name] = {"reaches": r["activation_saving"] >= t, "activation_saving": r["activation_saving"],
+            versus[name] = {"reaches": r[f"{kind}_saving"] >= t, "saving": r[f"{kind}_saving"],
                             "time_ratio_to_searched": r["step_seconds"] / row["step_seconds"]}
         out[key] = {"reachable": True, "searched": row, "rules": versus}
     return out
@@ -142,8 +162,8 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
                    args.threads)
     prof = ModelProfile.model_validate(ev.profile())
     ledger = Ledger(ev.evaluate, prof.actions)
-    rules, exact = measure_all(ledger, prof, args.max_exact, args.seed)
-    remeasure(ledger, rules, exact, args.rounds)
+    rules, exact = measure_all(ledger, prof, args.max_exact, args.seed, args.saving)
+    remeasure(ledger, rules, exact, args.rounds, args.saving)
     base = ledger.records[rules["none"]]
     uniform = {name: point_row(ledger, rules[name], base) for name in ("none", "all", "all_selective")}
     arch = ARCHITECTURE.get(label)
@@ -154,7 +174,8 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
     return {
         "label": label, "architecture": arch or label, "workload": spec, "batch_shape": prof.batch_shape,
         "n_units": len(prof.units), "device": ev.device, "baseline": uniform["none"],
-        "uniform": uniform, "targets": at_targets(ledger, rules, exact, base), "cited": cited,
+        "saving": args.saving, "uniform": uniform, "targets": at_targets(ledger, rules, exact, base, args.saving),
+        "cited": cited,
         "searched_frontier": [point_row(ledger, p, base) for p in exact],
         "rules": {name: point_row(ledger, p, base) for name, p in rules.items()},
         "new_measurements": ledger.new_measurements, "wall_seconds": time.perf_counter() - t0,
@@ -171,7 +192,8 @@ def markdown(result: dict[str, Any]) -> str:
     against these, and the rules at 50% saving against the searched plan."""
     out = []
     for w in result["workloads"]:
-        b = w["baseline"]
+        b, kind = w["baseline"], w.get("saving", "activation")
+        what = "peak" if kind == "peak" else "activation"
         out += [f"**{w['architecture']}** (`{w['workload']}`, {w['n_units']} units; baseline "
                 f"{b['peak_bytes'] / 1e6:.1f} MB peak of which {b['activation_bytes'] / 1e6:.1f} MB activations, "
                 f"{b['step_seconds'] * 1e3:.1f} ms a step)", "",
@@ -180,10 +202,11 @@ def markdown(result: dict[str, Any]) -> str:
                 _saving_row("every unit selective", w["uniform"]["all_selective"])]
         for key, t in w["targets"].items():
             if t["reachable"]:
-                out.append(_saving_row(f"searched, >= {key} activation saving", t["searched"]))
+                out.append(_saving_row(f"searched, >= {key} {what} saving", t["searched"]))
             else:
-                out.append(f"| searched, >= {key} activation saving | unreachable: the most any searched plan saves "
-                           f"is {100 * t['max_searched_activation_saving']:.1f}% | | | |")
+                reach = t.get("max_searched_saving", t.get("max_searched_activation_saving", 0.0))
+                out.append(f"| searched, >= {key} {what} saving | unreachable: the most any searched plan saves "
+                           f"is {100 * reach:.1f}% | | | |")
         out += ["", "| cited claim | cited: memory saved, slower | measured here | memory | time | holds? |",
                 "|---|---|---|---|---|---|"]
         for claim, c in w["cited"].items():
@@ -197,10 +220,10 @@ def markdown(result: dict[str, Any]) -> str:
         if reached:
             key = reached[0]
             half = w["targets"][key]
-            out += ["", f"At >= {key} activation saving, each rule's step time over the searched plan's "
+            out += ["", f"At >= {key} {what} saving, each rule's step time over the searched plan's "
                         f"({half['searched']['step_seconds'] * 1e3:.1f} ms):", ""]
             cells = [f"{name} {r['time_ratio_to_searched']:.2f}x" if r["reaches"]
-                     else f"{name} (saves only {100 * r['activation_saving']:.0f}%)"
+                     else f"{name} (saves only {100 * r.get('saving', r.get('activation_saving', 0.0)):.0f}%)"
                      for name, r in half["rules"].items() if name != "none"]
             out.append("; ".join(cells) + ".")
         out.append("")
@@ -209,8 +232,11 @@ def markdown(result: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm"],
-                    help="gpt, cnn, lstm (bench sizes, see bench/common.py) or any workload spec")
+    ap.add_argument("--workloads", nargs="+",
+                    help="gpt, cnn, lstm (bench sizes, see bench/common.py), label=spec or any workload spec "
+                         f"(default: {' '.join(DEFAULT_WORKLOADS)})")
+    ap.add_argument("--saving", choices=["peak", "activation"], default="peak",
+                    help="what the 30/50/70%% targets save: the whole peak, or the activation memory")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved re-measurements of the quoted plans")
@@ -223,6 +249,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.rounds, args.max_exact = 1, 1, 4
+    if not args.workloads:
+        args.workloads = QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS
     return args
 
 

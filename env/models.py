@@ -123,15 +123,16 @@ class Stem(nn.Module):
 
 
 class ResNetCNN(nn.Module):
-    """Stem + ``blocks_per_stage`` BasicBlocks per stage, in one Sequential ``features``."""
+    """Stem + ``blocks[i]`` BasicBlocks in stage ``i`` (of width ``widths[i]``), in one Sequential
+    ``features``; ``blocks=(3, 4, 6, 3)`` is ResNet-34's depth."""
 
-    def __init__(self, widths: tuple[int, ...], blocks_per_stage: int, n_classes: int,
+    def __init__(self, widths: tuple[int, ...], blocks: tuple[int, ...], n_classes: int,
                  dropout: float) -> None:
         super().__init__()
         layers: list[nn.Module] = [Stem(widths[0])]
         c_in = widths[0]
-        for stage, width in enumerate(widths):
-            for b in range(blocks_per_stage):
+        for stage, (width, n_blocks) in enumerate(zip(widths, blocks, strict=True)):
+            for b in range(n_blocks):
                 layers.append(BasicBlock(c_in, width, 2 if (stage > 0 and b == 0) else 1))
                 c_in = width
         self.features = nn.Sequential(*layers)

@@ -94,7 +94,7 @@ def _move(v: Any, device: str | torch.device) -> Any:
 
 BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt": dict(vocab_size=4096, seq_len=256, n_layer=6, d_model=384, n_head=6, dropout=0.1, batch_size=8),
-    "cnn": dict(widths="32,64,128,256", blocks_per_stage=2, image_size=160, n_classes=10, dropout=0.1,
+    "cnn": dict(widths="32,64,128,256", blocks_per_stage="2", image_size=160, n_classes=10, dropout=0.1,
                 batch_size=32),
     "lstm": dict(vocab_size=4096, seq_len=128, n_layer=6, d_model=256, dropout=0.1, batch_size=16),
     "mlp": dict(d_in=256, width=512, n_layer=8, dropout=0.1, batch_size=1024),
@@ -102,8 +102,8 @@ BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpt": {"tiny": dict(vocab_size=128, seq_len=16, n_layer=4, d_model=32, n_head=2, batch_size=2),
             "small": dict(vocab_size=1024, seq_len=128, n_layer=6, d_model=128, n_head=4, batch_size=4)},
-    "cnn": {"tiny": dict(widths="8,16", blocks_per_stage=2, image_size=32, batch_size=2),
-            "small": dict(widths="16,32,64", blocks_per_stage=2, image_size=64, batch_size=8)},
+    "cnn": {"tiny": dict(widths="8,16", blocks_per_stage="2", image_size=32, batch_size=2),
+            "small": dict(widths="16,32,64", blocks_per_stage="2", image_size=64, batch_size=8)},
     "lstm": {"tiny": dict(vocab_size=64, seq_len=8, n_layer=3, d_model=16, batch_size=2),
              "small": dict(vocab_size=1024, seq_len=64, n_layer=4, d_model=128, batch_size=8)},
     "mlp": {"tiny": dict(d_in=8, width=16, n_layer=4, batch_size=4),
@@ -118,9 +118,26 @@ def _build_gpt(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs
     return model, (idx, torch.randint(0, o["vocab_size"], shape, generator=g))
 
 
+def _int_list(o: dict[str, Any], key: str) -> tuple[int, ...]:
+    """A comma-separated option of positive integers, e.g. ``widths=32,64,128``."""
+    try:
+        values = tuple(int(v) for v in str(o[key]).split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise WorkloadError(f"option {key}={o[key]} must be positive integers separated by commas, e.g. {key}=2,2")
+    return values
+
+
 def _build_cnn(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
-    widths = tuple(int(w) for w in str(o["widths"]).split(","))
-    model = models.ResNetCNN(widths, o["blocks_per_stage"], o["n_classes"], o["dropout"])
+    widths = _int_list(o, "widths")
+    blocks = _int_list(o, "blocks_per_stage")
+    if len(blocks) == 1:
+        blocks *= len(widths)
+    if len(blocks) != len(widths):
+        raise WorkloadError(f"cnn option blocks_per_stage={o['blocks_per_stage']} names {len(blocks)} stages but "
+                            f"widths={o['widths']} names {len(widths)}; give one count, or one per width")
+    model = models.ResNetCNN(widths, blocks, o["n_classes"], o["dropout"])
     images = torch.randn(o["batch_size"], 3, o["image_size"], o["image_size"], generator=g)
     return model, (images, torch.randint(0, o["n_classes"], (o["batch_size"],), generator=g))
 

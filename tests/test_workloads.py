@@ -48,6 +48,18 @@ def test_spec_options_override_the_preset_and_round_trip() -> None:
     assert builtin_options(WorkloadSpec.parse("cnn/tiny?dropout=0.5"))["dropout"] == 0.5
 
 
+def test_cnn_stages_take_one_depth_each_as_resnet() -> None:
+    w = load_workload("cnn/tiny?widths=8,16,32,64&blocks_per_stage=3,4,6,3")
+    assert len(w.model.features) == 1 + 16  # the stem, then ResNet-34's 3+4+6+3 blocks
+    assert len(load_workload("cnn/tiny?blocks_per_stage=3").model.features) == 1 + 2 * 3
+    with pytest.raises(WorkloadError) as e:
+        load_workload("cnn/tiny?blocks_per_stage=3,4,6")
+    one_line_error(e, "blocks_per_stage=3,4,6", "3 stages", "widths=8,16", "one per width")
+    with pytest.raises(WorkloadError) as e:
+        load_workload("cnn/tiny?blocks_per_stage=two")
+    one_line_error(e, "blocks_per_stage=two", "positive integers")
+
+
 def test_unknown_workload_names_the_choices() -> None:
     with pytest.raises(WorkloadError) as e:
         load_workload("transformer")
