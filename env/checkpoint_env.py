@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from env.cost_model import CostModel
+from env.cost_model import CostModel, Prediction
 from env.peak_walk import advance, initial_state, lowest_peak, suffix_functionals, unit_terms
 from env.plan import Action
 from env.profile import ModelProfile
@@ -110,8 +110,11 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     |            | measured plans, corrected by them as in ``hybrid`` (no measuring here)     |
     | measured   | ``evaluator`` for every new plan, cached by plan; the baseline is measured |
     |            | too (once), so ratios compare measurements with measurements               |
-    | hybrid     | the prediction times the mean measured/predicted ratio (peak and time      |
-    |            | separately) over the plans measured so far; a measured plan uses its       |
+    | hybrid     | the prediction corrected by the plans measured so far: peak times the mean |
+    |            | measured/predicted ratio; time anchored at the measured baseline, its      |
+    |            | predicted extra over the baseline scaled by the least-squares fit of       |
+    |            | measured to predicted extras (so no unmeasured plan predicted slower than  |
+    |            | the baseline looks faster than it); a measured plan uses its               |
     |            | measurement. A new plan is measured when its corrected prediction fits     |
     |            | the budget and beats the fastest measured feasible plan: only candidates  |
     |            | that would become this agent's best cost a measurement.                    |
@@ -175,6 +178,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         self._cache: dict[tuple[int, ...], tuple[int, float, bool]] = {}
         self._ratios: list[tuple[float, float]] = []  # measured / predicted (peak, time), hybrid/measured
         self._measured_baseline: tuple[int, float] | None = None
+        self._time_fit: tuple[float, float] | None = None  # (sum dm*dp, sum dp*dp) of time extras
         self._best_measured_seconds = float("inf")
         self._reset_walk()
 
@@ -210,6 +214,42 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             return 1.0, 1.0
         n = len(self._ratios)
         return sum(r[0] for r in self._ratios) / n, sum(r[1] for r in self._ratios) / n
+
+    def _corrected(self, pred: Prediction) -> tuple[int, float]:
+        """A prediction corrected by the measurements so far (see Rewards, ``hybrid``)."""
+        peak_r, time_r = self._correction()
+        peak = round(pred.peak_bytes * peak_r)
+        if self._measured_baseline is None:
+            return peak, pred.step_seconds * time_r
+        base = self._measured_baseline[1]
+        extra = pred.step_seconds - self.baseline_seconds
+        if self._time_fit is None:  # nothing but the baseline measured: scale by its ratio
+            return peak, base + extra * base / self.baseline_seconds
+        cross, square = self._time_fit
+        return peak, base + extra * max(0.0, cross / square)
+
+    def _learn(self, plan: tuple[int, ...], peak: int, seconds: float) -> None:
+        """Take one measured plan into the cache and the corrections."""
+        pred = self.cost_model.predict(list(plan))
+        self._ratios.append((peak / pred.peak_bytes, seconds / pred.step_seconds))
+        self._cache[plan] = (int(peak), float(seconds), True)
+        if plan == tuple([self.profile.actions.index(Action.KEEP)] * self.n_units):
+            self._measured_baseline = (int(peak), float(seconds))
+        if peak <= self.budget_bytes:
+            self._best_measured_seconds = min(self._best_measured_seconds, float(seconds))
+        self._refit_time()
+
+    def _refit_time(self) -> None:
+        """Least squares through the origin of measured on predicted extra time over the baseline."""
+        if self._measured_baseline is None:
+            return
+        cross = square = 0.0
+        for plan, (_, seconds, _) in self._cache.items():
+            dp = self.cost_model.step_seconds(list(plan)) - self.baseline_seconds
+            if dp != 0:
+                cross += (seconds - self._measured_baseline[1]) * dp
+                square += dp * dp
+        self._time_fit = (cross, square) if square > 0 else None
 
     def _obs(self) -> np.ndarray:
         i, inv_n = self._i, 1.0 / self.n_units
@@ -283,16 +323,14 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             known = self._cache.get(tuple(plan))
             if known is not None:
                 return known
-            peak_r, time_r = self._correction()
-            return round(pred.peak_bytes * peak_r), pred.step_seconds * time_r, False
+            return self._corrected(pred) + (False,)
         if tuple(plan) in self._cache:
             return self._cache[tuple(plan)]
         if self._measured_baseline is None:
             self._measured_baseline = self._measure([self.profile.actions.index(Action.KEEP)] * self.n_units)
         if self.reward_mode == "measured":
             return self._measure(plan) + (True,)
-        peak_r, time_r = self._correction()
-        peak, seconds = round(pred.peak_bytes * peak_r), pred.step_seconds * time_r
+        peak, seconds = self._corrected(pred)
         if peak <= self.budget_bytes and seconds < self._best_measured_seconds:
             return self._measure(plan) + (True,)
         return peak, seconds, False  # not cached: the correction moves as measurements arrive
@@ -305,18 +343,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         driver measures between training chunks so that measuring never shares the CPU with
         training. The all-``keep`` plan among them becomes the baseline of the time ratio.
         """
-        keep = tuple([self.profile.actions.index(Action.KEEP)] * self.n_units)
         for plan, peak, seconds in measurements:
             key = tuple(int(a) for a in plan)
-            if key in self._cache and self._cache[key][2]:
-                continue
-            pred = self.cost_model.predict(list(key))
-            self._ratios.append((peak / pred.peak_bytes, seconds / pred.step_seconds))
-            self._cache[key] = (int(peak), float(seconds), True)
-            if key == keep:
-                self._measured_baseline = (int(peak), float(seconds))
-            if peak <= self.budget_bytes:
-                self._best_measured_seconds = min(self._best_measured_seconds, float(seconds))
+            if key not in self._cache:
+                self._learn(key, int(peak), float(seconds))
 
     def _measure(self, plan: list[int]) -> tuple[int, float]:
         """Measure a plan once (cached), and learn the measured/predicted ratios from it."""
@@ -325,9 +355,5 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             return self._cache[key][:2]
         assert self.evaluator is not None  # checked in __init__ for these modes
         peak, seconds = self.evaluator(list(plan))
-        pred = self.cost_model.predict(plan)
-        self._ratios.append((peak / pred.peak_bytes, seconds / pred.step_seconds))
-        self._cache[key] = (int(peak), float(seconds), True)
-        if peak <= self.budget_bytes:
-            self._best_measured_seconds = min(self._best_measured_seconds, float(seconds))
+        self._learn(key, int(peak), float(seconds))
         return int(peak), float(seconds)
