@@ -223,7 +223,7 @@ def markdown(result: dict[str, Any]) -> str:
             out += ["", f"At >= {key} {what} saving, each rule's step time over the searched plan's "
                         f"({half['searched']['step_seconds'] * 1e3:.1f} ms):", ""]
             cells = [f"{name} {r['time_ratio_to_searched']:.2f}x" if r["reaches"]
-                     else f"{name} (saves only {100 * r.get('saving', r.get('activation_saving', 0.0)):.0f}%)"
+                     else f"{name} (saves only {100 * r.get('saving', r.get('activation_saving', 0.0)):.1f}%)"
                      for name, r in half["rules"].items() if name != "none"]
             out.append("; ".join(cells) + ".")
         out.append("")

@@ -112,7 +112,8 @@ def fig_premium(r: Result, plots: Path, name: str = "premium") -> list[str]:
                 p = t["searched"]
                 ax.plot(100 * p[kind], 100 * p["slowdown"], "*", ms=10, label=f"searched >= {key}")
         what = "peak memory" if kind == "peak_saving" else "activation memory"
-        ax.set(title=f"{w['architecture']}: {w['workload']}", xlabel=f"{what} saved (%)",
+        ax.set_title(f"{w['architecture']}\n{w['workload']}", fontsize=8)
+        ax.set(xlabel=f"{what} saved (%)",
                ylabel="step time added (%)")
         ax.legend(fontsize=6)
     caption(fig, r, name)

@@ -104,12 +104,17 @@ def plan_page(run: RunData) -> None:
     m[3].metric("cost-model peak", predicted, "prediction", delta_color="off")
     units = unit_table(run, list(row.actions))
     st.plotly_chart(figures.plan_figure(units), key="plan_chart")
+    clock = CLOCKS.get(run.profile.clock if run.profile else "wall", "wall-clock")
     st.caption(f"Measured on **{row.device}**, torch {row.torch_version}, batch {row.batch_shape}, "
-               f"median of {row.repeats} steps (spread {row.spread_seconds * 1e3:.2f} ms); proposed by {row.source}. "
+               f"median of {row.repeats} steps by {clock} time (spread {row.spread_seconds * 1e3:.2f} ms); "
+               f"proposed by {row.source}. "
                "Per-unit bytes and times are the profile's, measured with every unit under that action.")
     st.dataframe(units, hide_index=True, width="stretch")
     _compare_with_rule(run, digest)
     export_section(run, digest)
+
+
+CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.timeline.step_clock
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:

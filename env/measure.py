@@ -3,7 +3,9 @@
 - CUDA: ``reset_peak_memory_stats`` -> step -> ``max_memory_allocated`` (and reserved beside
   it); ``torch.cuda.synchronize`` around timed steps.
 - CPU: the profiler's memory events over one step; the peak of their running sum is exact and
-  repeatable (process RSS is not). Time: warm-up steps, then the median of N timed steps.
+  repeatable (process RSS is not). Time: warm-up steps, then the median of N timed steps, read
+  from the measuring thread's CPU time when the step runs on one torch thread, so that other
+  processes on the machine do not lengthen it (``env.timeline.step_clock``; ``clock`` says which).
 
 ``peak_bytes`` is everything live at the step's peak (parameters, optimizer state, inputs,
 activations, gradients): what must fit on the device. ``activation_bytes`` is the part above
@@ -13,7 +15,6 @@ what was live before the step.
 from __future__ import annotations
 
 import statistics
-import time
 from typing import Sequence
 
 import torch
@@ -23,7 +24,7 @@ from pydantic import BaseModel
 from env.apply import apply_actions
 from env.errors import MeasurementError
 from env.plan import Plan
-from env.timeline import profiled_step, sync, train_step
+from env.timeline import profiled_step, step_clock, sync, train_step
 from env.workloads import Workload
 
 
@@ -51,6 +52,7 @@ class Measurement(BaseModel):
     live_before_bytes: int  # parameters, optimizer state and inputs, before the step
     peak_reserved_bytes: int | None = None  # CUDA caching allocator's reserve at its peak
     step_seconds_samples: list[float]  # one per timed step, all repeats together
+    clock: str = "wall"  # what the samples were read from: env.timeline.step_clock
     device: str
     torch_version: str
     oom: bool = False  # the plan ran out of memory: infeasible on this device
@@ -123,8 +125,9 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
     if optimizer is None:  # one optimizer per workload: its state is part of what is live
         optimizer = workload.optimizer_factory(workload.model.parameters())
         workload.meta["_optimizer"] = optimizer
+    clock_name, clock = step_clock(device)
     base = dict(workload=workload.spec, batch_shape=workload.batch_shape, plan_digest=plan.digest,
-                device=_device_name(device), torch_version=torch.__version__)
+                device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
     with apply_actions(workload.model, plan, units):
         try:
             for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
@@ -133,10 +136,10 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
             samples = []
             for _ in range(repeats):
                 sync(device)
-                t0 = time.perf_counter()
+                t0 = clock()
                 train_step(workload, optimizer)
                 sync(device)
-                samples.append(time.perf_counter() - t0)
+                samples.append((clock() - t0) / 1e9)
         except RuntimeError as e:
             if device.type != "cuda" or not _is_oom(e):
                 raise

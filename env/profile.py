@@ -30,7 +30,7 @@ from env.apply import apply_actions, plan_for
 from env.errors import MeasurementError
 from env.measure import Measurement, measure, state_bytes
 from env.plan import Action
-from env.timeline import MemoryTrace, UnitMarkers, profiled_step, train_step
+from env.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
 from env.workloads import Workload
 
 
@@ -75,6 +75,7 @@ class ModelProfile(BaseModel):
     tail: Segment
     costs: dict[Action, list[UnitCost]]  # costs[action][unit index]
     baseline: Measurement | None = None  # all-keep, measured
+    clock: str = "wall"  # what segment seconds were read from (env.timeline.step_clock)
 
     def cost(self, unit: int, action: Action) -> UnitCost:
         return self.costs[action][unit]
@@ -138,7 +139,8 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
     """One timed step with every unit under ``action``; appends each segment's seconds to ``times``."""
     plan = plan_for(workload.model, units, [action] * len(units))
     with apply_actions(workload.model, plan, units):
-        with UnitMarkers(workload.model, units, sync_cuda=workload.device.type == "cuda") as timed:
+        with UnitMarkers(workload.model, units, sync_cuda=workload.device.type == "cuda",
+                         clock=step_clock(workload.device)[1]) as timed:
             train_step(workload, optimizer, timed)
     ns = dict(timed.marks)
     for name, a, b in segs:
@@ -181,5 +183,5 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
         fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(actions),
         base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"],
         costs={a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()},
-        baseline=base_m,
+        baseline=base_m, clock=step_clock(workload.device)[0],
     )

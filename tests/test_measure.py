@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.nn as nn
@@ -67,6 +69,33 @@ def test_median_spread_and_merging_repeats() -> None:
     with pytest.raises(MeasurementError) as e:
         m.merged(_record([0.1], digest="other"))
     one_line_error(e, "cannot merge measurements of different plans")
+
+
+class _Sleeper(nn.Module):
+    """A layer that waits 40 ms in forward: time no CPU is spent on, as when another process
+    holds the core."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.04)
+        return self.lin(x).pow(2).mean()
+
+
+def test_one_cpu_thread_times_the_step_by_its_cpu_time_more_threads_by_the_wall() -> None:
+    w = Workload("sleeper", _Sleeper(), (torch.randn(8, 4),))
+    plan = plan_for(w.model, ["lin"], [Action.KEEP])
+    assert torch.get_num_threads() == 1  # tests/conftest.py
+    one = measure(w, plan, ["lin"], repeats=2)
+    assert one.clock == "thread-cpu" and max(one.step_seconds_samples) < 0.02  # the wait is not counted
+    torch.set_num_threads(2)
+    try:
+        two = measure(w, plan, ["lin"], repeats=2)
+    finally:
+        torch.set_num_threads(1)
+    assert two.clock == "wall" and min(two.step_seconds_samples) >= 0.04
 
 
 def test_repeats_must_be_positive(gpt) -> None:
