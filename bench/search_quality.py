@@ -342,7 +342,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--population", type=int, default=8,
                     help="NSGA-II population (M trials make M / population generations)")
     ap.add_argument("--max-exact", type=int, default=24, help="most exact-frontier plans measured (evenly spread)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
+    ap.add_argument("--repeats", type=int, default=5, help="timed steps per measurement")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="tiny sizes and budgets (smoke test, ~30 s)")

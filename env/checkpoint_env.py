@@ -33,7 +33,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from env.cost_model import CostModel, Prediction
+from env.correction import MeasuredCorrection
+from env.cost_model import CostModel
 from env.peak_walk import advance, initial_state, lowest_peak, suffix_functionals, unit_terms
 from env.plan import Action
 from env.profile import ModelProfile
@@ -110,11 +111,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     |            | measured plans, corrected by them as in ``hybrid`` (no measuring here)     |
     | measured   | ``evaluator`` for every new plan, cached by plan; the baseline is measured |
     |            | too (once), so ratios compare measurements with measurements               |
-    | hybrid     | the prediction corrected by the plans measured so far: peak times the mean |
-    |            | measured/predicted ratio; time anchored at the measured baseline, its      |
-    |            | predicted extra over the baseline scaled by the least-squares fit of       |
-    |            | measured to predicted extras (so no unmeasured plan predicted slower than  |
-    |            | the baseline looks faster than it); a measured plan uses its               |
+    | hybrid     | the prediction corrected by the plans measured so far                      |
+    |            | (``env.correction.MeasuredCorrection``: peak times the mean measured/      |
+    |            | predicted ratio; time = measured baseline + per-unit extras fitted to the  |
+    |            | measurements); a measured plan uses its                                    |
     |            | measurement. A new plan is measured when its corrected prediction fits     |
     |            | the budget and beats the fastest measured feasible plan: only candidates  |
     |            | that would become this agent's best cost a measurement.                    |
@@ -174,11 +174,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         self._unit_obs: list[list[float]] = feats + [[0.0] * (3 * n_act)]
         self.action_space = spaces.Discrete(n_act)
         self.observation_space = spaces.Box(-OBS_BOUND, OBS_BOUND, shape=(4 * n_act + 4,), dtype=np.float32)
-        # measured plans: plan tuple (profile indices) -> (peak_bytes, step_seconds, measured=True)
-        self._cache: dict[tuple[int, ...], tuple[int, float, bool]] = {}
-        self._ratios: list[tuple[float, float]] = []  # measured / predicted (peak, time), hybrid/measured
-        self._measured_baseline: tuple[int, float] | None = None
-        self._time_fit: tuple[float, float] | None = None  # (sum dm*dp, sum dp*dp) of time extras
+        # measured plans, and the cost model corrected by them (hybrid/measured, add_measurements)
+        self.correction = MeasuredCorrection(cm)
         self._best_measured_seconds = float("inf")
         self._reset_walk()
 
@@ -208,52 +205,20 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         self._counts = [0] * len(self._act)
         self._state = initial_state(self.profile)
 
-    def _correction(self) -> tuple[float, float]:
-        """Measured / predicted (peak, time), averaged over the measured plans; (1, 1) before any."""
-        if not self._ratios:
-            return 1.0, 1.0
-        n = len(self._ratios)
-        return sum(r[0] for r in self._ratios) / n, sum(r[1] for r in self._ratios) / n
-
-    def _corrected(self, pred: Prediction) -> tuple[int, float]:
-        """A prediction corrected by the measurements so far (see Rewards, ``hybrid``)."""
-        peak_r, time_r = self._correction()
-        peak = round(pred.peak_bytes * peak_r)
-        if self._measured_baseline is None:
-            return peak, pred.step_seconds * time_r
-        base = self._measured_baseline[1]
-        extra = pred.step_seconds - self.baseline_seconds
-        if self._time_fit is None:  # nothing but the baseline measured: scale by its ratio
-            return peak, base + extra * base / self.baseline_seconds
-        cross, square = self._time_fit
-        return peak, base + extra * max(0.0, cross / square)
-
     def _learn(self, plan: tuple[int, ...], peak: int, seconds: float) -> None:
-        """Take one measured plan into the cache and the corrections."""
-        pred = self.cost_model.predict(list(plan))
-        self._ratios.append((peak / pred.peak_bytes, seconds / pred.step_seconds))
-        self._cache[plan] = (int(peak), float(seconds), True)
-        if plan == tuple([self.profile.actions.index(Action.KEEP)] * self.n_units):
-            self._measured_baseline = (int(peak), float(seconds))
+        """Take one measured plan into the cache and the correction."""
+        if not self.correction.add(plan, peak, seconds):
+            return
         if peak <= self.budget_bytes:
             self._best_measured_seconds = min(self._best_measured_seconds, float(seconds))
-        self._refit_time()
 
-    def _refit_time(self) -> None:
-        """Least squares through the origin of measured on predicted extra time over the baseline."""
-        if self._measured_baseline is None:
-            return
-        cross = square = 0.0
-        for plan, (_, seconds, _) in self._cache.items():
-            dp = self.cost_model.step_seconds(list(plan)) - self.baseline_seconds
-            if dp != 0:
-                cross += (seconds - self._measured_baseline[1]) * dp
-                square += dp * dp
-        self._time_fit = (cross, square) if square > 0 else None
+    @property
+    def _measured_baseline(self) -> tuple[int, float] | None:
+        return self.correction.baseline
 
     def _obs(self) -> np.ndarray:
         i, inv_n = self._i, 1.0 / self.n_units
-        per_budget = (self._correction()[0] if self._ratios else 1.0) / self.budget_bytes
+        per_budget = self.correction.peak_ratio / self.budget_bytes
         low = lowest_peak(self._state, self._suffix[i])
         obs = self._unit_obs[i] + [i * inv_n] + [c * inv_n for c in self._counts]
         # the only features a tiny budget can blow up
@@ -287,7 +252,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         """Boolean (A,): actions after which some completion still fits the budget."""
         if self._i >= self.n_units:
             return np.ones(len(self._act), dtype=bool)
-        limit = self.budget_bytes / self._correction()[0]
+        limit = self.budget_bytes / self.correction.peak_ratio
         nxt = self._suffix[self._i + 1]
         lows = [lowest_peak(advance(self._state, t), nxt) for t in self._terms[self._i]]
         allowed = [low <= limit for low in lows]
@@ -315,22 +280,19 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         return float(reward), info
 
     def _evaluate(self, plan: list[int]) -> tuple[int, float, bool]:
-        pred = self.cost_model.predict(plan)  # O(n): cheaper than a cache of every plan seen
+        known = self.correction.measured.get(tuple(plan))
+        if known is not None:
+            return known + (True,)
         if self.reward_mode == "model":
-            if not self._ratios:
+            if not self.correction.measured:  # O(n): cheaper than a cache of every plan seen
+                pred = self.cost_model.predict(plan)
                 return pred.peak_bytes, pred.step_seconds, False
-            # corrected by add_measurements(): a measured plan is its measurement
-            known = self._cache.get(tuple(plan))
-            if known is not None:
-                return known
-            return self._corrected(pred) + (False,)
-        if tuple(plan) in self._cache:
-            return self._cache[tuple(plan)]
+            return self.correction.predict(plan) + (False,)  # corrected by add_measurements()
         if self._measured_baseline is None:
-            self._measured_baseline = self._measure([self.profile.actions.index(Action.KEEP)] * self.n_units)
+            self._measure([self.profile.actions.index(Action.KEEP)] * self.n_units)
         if self.reward_mode == "measured":
             return self._measure(plan) + (True,)
-        peak, seconds = self._corrected(pred)
+        peak, seconds = self.correction.predict(plan)
         if peak <= self.budget_bytes and seconds < self._best_measured_seconds:
             return self._measure(plan) + (True,)
         return peak, seconds, False  # not cached: the correction moves as measurements arrive
@@ -338,21 +300,19 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     def add_measurements(self, measurements: Sequence[tuple[Sequence[int], int, float]]) -> None:
         """Plans measured by the caller, as (profile action indices, peak_bytes, step_seconds).
 
-        They are answered from the cache from now on, and their measured/predicted ratios
-        correct every prediction, in ``model`` mode too: the search's hybrid reward, where the
+        They are answered by their measurement from now on, and correct every prediction
+        (``self.correction``), in ``model`` mode too: the search's hybrid reward, where the
         driver measures between training chunks so that measuring never shares the CPU with
         training. The all-``keep`` plan among them becomes the baseline of the time ratio.
         """
         for plan, peak, seconds in measurements:
-            key = tuple(int(a) for a in plan)
-            if key not in self._cache:
-                self._learn(key, int(peak), float(seconds))
+            self._learn(tuple(int(a) for a in plan), int(peak), float(seconds))
 
     def _measure(self, plan: list[int]) -> tuple[int, float]:
-        """Measure a plan once (cached), and learn the measured/predicted ratios from it."""
+        """Measure a plan once (cached), and correct the cost model with it."""
         key = tuple(plan)
-        if key in self._cache:
-            return self._cache[key][:2]
+        if key in self.correction.measured:
+            return self.correction.measured[key]
         assert self.evaluator is not None  # checked in __init__ for these modes
         peak, seconds = self.evaluator(list(plan))
         self._learn(key, int(peak), float(seconds))

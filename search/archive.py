@@ -72,11 +72,15 @@ class ParetoArchive:
         pts = [(r.peak_bytes, median_seconds(r.step_samples)) for r in rows]
         return hypervolume(normalise(pts, baseline.peak_bytes, median_seconds(baseline.step_samples)))
 
-    def candidates(self, limit: int, digest_of: Callable[[Indices], str]) -> list[Indices]:
+    def candidates(self, limit: int, digest_of: Callable[[Indices], str],
+                   predict: Callable[[Indices], tuple[int, float]] | None = None) -> list[Indices]:
         """Unmeasured plans from the predicted fronts of the pool, best front first, each spread
         over memory. The first front alone leaves measurements unspent when the cost model's time
-        error hides plans (near-baseline plans differ by less than it), so later fronts fill up."""
-        pool = [(idx, v) for idx, v in self.predicted.items() if digest_of(idx) not in self.measured]
+        error hides plans (near-baseline plans differ by less than it), so later fronts fill up.
+        ``predict`` (e.g. ``env.correction.MeasuredCorrection.predict``) ranks the pool instead of
+        the predictions recorded at proposal time."""
+        pool = [(idx, predict(idx) if predict else v) for idx, v in self.predicted.items()
+                if digest_of(idx) not in self.measured]
         out: list[Indices] = []
         while pool and len(out) < limit:
             mask = nondominated([v for _, v in pool])

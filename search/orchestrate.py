@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from agents.baselines import baseline_rules
 from agents.exact import exact_frontier
+from env.correction import MeasuredCorrection
 from env.cost_model import CostModel
 from env.measure import median_seconds as _median
 from env.errors import CkptSearchError
@@ -341,7 +342,7 @@ class Search:
                           for s in self.agents if s.status == "running") / max(1, len(self.agents))
         room = self.cfg.max_measurements - len(self.state.archive.measured)
         limit = room if final else max(1, math.ceil(room / (rounds_left + 1)))
-        picked = self.state.archive.candidates(min(limit, room), self.digest)
+        picked = self.state.archive.candidates(min(limit, room), self.digest, self.corrected().predict)
         results = self.measure([(p, self._proposer(p)) for p in picked])
         if self.cfg.reward == "hybrid":
             self.feed(results)
@@ -358,6 +359,14 @@ class Search:
                     self.ray.get(s.handle.observe.remote(fed))
                 except self.ray.exceptions.RayActorError as e:
                     self._agent_died(s, e)
+
+    def corrected(self) -> MeasuredCorrection:
+        """The cost model corrected by every plan measured so far, as the agents' envs see it."""
+        assert self.cm is not None
+        c = MeasuredCorrection(self.cm)
+        for r in self.measured_points():
+            c.add(self.indices(r.actions), r.peak_bytes, _median(r.step_samples))
+        return c
 
     def _proposer(self, idx: tuple[int, ...]) -> str:
         row = self.store.get(self.digest(idx))

@@ -39,6 +39,18 @@ def test_candidates_fill_the_limit_from_later_fronts_and_skip_measured_plans():
     assert a.candidates(0, digest) == []
 
 
+def test_candidates_ranked_by_a_corrected_prediction():
+    """The search ranks the pool by the cost model corrected with its measurements: a plan the
+    profile overprices joins the first front once the correction knows better."""
+    a = ParetoArchive()
+    for idx, (peak, secs) in {(0,): (100, 1.0), (2,): (100, 1.5), (3,): (60, 2.2)}.items():
+        a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
+    digest = lambda idx: f"d{idx[0]}"  # noqa: E731
+    assert set(a.candidates(2, digest)) == {(0,), (3,)}
+    corrected = {(0,): (100, 1.0), (2,): (100, 0.8), (3,): (60, 2.2)}
+    assert set(a.candidates(2, digest, corrected.__getitem__)) == {(2,), (3,)}
+
+
 def test_spread_picks_keeps_both_ends():
     assert spread_picks(list(range(10)), 3) == [0, 4, 9]
     assert spread_picks([1, 2], 5) == [1, 2]

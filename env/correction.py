@@ -1,0 +1,115 @@
+"""The cost model corrected by measured plans: what the hybrid reward and the search's choice of
+what to measure next believe about plans not measured yet.
+
+- Peak: the prediction times the mean measured/predicted ratio (the cost model's peak is
+  exact or within a few percent; one factor is enough).
+- Time, once the all-keep baseline is measured: that measurement plus, per unit, the extra
+  seconds its action adds over keeping it. The cost model's step time is such a sum already
+  (``fixed + sum_i seconds[i][a_i]``), but its per-unit extras can be off by more than the gap
+  between neighbouring frontier plans (e.g. recomputing a model's first blocks measured 10%
+  cheaper than profiled). So the extras are fitted to the measured plans by ridge regression,
+  pulled towards the profile's extras scaled by their least-squares slope: with few
+  measurements the correction is that slope alone, with many it learns each unit's cost. A
+  plan predicted slower than the baseline never looks faster than the measured baseline
+  through a global factor, which a plain measured/predicted ratio did under timing noise.
+- Before any measurement: the cost model's own prediction.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from env.cost_model import CostModel
+from env.plan import Action
+
+Plan = tuple[int, ...]
+
+
+class MeasuredCorrection:
+    """``add`` measured plans (profile action indices); ``predict`` any plan's (peak, seconds)."""
+
+    def __init__(self, cost_model: CostModel, ridge: float = 2.0) -> None:
+        self.cm, self.ridge = cost_model, float(ridge)
+        n, n_actions = cost_model.n_units, len(cost_model.profile.actions)
+        self.keep = cost_model.action_index(Action.KEEP)
+        self.keep_plan: Plan = (self.keep,) * n
+        base = cost_model.predict(list(self.keep_plan))
+        self.pred_base_peak, self.pred_base_seconds = base.peak_bytes, base.step_seconds
+        # the profile's extra seconds of unit i under action a over keeping it: (n, A)
+        self.pred_extra = cost_model.seconds - cost_model.seconds[:, [self.keep]]
+        self._cols = [(i, a) for i in range(n) for a in range(n_actions) if a != self.keep]
+        self._col = {c: k for k, c in enumerate(self._cols)}
+        self.measured: dict[Plan, tuple[int, float]] = {}
+        self._peak_ratios: list[float] = []
+        self._extra: list[list[float]] | None = None  # fitted (n, A) extras, None when stale
+
+    @property
+    def baseline(self) -> tuple[int, float] | None:
+        """The measured all-keep plan, (peak_bytes, step_seconds)."""
+        return self.measured.get(self.keep_plan)
+
+    @property
+    def peak_ratio(self) -> float:
+        """Mean measured/predicted peak; 1 before any measurement."""
+        return sum(self._peak_ratios) / len(self._peak_ratios) if self._peak_ratios else 1.0
+
+    def add(self, plan: Sequence[int], peak_bytes: int, step_seconds: float) -> bool:
+        """Take one measured plan; False if it was known already."""
+        key = tuple(int(a) for a in plan)
+        if key in self.measured:
+            return False
+        self.measured[key] = (int(peak_bytes), float(step_seconds))
+        self._peak_ratios.append(peak_bytes / self.cm.peak_bytes(list(key)))
+        self._extra = None
+        return True
+
+    def predict(self, plan: Sequence[int]) -> tuple[int, float]:
+        """(peak_bytes, step_seconds): measured if measured, else the corrected prediction."""
+        key = tuple(plan)
+        known = self.measured.get(key)
+        if known is not None:
+            return known
+        peak = round(self.cm.peak_bytes(list(key)) * self.peak_ratio)
+        base = self.baseline
+        if base is None:
+            seconds = self.cm.step_seconds(list(key))
+            if self.measured:  # no baseline yet: the mean measured/predicted time ratio
+                ratios = [s / self.cm.step_seconds(list(p)) for p, (_, s) in self.measured.items()]
+                seconds *= sum(ratios) / len(ratios)
+            return peak, seconds
+        if self._extra is None:
+            self._extra = self._fit(base[1]).tolist()
+        extra = self._extra
+        return peak, base[1] + sum(extra[i][a] for i, a in enumerate(key))
+
+    def _fit(self, base_seconds: float) -> np.ndarray:
+        """Per-unit extras: ridge regression of measured extras on which action each unit takes."""
+        plans = [p for p in self.measured if p != self.keep_plan]
+        prior = self.pred_extra * self._slope(plans, base_seconds)
+        if not plans:
+            return prior
+        X = np.zeros((len(plans), len(self._cols)))
+        for r, p in enumerate(plans):
+            for i, a in enumerate(p):
+                if a != self.keep:
+                    X[r, self._col[(i, a)]] = 1.0
+        y = np.array([self.measured[p][1] - base_seconds for p in plans])
+        w0 = np.array([prior[i, a] for i, a in self._cols])
+        # minimise |X w - y|^2 + ridge |w - w0|^2
+        w = np.linalg.solve(X.T @ X + self.ridge * np.eye(len(w0)), X.T @ y + self.ridge * w0)
+        out = np.zeros_like(prior)
+        for k, (i, a) in enumerate(self._cols):
+            out[i, a] = w[k]
+        return out
+
+    def _slope(self, plans: list[Plan], base_seconds: float) -> float:
+        """Least squares through the origin of measured on predicted extras; with no other plan
+        measured, the baseline's own measured/predicted ratio."""
+        dp = np.array([self.cm.step_seconds(list(p)) - self.pred_base_seconds for p in plans])
+        dm = np.array([self.measured[p][1] - base_seconds for p in plans])
+        square = float(dp @ dp)
+        if square <= 0:
+            return base_seconds / self.pred_base_seconds
+        return max(0.0, float(dm @ dp) / square)

@@ -1,0 +1,101 @@
+"""MeasuredCorrection: the cost model corrected by measured plans (hybrid reward, candidates)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from env.correction import MeasuredCorrection
+from env.cost_model import CostModel
+from tests.profiles import synthetic_profile
+
+N = 6
+KEEP = (0,) * N
+
+
+def _model(seed: int = 4) -> CostModel:
+    return CostModel(synthetic_profile(N, 2, seed=seed))
+
+
+def _slower_plans(cm: CostModel) -> list[tuple[int, ...]]:
+    base = cm.step_seconds(KEEP)
+    return [p for p in itertools.product(range(2), repeat=N) if cm.step_seconds(p) > base]
+
+
+def test_before_any_measurement_it_is_the_cost_model() -> None:
+    cm = _model()
+    c = MeasuredCorrection(cm)
+    for p in list(itertools.product(range(2), repeat=N))[:20]:
+        assert c.predict(p) == (cm.peak_bytes(p), pytest.approx(cm.step_seconds(p)))
+
+
+def test_a_measured_plan_is_its_measurement_and_peaks_scale_by_the_mean_ratio() -> None:
+    cm = _model()
+    c = MeasuredCorrection(cm)
+    p = (1, 0, 1, 0, 0, 0)
+    assert c.add(p, cm.peak_bytes(p) * 2, 0.5) and not c.add(p, 1, 1.0)
+    assert c.predict(p) == (cm.peak_bytes(p) * 2, 0.5)
+    other = (0, 1, 0, 0, 0, 0)
+    assert c.predict(other)[0] == round(cm.peak_bytes(other) * 2)
+
+
+def test_noise_that_makes_measured_plans_fast_never_makes_unrelated_plans_beat_the_baseline() -> None:
+    """Plans measured 20% under their prediction (noise) pull a plain measured/predicted ratio
+    below 1, which predicted every near-baseline plan faster than the measured baseline, so the
+    agent allowed everything never proposed the baseline. Units never measured under another
+    action keep the profile's extra time, scaled by a non-negative slope."""
+    cm = _model()
+    base_t = cm.step_seconds(KEEP)
+    c = MeasuredCorrection(cm)
+    measured = [(1, 0, 0, 0, 0, 0), (0, 1, 0, 0, 0, 0), (1, 1, 0, 0, 0, 0)]
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p in measured:
+        c.add(p, cm.peak_bytes(p), 0.8 * cm.step_seconds(p))
+    untouched = [p for p in _slower_plans(cm) if p[0] == p[1] == 0]
+    assert len(untouched) > 5
+    assert all(c.predict(p)[1] >= base_t for p in untouched)
+    assert c.predict(KEEP)[1] == base_t
+
+
+def test_extras_measured_at_twice_the_profile_double_every_prediction() -> None:
+    cm = _model()
+    base_t = cm.step_seconds(KEEP)
+    c = MeasuredCorrection(cm)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p in _slower_plans(cm)[:4]:
+        c.add(p, cm.peak_bytes(p), base_t + 2 * (cm.step_seconds(p) - base_t))
+    for p in _slower_plans(cm)[4:12]:
+        assert c.predict(p)[1] == pytest.approx(base_t + 2 * (cm.step_seconds(p) - base_t))
+
+
+def test_it_learns_a_unit_whose_recompute_the_profile_overprices() -> None:
+    """The truth: unit 0's recompute costs a fifth of what the profile says; everything else as
+    profiled. After a dozen measured plans the correction predicts the unmeasured plans that
+    recompute unit 0 far better than the profile, and those that do not as well as it."""
+    cm = _model(seed=7)
+    extra = cm.seconds[:, 1] - cm.seconds[:, 0]
+    base_t = cm.step_seconds(KEEP)
+
+    def truth(p: tuple[int, ...]) -> float:
+        return cm.step_seconds(p) - (0.8 * extra[0] if p[0] == 1 else 0.0)
+
+    plans = list(itertools.product(range(2), repeat=N))
+    rng = random.Random(0)
+    measured = rng.sample(plans[1:], 12)
+    c = MeasuredCorrection(cm)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p in measured:
+        c.add(p, cm.peak_bytes(p), truth(p))
+    rest = [p for p in plans if p not in measured and p != KEEP]
+
+    def error(group: list[tuple[int, ...]], predict) -> float:  # type: ignore[no-untyped-def]
+        return sum(abs(predict(p) - truth(p)) for p in group) / len(group)
+
+    with_0 = [p for p in rest if p[0] == 1]
+    without_0 = [p for p in rest if p[0] == 0]
+    profiled = error(with_0, cm.step_seconds)
+    assert profiled == pytest.approx(0.8 * extra[0]) and profiled > 0
+    assert error(with_0, lambda p: c.predict(p)[1]) < 0.5 * profiled
+    assert error(without_0, lambda p: c.predict(p)[1]) < 0.25 * profiled  # the profile is right there
