@@ -207,6 +207,10 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "each plan measured. Workloads run at the bench's small sizes (bench/common.py) so that each fits ~5 "
      "minutes on 2 cores.",
      _table("search_quality", None), fig_search_quality, "python bench/search_quality.py"),
+    ("search_quality_seed1", "Search quality, a second seed", "The same comparison on gpt and cnn with seed 1 "
+     "(other weights, batch and agent seeds), to show how much of a single run's verdict is timing noise.",
+     _table("search_quality", None), None,
+     "python bench/search_quality.py --workloads gpt cnn --seed 1 --out bench/results/search_quality_seed1.json"),
     ("premium", "The checkpointing premium", "Memory saved and step time paid, measured, per architecture. "
      "\"Searched\" plans are the fastest measured exact-frontier plan reaching the saving (of the whole peak unless "
      "the table says activation). The cited figures are the commonly quoted ranges, of activation memory; "

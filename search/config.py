@@ -54,7 +54,8 @@ class SearchConfig:
     seed: int = _f(0, "seed for workload weights, batch and agents")
     device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
     measure_threads: int = _f(1, "CPU threads a measurement uses (0: all cores). One keeps step times steady when "
-                                 "other processes share the cores (Ray, agents in measured mode); GPUs ignore it")
+                                 "other processes share the cores (Ray, agents in measured mode), and times a step "
+                                 "by the measuring thread's CPU time, which they cannot lengthen; GPUs ignore it")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
