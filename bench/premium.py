@@ -7,9 +7,10 @@
 
 For each workload, through one ``search.evaluator.Evaluator`` in this process: the baseline
 (every unit kept), every unit recomputed, every unit selective, the rules of
-``agents.baselines``, and the exact solver's frontier on the profile (the searched plans),
-each measured (up to ``--max-exact`` spread over it, plus the four predicted fastest near each
-target). For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
+``agents.baselines``, and the searched plans: the exact solver's frontier on the profile (up to
+``--max-exact`` spread over it, plus the four predicted fastest near each target), then, as the
+search's hybrid mode does, the exact frontier on the profile corrected by all those measurements
+(``env.correction``: per-unit times fitted to the measured plans), each measured. For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
 activation memory (``--saving activation``) the searched plan is the fastest measured
 exact-frontier plan reaching at least that saving (or "unreachable"). The plans the
 tables quote are then measured once more, interleaved, and the numbers come from all their
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import Ledger, Point, point_row, set_threads, workload_specs, write_result  # noqa: E402
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
+from env.correction import MeasuredCorrection  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.plan import Action  # noqa: E402
 from env.profile import ModelProfile  # noqa: E402
@@ -94,14 +96,13 @@ def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: Point, target:
     return sorted(ok, key=lambda p: ledger.records[p].step_seconds)[:k]
 
 
-def searched_plans(prof: ModelProfile, max_exact: int, kind: str, per_target: int = 4) -> list[Plan]:
+def searched_plans(cm: CostModel, max_exact: int, kind: str, per_target: int = 4) -> list[Plan]:
     """Exact-frontier plans to measure: at most ``max_exact`` spread over the frontier, plus per
     target the ``per_target`` predicted fastest whose predicted saving (``kind``) is within 5
     points of it (the profile's prediction is close, not exact)."""
-    cm = CostModel(prof)
     front = exact_frontier(cm)
     keep_peak = cm.peak_bytes([cm.action_index(Action.KEEP)] * cm.n_units)
-    floor = 0 if kind == "peak" else prof.base_bytes
+    floor = 0 if kind == "peak" else cm.profile.base_bytes
     saving = {tuple(p.plan): 1 - (p.peak_bytes - floor) / (keep_peak - floor) for p in front}
     step = max(1, -(-len(front) // max_exact))  # ceil: every step-th point, both ends kept
     chosen = [tuple(p.plan) for p in front[::step]] + [tuple(front[-1].plan)]
@@ -118,10 +119,22 @@ def measure_all(ledger: Ledger, prof: ModelProfile, max_exact: int, seed: int,
              if not k.startswith("random")}
     for name, p in rules.items():
         ledger.measure(p, f"rule:{name}")
-    exact = searched_plans(prof, max_exact, kind)
+    exact = searched_plans(CostModel(prof), max_exact, kind)
     for p in exact:
         ledger.measure(p, "exact")
     return rules, exact
+
+
+def measure_corrected(ledger: Ledger, prof: ModelProfile, max_exact: int, kind: str) -> list[Plan]:
+    """The search's hybrid step: the exact frontier on the cost model corrected by every
+    measurement so far (``env.correction``), its plans near each target measured too."""
+    correction = MeasuredCorrection(CostModel(prof))
+    for plan, rec in ledger.records.items():
+        correction.add(plan, rec.peak_bytes, rec.step_seconds)
+    plans = searched_plans(correction.corrected_model(), max(2, max_exact // 2), kind)
+    for p in plans:
+        ledger.measure(p, "exact-corrected")
+    return plans
 
 
 def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int, kind: str) -> None:
@@ -163,6 +176,7 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
     prof = ModelProfile.model_validate(ev.profile())
     ledger = Ledger(ev.evaluate, prof.actions)
     rules, exact = measure_all(ledger, prof, args.max_exact, args.seed, args.saving)
+    exact = list(dict.fromkeys(exact + measure_corrected(ledger, prof, args.max_exact, args.saving)))
     remeasure(ledger, rules, exact, args.rounds, args.saving)
     base = ledger.records[rules["none"]]
     uniform = {name: point_row(ledger, rules[name], base) for name in ("none", "all", "all_selective")}
@@ -240,7 +254,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
     ap.add_argument("--rounds", type=int, default=1, help="interleaved re-measurements of the quoted plans")
-    ap.add_argument("--max-exact", type=int, default=16,
+    ap.add_argument("--max-exact", type=int, default=12,
                     help="exact-frontier plans measured spread over the frontier (plus 4 near each target)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring (CPU)")
     ap.add_argument("--seed", type=int, default=0)

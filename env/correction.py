@@ -17,6 +17,7 @@ what to measure next believe about plans not measured yet.
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import numpy as np
@@ -83,6 +84,18 @@ class MeasuredCorrection:
             self._extra = self._fit(base[1]).tolist()
         extra = self._extra
         return peak, base[1] + sum(extra[i][a] for i, a in enumerate(key))
+
+    def corrected_model(self) -> CostModel:
+        """A copy of the cost model whose step times are this correction's (peaks as profiled):
+        the exact solver on it gives the frontier the measurements point to. The cost model
+        itself before the baseline is measured."""
+        base = self.baseline
+        if base is None:
+            return self.cm
+        extra = self._fit(base[1])
+        cm = copy.copy(self.cm)
+        cm.seconds, cm._s, cm.fixed_seconds = extra, extra.tolist(), base[1]
+        return cm
 
     def _fit(self, base_seconds: float) -> np.ndarray:
         """Per-unit extras: ridge regression of measured extras on which action each unit takes."""

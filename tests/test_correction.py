@@ -99,3 +99,23 @@ def test_it_learns_a_unit_whose_recompute_the_profile_overprices() -> None:
     assert profiled == pytest.approx(0.8 * extra[0]) and profiled > 0
     assert error(with_0, lambda p: c.predict(p)[1]) < 0.5 * profiled
     assert error(without_0, lambda p: c.predict(p)[1]) < 0.25 * profiled  # the profile is right there
+
+
+def test_the_corrected_model_predicts_as_the_correction_and_feeds_the_exact_solver() -> None:
+    from agents.exact import exact_frontier
+
+    cm = _model(seed=7)
+    c = MeasuredCorrection(cm)
+    assert c.corrected_model() is cm  # nothing measured
+    base_t = cm.step_seconds(KEEP)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p in _slower_plans(cm)[:6]:
+        c.add(p, cm.peak_bytes(p), base_t + 3 * (cm.step_seconds(p) - base_t))
+    fixed = c.corrected_model()
+    unmeasured = [p for p in itertools.product(range(2), repeat=N) if p not in c.measured]
+    for p in unmeasured[:20]:
+        assert fixed.step_seconds(p) == pytest.approx(c.predict(p)[1])
+        assert fixed.peak_bytes(p) == cm.peak_bytes(p)
+    assert cm.step_seconds(KEEP) == base_t  # the original is untouched
+    front = exact_frontier(fixed)
+    assert front and all(pt.step_seconds == pytest.approx(fixed.step_seconds(pt.plan)) for pt in front)
