@@ -216,6 +216,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "the table says activation). The cited figures are the commonly quoted ranges, of activation memory; "
      "\"holds\" means the measured plan is at least as good on both.",
      _table("premium", None), fig_premium, "python bench/premium.py"),
+    ("premium_cnn_rounds3", "The CNN's premium, with more repeats", "The CNN of the table above again, each "
+     "quoted plan measured four times, interleaved (12 timed steps): the searched plan against the rules at 50% "
+     "is decided by a few percent, which two measurements of each do not settle on this machine.",
+     _table("premium", None), None,
+     "python bench/premium.py --workloads \"cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6\" "
+     "--rounds 3 --out bench/results/premium_cnn_rounds3.json"),
     ("premium_gpu", "The checkpointing premium on a GPU", "As above, on CUDA at the built-in default sizes.",
      _table("premium", None), lambda r, p: fig_premium(r, p, "premium_gpu"), "python bench/gpu.py"),
     ("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
