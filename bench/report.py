@@ -95,7 +95,7 @@ def fig_premium(r: Result, plots: Path, name: str = "premium") -> list[str]:
     wl = r["workloads"]
     fig, axes = _grid(len(wl))
     for ax, w in zip(axes, wl):
-        front, kind = w["searched_frontier"], w.get("saving", "activation") + "_saving"
+        front, kind = w["searched_frontier"], w["saving"] + "_saving"
         ax.plot([100 * p[kind] for p in front], [100 * p["slowdown"] for p in front], "o",
                 color="0.6", ms=4, label="searched (exact frontier, measured)")
         for rule, p in w["rules"].items():

@@ -36,15 +36,16 @@ class MeasuredCorrection:
         n, n_actions = cost_model.n_units, len(cost_model.profile.actions)
         self.keep = cost_model.action_index(Action.KEEP)
         self.keep_plan: Plan = (self.keep,) * n
-        base = cost_model.predict(list(self.keep_plan))
-        self.pred_base_peak, self.pred_base_seconds = base.peak_bytes, base.step_seconds
+        self.pred_base_seconds = cost_model.step_seconds(list(self.keep_plan))
         # the profile's extra seconds of unit i under action a over keeping it: (n, A)
         self.pred_extra = cost_model.seconds - cost_model.seconds[:, [self.keep]]
         self._cols = [(i, a) for i in range(n) for a in range(n_actions) if a != self.keep]
         self._col = {c: k for k, c in enumerate(self._cols)}
         self.measured: dict[Plan, tuple[int, float]] = {}
         self._peak_ratios: list[float] = []
-        self._extra: list[list[float]] | None = None  # fitted (n, A) extras, None when stale
+        # fitted per-unit extras (n x A, python lists: faster to index on the hot path than numpy),
+        # or a time ratio before the baseline is measured; None when a measurement made it stale
+        self._time_fit: list[list[float]] | float | None = None
 
     @property
     def baseline(self) -> tuple[int, float] | None:
@@ -63,7 +64,7 @@ class MeasuredCorrection:
             return False
         self.measured[key] = (int(peak_bytes), float(step_seconds))
         self._peak_ratios.append(peak_bytes / self.cm.peak_bytes(list(key)))
-        self._extra = None
+        self._time_fit = None
         return True
 
     def predict(self, plan: Sequence[int]) -> tuple[int, float]:
@@ -73,28 +74,32 @@ class MeasuredCorrection:
         if known is not None:
             return known
         peak = round(self.cm.peak_bytes(list(key)) * self.peak_ratio)
-        base = self.baseline
-        if base is None:
-            seconds = self.cm.step_seconds(list(key))
-            if self.measured:  # no baseline yet: the mean measured/predicted time ratio
+        fit, base = self._fitted(), self.baseline
+        if base is None or isinstance(fit, float):  # no baseline measured yet
+            return peak, self.cm.step_seconds(list(key)) * float(fit)
+        return peak, base[1] + sum(fit[i][a] for i, a in enumerate(key))
+
+    def _fitted(self) -> list[list[float]] | float:
+        """The time correction, fitted once per new measurement: per-unit extras (n, A) once the
+        baseline is measured, else the mean measured/predicted time ratio (1 before any)."""
+        if self._time_fit is None:
+            base = self.baseline
+            if base is not None:
+                self._time_fit = self._fit(base[1]).tolist()
+            else:
                 ratios = [s / self.cm.step_seconds(list(p)) for p, (_, s) in self.measured.items()]
-                seconds *= sum(ratios) / len(ratios)
-            return peak, seconds
-        if self._extra is None:
-            self._extra = self._fit(base[1]).tolist()
-        extra = self._extra
-        return peak, base[1] + sum(extra[i][a] for i, a in enumerate(key))
+                self._time_fit = sum(ratios) / len(ratios) if ratios else 1.0
+        return self._time_fit
 
     def corrected_model(self) -> CostModel:
         """A copy of the cost model whose step times are this correction's (peaks as profiled):
         the exact solver on it gives the frontier the measurements point to. The cost model
         itself before the baseline is measured."""
-        base = self.baseline
-        if base is None:
+        fit, base = self._fitted(), self.baseline
+        if base is None or isinstance(fit, float):
             return self.cm
-        extra = self._fit(base[1])
         cm = copy.copy(self.cm)
-        cm.seconds, cm._s, cm.fixed_seconds = extra, extra.tolist(), base[1]
+        cm.seconds, cm._s, cm.fixed_seconds = np.array(fit), fit, base[1]
         return cm
 
     def _fit(self, base_seconds: float) -> np.ndarray:
