@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,6 +30,7 @@ if str(ROOT) not in sys.path:  # the scripts run as ``python bench/<name>.py`` f
     sys.path.insert(0, str(ROOT))
 
 from env.plan import Action  # noqa: E402
+from env.records import MeasuredPlan  # noqa: E402
 from search.pareto import REFERENCE, hypervolume, nondominated, normalise  # noqa: E402
 
 USER_MODEL = "bench/user_model.py:make"
@@ -141,64 +140,51 @@ def _jsonable(x: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Plans measured through one Evaluator, on the normalised axes of search.pareto
 
-@dataclass(frozen=True)
-class Point:
-    """A plan's measured record: every timed step it has had, merged."""
-
-    plan: tuple[int, ...]  # profile action index per unit
-    peak_bytes: int
-    live_before_bytes: int
-    step_samples: tuple[float, ...]
-
-    @property
-    def step_seconds(self) -> float:
-        return statistics.median(self.step_samples)
-
-    @property
-    def activation_bytes(self) -> int:
-        return self.peak_bytes - self.live_before_bytes
-
-
-Evaluate = Callable[[list[str], str, bool], Any]  # (action names, source, again) -> search.evaluator.Result
+Evaluate = Callable[[list[str], str, bool], MeasuredPlan]  # (action names, source, again) -> its record
 
 
 class Ledger:
     """Every plan one benchmark measures, through one ``search.evaluator.Evaluator`` (a local
-    instance or its Ray actor), so that all methods share one measurement function and cache."""
+    instance or its Ray actor), so that all methods share one measurement function and cache.
+    Repeats of a plan merge into its ``MeasuredPlan`` (``MeasuredPlan.merged``, never twice)."""
 
     def __init__(self, evaluate: Evaluate, actions: Sequence[Action]) -> None:
         self._evaluate, self.actions = evaluate, list(actions)
-        self.records: dict[tuple[int, ...], Point] = {}
-        self.new_measurements = 0
+        self.records: dict[tuple[int, ...], MeasuredPlan] = {}
+        self.new_measurements = 0  # measurements made for this ledger (not adopted ones)
+        self._seen: set[str] = set()  # measurement ids already in a record here
 
-    def measure(self, plan: Sequence[int], source: str, again: bool = False) -> Point:
+    def adopt(self, key: Sequence[int], record: MeasuredPlan) -> None:
+        """A plan measured elsewhere (e.g. by the search run) joins the ledger, not counted as new."""
+        key = tuple(int(a) for a in key)
+        self.records[key] = self.records[key].merged(record) if key in self.records else record
+        self._seen.update(record.measurement_ids)
+
+    def measure(self, plan: Sequence[int], source: str, again: bool = False) -> MeasuredPlan:
         """The plan's record; measured now unless the Evaluator has it (``again``: add a repeat)."""
         key = tuple(int(a) for a in plan)
         r = self._evaluate([self.actions[a].value for a in key], source, again)
         if r.oom:
             raise RuntimeError(f"plan {list(key)} ran out of memory on {r.device}; pick a smaller workload size")
         old = self.records.get(key)
-        if r.new:
-            self.new_measurements += 1
-            samples = (old.step_samples if old else ()) + tuple(r.step_samples)
-            peak = max(r.peak_bytes, old.peak_bytes if old else 0)
-            self.records[key] = Point(key, peak, r.live_before_bytes, samples)
-        elif old is None:  # measured earlier through the same Evaluator (e.g. by the search)
-            self.records[key] = Point(key, r.peak_bytes, r.live_before_bytes, tuple(r.step_samples))
+        self.records[key] = old.merged(r) if old is not None else r
+        fresh = set(r.measurement_ids) - self._seen
+        self.new_measurements += len(fresh)
+        self._seen |= fresh
         return self.records[key]
 
-    def normalised(self, plans: Sequence[Sequence[int]], base: Point) -> np.ndarray:
+    def normalised(self, plans: Sequence[Sequence[int]], base: MeasuredPlan) -> np.ndarray:
         """(n, 2) of (peak, seconds) relative to ``base``, from the current records."""
         recs = [self.records[tuple(p)] for p in plans]
         return normalise([(r.peak_bytes, r.step_seconds) for r in recs], base.peak_bytes, base.step_seconds)
 
 
-def hv_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: Point) -> float:
+def hv_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: MeasuredPlan) -> float:
     """Hypervolume (search.pareto convention) of the measured plans."""
     return hypervolume(ledger.normalised(plans, base), REFERENCE) if plans else 0.0
 
 
-def front_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: Point) -> list[tuple[int, ...]]:
+def front_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: MeasuredPlan) -> list[tuple[int, ...]]:
     """The non-dominated plans among ``plans`` (measured), sorted by peak."""
     uniq = list(dict.fromkeys(tuple(p) for p in plans))
     if not uniq:
@@ -207,12 +193,12 @@ def front_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: Point) -> lis
     return sorted((p for p, k in zip(uniq, mask) if k), key=lambda p: ledger.records[p].peak_bytes)
 
 
-def point_row(ledger: Ledger, plan: Sequence[int], base: Point) -> dict[str, Any]:
+def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> dict[str, Any]:
     """A plan's measured numbers as a JSON row, with savings and slowdown against ``base``."""
     r = ledger.records[tuple(plan)]
-    return {"plan": [ledger.actions[a].value for a in r.plan], "peak_bytes": r.peak_bytes,
-            "activation_bytes": r.activation_bytes, "step_seconds": r.step_seconds,
-            "n_timed_steps": len(r.step_samples), "peak_ratio": r.peak_bytes / base.peak_bytes,
+    return {"plan": list(r.actions), "peak_bytes": r.peak_bytes,
+            "activation_bytes": r.activation_bytes, "step_seconds": r.step_seconds, "clock": r.clock,
+            "n_timed_steps": len(r.step_seconds_samples), "n_measurements": r.n_measurements, "peak_ratio": r.peak_bytes / base.peak_bytes,
             "time_ratio": r.step_seconds / base.step_seconds,
             "peak_saving": 1 - r.peak_bytes / base.peak_bytes,
             "activation_saving": 1 - r.activation_bytes / base.activation_bytes,

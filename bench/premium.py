@@ -37,7 +37,8 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Ledger, Point, point_row, set_threads, workload_specs, write_result  # noqa: E402
+from bench.common import Ledger, point_row, set_threads, workload_specs, write_result  # noqa: E402
+from env.records import MeasuredPlan  # noqa: E402
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from env.correction import MeasuredCorrection  # noqa: E402
@@ -81,12 +82,12 @@ def cited_check(row: dict[str, Any], cited: dict[str, Any]) -> dict[str, Any]:
             "measured_slowdown_pct": slowdown, "memory": mem, "time": cost, "holds": holds}
 
 
-def saving_of(ledger: Ledger, plan: Plan, base: Point, kind: str) -> float:
+def saving_of(ledger: Ledger, plan: Plan, base: MeasuredPlan, kind: str) -> float:
     """The measured saving of ``plan`` against ``base``: of the peak, or of the activations."""
     return point_row(ledger, plan, base)[f"{kind}_saving"]
 
 
-def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: Point, target: float, kind: str,
+def fastest_reaching(ledger: Ledger, plans: Sequence[Plan], base: MeasuredPlan, target: float, kind: str,
                      k: int = 1) -> list[Plan]:
     """The ``k`` fastest measured plans whose saving (``kind``) is at least ``target``."""
     ok = [p for p in plans if saving_of(ledger, p, base, kind) >= target]
@@ -146,7 +147,7 @@ def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds:
             ledger.measure(p, "remeasure", again=True)
 
 
-def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: Point, kind: str) -> dict[str, Any]:
+def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: MeasuredPlan, kind: str) -> dict[str, Any]:
     """Per target: the searched plan, or why there is none, and the rules against it."""
     reach = max(saving_of(ledger, p, base, kind) for p in exact)
     out: dict[str, Any] = {}

@@ -149,7 +149,7 @@ def measurements_per_second(specs: dict[str, str], count: int, repeats: int, thr
         n = len(ev.units)
         chosen = [(p * n)[:n] for p in plans[:count]]
         t0 = time.perf_counter()
-        steps = [float(np.median(ev.evaluate(p, "bench").step_samples)) for p in chosen]
+        steps = [ev.evaluate(p, "bench").step_seconds for p in chosen]
         wall = time.perf_counter() - t0
         rows.append({"label": label, "workload": spec, "n_units": n, "measurements": len(chosen),
                      "repeats": repeats, "seconds_per_measurement": wall / len(chosen),

@@ -7,7 +7,7 @@
 For each workload, in one process and through one ``search.evaluator.Evaluator`` (one
 measurement function, one cache):
 
-1. the search service (``search.orchestrate.Search``, as ``python -m search.run --reward hybrid
+1. the search service (``search.driver.Driver``, as ``python -m search.run --reward hybrid
    --no-warm-start --max-measurements M``): K PPO agents; it measures the baseline rules it
    always shows, then the agents' candidates, up to M plans in all;
 2. random search: M distinct plans, each unit's action uniform;
@@ -41,13 +41,16 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (RESULTS_DIR, Ledger, Point, front_of, hv_of, machine_info,  # noqa: E402
+from bench.common import (RESULTS_DIR, Ledger, front_of, hv_of, machine_info,  # noqa: E402
                           machine_label, point_row, set_threads, workload_specs, write_result)
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from search.config import SearchConfig  # noqa: E402
-from search.orchestrate import Search  # noqa: E402
+from env.records import MeasuredPlan  # noqa: E402
+from search import ray_session  # noqa: E402
+from search.driver import Driver, prepare, start_evaluator  # noqa: E402
+from search.ledger import Ledger as SearchLedger  # noqa: E402
 from search.pareto import hypervolume  # noqa: E402
 from search.store import RunStore  # noqa: E402
 
@@ -55,17 +58,25 @@ Plan = tuple[int, ...]
 TARGET = 0.99  # agents / exact hypervolume the search aims for
 
 
-class TracedSearch(Search):
-    """The search service, noting the order in which it measures new plans."""
+class TracedLedger(SearchLedger):
+    """The search service's ledger, noting the order in which it measures new plans."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.order: dict[str, tuple[tuple[str, ...], str]] = {}  # digest -> (action names, source), in order
 
-    def _store_result(self, r: Any) -> None:
-        if r.new and r.digest not in self.order:
-            self.order[r.digest] = (tuple(r.actions), r.source)
-        super()._store_result(r)
+    def record(self, m: MeasuredPlan) -> MeasuredPlan:
+        if m.digest not in self.order:
+            self.order[m.digest] = (tuple(m.actions), m.source)
+        return super().record(m)
+
+
+@dataclass
+class SearchRun:
+    """A finished search: its driver (agents, evaluator) and traced ledger."""
+
+    driver: Driver
+    ledger: TracedLedger
 
 
 @dataclass
@@ -106,7 +117,7 @@ def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) 
     return asked
 
 
-def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> TracedSearch:
+def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> SearchRun:
     cfg = SearchConfig(workload=spec, agents=args.agents, timesteps=args.timesteps, reward="hybrid",
                        max_measurements=args.measurements, repeats=args.repeats, warm_start=False,
                        batch_scaling=False, out=str(run_root), name=spec.replace("/", "-").replace(":", "-")[:40],
@@ -115,13 +126,15 @@ def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> TracedSea
     run_dir = run_root / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
     store = RunStore(run_dir / "store.sqlite")
-    store.set_meta("config", cfg.__dict__)
-    search = TracedSearch(cfg, run_dir, store)
-    search.run()
-    return search
+    store.set_meta("config", json.loads(cfg.to_json()))
+    evaluator = start_evaluator(cfg)
+    ledger = TracedLedger(prepare(store, evaluator), store)
+    driver = Driver(cfg, run_dir, ledger, evaluator)
+    driver.run()
+    return SearchRun(driver, ledger)
 
 
-def curve(ledger: Ledger, asked: Sequence[Plan], base: Point) -> list[float]:
+def curve(ledger: Ledger, asked: Sequence[Plan], base: MeasuredPlan) -> list[float]:
     """Hypervolume after each evaluation (final records)."""
     return [hv_of(ledger, asked[:k], base) for k in range(1, len(asked) + 1)]
 
@@ -130,7 +143,7 @@ def first_reaching(values: Sequence[float], target: float) -> int | None:
     return next((k + 1 for k, v in enumerate(values) if v >= target), None)
 
 
-def rules_beyond(ledger: Ledger, rules: dict[str, Plan], agents: Sequence[Plan], base: Point) -> list[dict[str, Any]]:
+def rules_beyond(ledger: Ledger, rules: dict[str, Plan], agents: Sequence[Plan], base: MeasuredPlan) -> list[dict[str, Any]]:
     """Rules no agent plan weakly dominates, each with the agents' best time at its memory."""
     out = []
     for name, plan in rules.items():
@@ -152,23 +165,22 @@ def spread(plans: Sequence[Plan], k: int) -> list[Plan]:
     return [plans[i] for i in sorted(set(np.linspace(0, len(plans) - 1, k).round().astype(int)))]
 
 
-def measure_methods(search: TracedSearch, args: argparse.Namespace) -> tuple[Ledger, list[Method], dict[str, Plan]]:
+def measure_methods(search: SearchRun, args: argparse.Namespace) -> tuple[Ledger, list[Method], dict[str, Plan]]:
     """Every method's plans measured through the search's own Evaluator."""
-    prof, ray, ev = search.profile, search.ray, search.evaluator
-    assert prof is not None
-    ledger = Ledger(lambda names, src, again: ray.get(ev.evaluate.remote(names, src, again)), prof.actions)
+    traced, ev = search.ledger, search.driver.evaluator
+    prof, codec = traced.setup.profile, traced.codec
+    ledger = Ledger(lambda names, src, again: ray_session.get(ev.evaluate.remote(names, src, again)), prof.actions)
     n, n_actions = len(prof.units), len(prof.actions)
-    index = {a.value: i for i, a in enumerate(prof.actions)}
-    run = [(tuple(index[a] for a in names), src) for names, src in search.order.values()]
-    for plan, _ in run:
-        ledger.measure(plan, "search")  # answered from the Evaluator's cache
+    run = [(codec.indices(names), src) for names, src in traced.order.values()]
+    for (plan, _), digest in zip(run, traced.order):
+        ledger.adopt(plan, traced.archive.measured[digest])
     rules = {k: tuple(v) for k, v in baseline_rules(n, prof.actions, seed=args.seed).items()
              if not k.startswith("random")}
     n_rules = sum(s.startswith("rule:") for _, s in run)
     methods = [Method("agents (search run)", [p for p, _ in run],
                       f"{n_rules} of its plans are rules the search always measures"),
-               Method("agents' own plans", [p for (p, s), d in zip(run, search.order)
-                                            if any(x.startswith("agent") for x in search.state.archive.proposers[d])])]
+               Method("agents' own plans", [p for (p, s), d in zip(run, traced.order)
+                                            if any(x.startswith("agent") for x in traced.archive.measured[d].sources)])]
     rand = random_plans(n, n_actions, args.measurements, args.seed)
     for p in rand:
         ledger.measure(p, "random")
@@ -197,7 +209,7 @@ def remeasure(ledger: Ledger, methods: list[Method], base_plan: Plan) -> None:
 
 
 
-def method_rows(ledger: Ledger, methods: list[Method], base: Point) -> dict[str, dict[str, Any]]:
+def method_rows(ledger: Ledger, methods: list[Method], base: MeasuredPlan) -> dict[str, dict[str, Any]]:
     exact_hv = hv_of(ledger, methods[-1].asked, base)
     n_agents = len(methods[0].asked)
     rows = {}
@@ -254,13 +266,14 @@ def evaluate_workload(label: str, spec: str, args: argparse.Namespace, run_root:
         ledger, methods, rules = measure_methods(search, args)
         remeasure(ledger, methods, rules["none"])
     finally:
-        for slot in search.agents:
+        import ray
+
+        for slot in search.driver.agents.slots:
             if slot.handle is not None:
-                search.ray.kill(slot.handle)
-        search.ray.kill(search.evaluator)
-        search.store.close()
-    prof = search.profile
-    assert prof is not None
+                ray.kill(slot.handle)
+        ray.kill(search.driver.evaluator)
+        search.ledger.store.close()
+    prof = search.ledger.setup.profile
     base = ledger.records[rules["none"]]
     rows = method_rows(ledger, methods, base)
     beyond = rules_beyond(ledger, rules, methods[1].asked + [rules["none"]], base)
@@ -275,9 +288,9 @@ def evaluate_workload(label: str, spec: str, args: argparse.Namespace, run_root:
         "exact_predicted_hypervolume": hypervolume(exact_pred),
         "methods": rows, "rules_beyond_agents_frontier": beyond,
         "verdict": verdict(rows, beyond, n_plans, args.measurements),
-        "new_measurements": ledger.new_measurements + search.state.n_new_measurements,
+        "new_measurements": ledger.new_measurements + search.ledger.n_new_measurements,
         "search_seconds": search_s, "wall_seconds": time.perf_counter() - t0,
-        "events": search.state.events, "machine": machine_info(),
+        "events": search.ledger.events, "machine": machine_info(),
     }
 
 
@@ -309,15 +322,6 @@ def markdown(result: dict[str, Any]) -> str:
                         w["methods"]["random"]["evaluations"])
         out += [f"- {v}" for v in again] + [""]
     return "\n".join(out)
-
-
-def start_ray(n_agents: int) -> None:
-    """Local Ray with a logical CPU per agent (agents never train while the Evaluator measures)."""
-    import ray
-
-    path = str(Path(__file__).resolve().parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, n_agents), include_dashboard=False,
-             log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
 
 
 def merged(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
@@ -361,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     set_threads(args.threads)
     import ray
 
-    start_ray(args.agents)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    ray_session.start_ray(num_cpus=max(os.cpu_count() or 1, args.agents))  # a logical CPU per agent
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="search_quality_") as tmp:

@@ -20,13 +20,12 @@ import numpy as np
 import pandas as pd
 
 from env.errors import CkptSearchError
-from env.plan import Plan
-from env.profile import ModelProfile
+from env.plan import Plan, action_summary
+from env.records import ModelProfile
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
-from search.pareto import nondominated
+from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
 
-MIB = 2**20
 LOG_NAME = "search.log"  # what a search started from the dashboard prints
 
 
@@ -62,6 +61,7 @@ class RunData:
     profile: ModelProfile | None
     baseline_peak_bytes: float
     baseline_seconds: float
+    clock: str  # what the run's step times were read from (env.timeline.step_clock)
     evaluations: pd.DataFrame  # one row per plan; see _evaluations_frame
     frontier: pd.DataFrame  # measured non-dominated plans, fewest bytes first
     frontier_source: str  # "frontier.json" or "evaluations" (computed here)
@@ -123,22 +123,21 @@ def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str])
         by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
     exact_set = set(exact)
     rows = []
-    for e in store.evaluations():
-        counts: dict[str, int] = {}
-        for a in e.actions:
-            counts[a] = counts.get(a, 0) + 1
-        summary = ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    for e in store.plans():
+        m = e.measurement
         rows.append({
-            "digest": e.plan_digest, "actions": e.actions, "summary": summary, "source": e.source,
-            "measured": e.measured and not e.oom, "oom": e.oom, "peak_bytes": e.peak_bytes,
-            "step_seconds": e.step_seconds, "spread_seconds": e.spread_seconds, "repeats": len(e.step_samples),
-            "live_before_bytes": e.live_before_bytes, "predicted_peak_bytes": e.predicted_peak_bytes,
-            "predicted_step_seconds": e.predicted_step_seconds, "device": e.device,
-            "torch_version": e.torch_version, "batch_shape": e.batch_shape, "created_at": e.created_at,
-            "rule": by_digest.get(e.plan_digest, ""), "exact": e.plan_digest in exact_set,
+            "digest": e.digest, "actions": e.actions, "summary": action_summary(e.actions), "source": e.source,
+            "measured": m is not None and not m.oom, "oom": m is not None and m.oom,
+            "peak_bytes": m.peak_bytes if m else None, "step_seconds": m.step_seconds if m and not m.oom else None,
+            "spread_seconds": m.spread_seconds if m else 0.0, "repeats": len(m.step_seconds_samples) if m else 0,
+            "n_measurements": m.n_measurements if m else 0, "clock": m.clock if m else None,
+            "live_before_bytes": m.live_before_bytes if m else None, "predicted_peak_bytes": e.predicted_peak_bytes,
+            "predicted_step_seconds": e.predicted_step_seconds, "device": m.device if m else None,
+            "torch_version": m.torch_version if m else None, "batch_shape": m.batch_shape if m else None,
+            "created_at": e.created_at, "rule": by_digest.get(e.digest, ""), "exact": e.digest in exact_set,
         })
     cols = ["digest", "actions", "summary", "source", "measured", "oom", "peak_bytes", "step_seconds",
-            "spread_seconds", "repeats", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
+            "spread_seconds", "repeats", "n_measurements", "clock", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
             "device", "torch_version", "batch_shape", "created_at", "rule", "exact"]
     df = pd.DataFrame(rows, columns=cols)
     df["dominated"] = True
@@ -222,10 +221,12 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
         frontier["time_rel"] = frontier.step_seconds / base_seconds
     config = dict(meta.get("config") or {})
+    clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
+    clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
     return RunData(
         path=run_dir, run_id=run_dir.name, status=str(meta.get("status", "running")), config=config, units=units,
         fingerprint=str(meta.get("fingerprint") or (profile.fingerprint if profile else "")), profile=profile,
-        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, evaluations=evaluations, frontier=frontier,
+        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
         frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),
         batch_scaling=dict(meta.get("batch_scaling") or {}), batch_size=meta.get("batch_size"),
         progress=progress, snapshots=snapshots, started_at=meta.get("started_at"),
@@ -236,10 +237,8 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
 
 def select_plan(frontier: pd.DataFrame, budget_bytes: float) -> pd.Series | None:
     """The fastest frontier plan whose peak fits the budget (fewer bytes breaks ties); None if none fits."""
-    fits = frontier.loc[frontier.peak_bytes <= budget_bytes]
-    if fits.empty:
-        return None
-    return fits.sort_values(["step_seconds", "peak_bytes"]).iloc[0]
+    best = fastest_within(frontier.peak_bytes.tolist(), frontier.step_seconds.tolist(), budget_bytes)
+    return None if best is None else frontier.iloc[best]
 
 
 def nearest_rule(run: RunData, digest: str) -> pd.Series | None:

@@ -14,7 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dashboard.data import MIB, RunData
+from dashboard.data import RunData
+from env.records import MIB
 
 ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2"}
 FRONTIER_TRACE = "measured frontier"
@@ -85,7 +86,7 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
     if budget_bytes is not None:
         bx = budget_bytes / run.baseline_peak_bytes if relative else budget_bytes / MIB
         fig.add_vline(x=bx, line=dict(dash="dash", color="#666"), annotation_text="budget")
-    fig.update_layout(xaxis_title=xt, yaxis_title=yt, height=520, margin=dict(l=10, r=10, t=30, b=10),
+    fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=520, margin=dict(l=10, r=10, t=30, b=10),
                       legend=dict(orientation="h", y=1.08), clickmode="event+select", dragmode="select")
     return fig
 

@@ -8,16 +8,15 @@ folder appears at once, so the dashboard can follow it from its first line.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from dashboard.data import LOG_NAME
 from env.errors import CkptSearchError
 from env.workloads import WorkloadSpec, builtin_options
+from search.runs import run_id
 
 ROOT = Path(__file__).resolve().parent.parent  # where `python -m search.run` resolves
 
@@ -27,12 +26,6 @@ class Started:
     run_dir: Path
     pid: int
     command: list[str]
-
-
-def run_name(workload: str, now: float | None = None) -> str:
-    """A folder-safe run id: ``gpt-tiny-20250101-120000``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{re.sub(r'[^A-Za-z0-9._-]+', '-', workload)[:40].strip('-')}-{stamp}"
 
 
 def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str) -> list[str]:
@@ -48,7 +41,7 @@ def search_command(workload: str, agents: int, timesteps: int, out: str | Path, 
 
 def start_search(workload: str, agents: int, timesteps: int, out: str | Path, name: str | None = None) -> Started:
     """Launch the search detached; returns its run folder and process id."""
-    name = name or run_name(workload)
+    name = name or run_id(workload)
     run_dir = Path(out) / name
     if run_dir.exists():
         raise CkptSearchError(f"run folder '{run_dir}' already exists; choose another run name")

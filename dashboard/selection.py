@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from dashboard.data import MIB, RunData, select_plan
+from dashboard.data import RunData, select_plan
+from env.records import MIB
 
 SELECTED = "selected_digest"
 BUDGET = "budget_mib"

@@ -14,7 +14,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import figures, pricing, selection
-from dashboard.data import MIB, RunData, nearest_rule, unit_table
+from dashboard.data import RunData, nearest_rule, unit_table
+from env.records import MIB
 from dashboard.new_search import start_search
 from env.errors import CkptSearchError
 from search.snippet import plan_snippet
@@ -64,8 +65,9 @@ def frontier_page(run: RunData) -> None:
                    f"{low:.4f} MiB (the smallest measured peak).")
     else:
         _selected_line(run, selected)
-    shown = run.frontier.assign(peak_mib=run.frontier.peak_bytes / MIB, step_ms=run.frontier.step_seconds * 1e3)
-    st.dataframe(shown[["summary", "peak_mib", "peak_rel", "step_ms", "time_rel", "source", "digest"]],
+    shown = run.frontier.assign(peak_mib=run.frontier.peak_bytes / MIB, step_ms=run.frontier.step_seconds * 1e3,
+                                clock=run.clock)
+    st.dataframe(shown[["summary", "peak_mib", "peak_rel", "step_ms", "clock", "time_rel", "source", "digest"]],
                  hide_index=True, width="stretch")
 
 
@@ -74,7 +76,7 @@ def _plan_picker(run: RunData, selected: str | None) -> None:
     ev = run.evaluations.loc[run.evaluations.measured].sort_values(["dominated", "peak_bytes", "step_seconds"])
     digests = list(ev.digest)
     labels = {r.digest: f"{'frontier' if not r.dominated else 'dominated'}{f' · rule {r.rule}' if r.rule else ''} · "
-                        f"{r.summary}: {r.peak_bytes / MIB:.4f} MiB, {r.step_seconds * 1e3:.2f} ms ({r.digest})"
+                        f"{r.summary}: {r.peak_bytes / MIB:.4f} MiB, {r.step_seconds * 1e3:.2f} ms {r.clock} ({r.digest})"
               for r in ev.itertuples()}
     st.session_state[selection.PICK] = selected if selected in digests else None
     st.selectbox("or pick any measured plan", digests, format_func=labels.get, key=selection.PICK,
@@ -84,7 +86,7 @@ def _plan_picker(run: RunData, selected: str | None) -> None:
 def _selected_line(run: RunData, digest: str) -> None:
     row = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
     st.success(f"Selected: **{row.summary}** ({digest}) - peak {row.peak_bytes / MIB:.4f} MiB "
-               f"({1 - row.peak_rel:.1%} less memory than baseline), step {row.step_seconds * 1e3:.2f} ms ({row.time_rel:.2f}x baseline)")
+               f"({1 - row.peak_rel:.1%} less memory than baseline), step {row.step_seconds * 1e3:.2f} ms by the {row.clock} clock ({row.time_rel:.2f}x baseline)")
 
 
 def plan_page(run: RunData) -> None:
@@ -97,14 +99,14 @@ def plan_page(run: RunData) -> None:
     m = st.columns(4)
     m[0].metric("peak memory", f"{row.peak_bytes / MIB:.4f} MiB", f"{row.peak_rel - 1:+.1%} vs baseline",
                 delta_color="inverse")
-    m[1].metric("step time", f"{row.step_seconds * 1e3:.2f} ms", f"{row.time_rel - 1:+.1%} vs baseline",
+    m[1].metric(f"step time ({row.clock} clock)", f"{row.step_seconds * 1e3:.2f} ms", f"{row.time_rel - 1:+.1%} vs baseline",
                 delta_color="inverse")
     m[2].metric("spread (IQR)", f"{row.spread_seconds * 1e3:.2f} ms", f"{row.repeats} timed steps", delta_color="off")
     predicted = "n/a" if pd.isna(row.predicted_peak_bytes) else f"{row.predicted_peak_bytes / MIB:.4f} MiB"
     m[3].metric("cost-model peak", predicted, "prediction", delta_color="off")
     units = unit_table(run, list(row.actions))
     st.plotly_chart(figures.plan_figure(units), key="plan_chart")
-    clock = CLOCKS.get(run.profile.clock if run.profile else "wall", "wall-clock")
+    clock = CLOCKS.get(str(row.clock), f"the {row.clock}")
     st.caption(f"Measured on **{row.device}**, torch {row.torch_version}, batch {row.batch_shape}, "
                f"median of {row.repeats} steps by {clock} time (spread {row.spread_seconds * 1e3:.2f} ms); "
                f"proposed by {row.source}. "

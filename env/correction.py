@@ -17,7 +17,6 @@ what to measure next believe about plans not measured yet.
 
 from __future__ import annotations
 
-import copy
 from typing import Sequence
 
 import numpy as np
@@ -98,9 +97,7 @@ class MeasuredCorrection:
         fit, base = self._fitted(), self.baseline
         if base is None or isinstance(fit, float):
             return self.cm
-        cm = copy.copy(self.cm)
-        cm.seconds, cm._s, cm.fixed_seconds = np.array(fit), fit, base[1]
-        return cm
+        return self.cm.with_step_seconds(np.array(fit), base[1])
 
     def _fit(self, base_seconds: float) -> np.ndarray:
         """Per-unit extras: ridge regression of measured extras on which action each unit takes."""

@@ -1,6 +1,6 @@
 """Predict a plan's peak memory and step time from a ModelProfile, without the model.
 
-Walks the step's timeline (``env.profile``): forward segments keep bytes, backward segments
+Walks the step's timeline (``env.records``): forward segments keep bytes, backward segments
 free them while gradients accumulate and recomputation adds its transient; the peak is the
 maximum of (level at a segment's start + that segment's rise), never a sum. Time is the sum
 of the segments' times. Arrays are precomputed once per profile; a prediction costs O(n).
@@ -8,6 +8,7 @@ of the segments' times. Arrays are precomputed once per profile; a prediction co
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from env.errors import PlanError
 from env.plan import Action, Plan
-from env.profile import ModelProfile
+from env.records import ModelProfile
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,17 @@ class CostModel:
         self._fd, self._fr = self.f_delta.tolist(), self.f_rise.tolist()
         self._bd, self._br = self.b_delta.tolist(), self.b_rise.tolist()
         self._s = self.seconds.tolist()
+
+    def with_step_seconds(self, seconds: np.ndarray, fixed_seconds: float) -> "CostModel":
+        """This model with its step times replaced: ``seconds[i][a]`` per unit and action plus
+        ``fixed_seconds`` (e.g. the times a correction fitted to measurements); peaks unchanged."""
+        seconds = np.asarray(seconds, dtype=float)
+        if seconds.shape != self.seconds.shape:
+            raise ValueError(f"step seconds of shape {seconds.shape} for a model of shape {self.seconds.shape}; "
+                             "give one time per unit and profiled action")
+        cm = copy.copy(self)
+        cm.seconds, cm._s, cm.fixed_seconds = seconds, seconds.tolist(), float(fixed_seconds)
+        return cm
 
     @property
     def n_units(self) -> int:

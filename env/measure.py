@@ -14,73 +14,17 @@ what was live before the step.
 
 from __future__ import annotations
 
-import statistics
 from typing import Sequence
 
 import torch
 import torch.nn as nn
-from pydantic import BaseModel
 
 from env.apply import apply_actions
 from env.errors import MeasurementError
 from env.plan import Plan
+from env.records import MeasuredPlan
 from env.timeline import profiled_step, step_clock, sync, train_step
 from env.workloads import Workload
-
-
-def median_seconds(samples: Sequence[float]) -> float:
-    """Median step time; infinite for a plan without samples (it never ran: out of memory)."""
-    return statistics.median(samples) if samples else float("inf")
-
-
-def spread_seconds(samples: Sequence[float]) -> float:
-    """Interquartile range of step times (with fewer than 4 samples: max - min)."""
-    s = sorted(samples)
-    if len(s) < 4:
-        return (s[-1] - s[0]) if s else 0.0
-    q = statistics.quantiles(s, n=4)
-    return q[2] - q[0]
-
-
-class Measurement(BaseModel):
-    """One plan measured on one workload and device."""
-
-    workload: str
-    batch_shape: str
-    plan_digest: str
-    peak_bytes: int  # everything live at the step's peak
-    live_before_bytes: int  # parameters, optimizer state and inputs, before the step
-    peak_reserved_bytes: int | None = None  # CUDA caching allocator's reserve at its peak
-    step_seconds_samples: list[float]  # one per timed step, all repeats together
-    clock: str = "wall"  # what the samples were read from: env.timeline.step_clock
-    device: str
-    torch_version: str
-    oom: bool = False  # the plan ran out of memory: infeasible on this device
-
-    @property
-    def activation_bytes(self) -> int:
-        return self.peak_bytes - self.live_before_bytes
-
-    @property
-    def step_seconds(self) -> float:
-        return median_seconds(self.step_seconds_samples)
-
-    @property
-    def spread_seconds(self) -> float:
-        return spread_seconds(self.step_seconds_samples)
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        return (self.workload, self.batch_shape, self.plan_digest)
-
-    def merged(self, other: "Measurement") -> "Measurement":
-        """This record with another repeat's step times added (same plan, same workload)."""
-        if other.key != self.key:
-            raise MeasurementError(f"cannot merge measurements of different plans {self.key} and {other.key}")
-        return self.model_copy(update={
-            "peak_bytes": max(self.peak_bytes, other.peak_bytes),
-            "step_seconds_samples": self.step_seconds_samples + other.step_seconds_samples,
-        })
 
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: object) -> int:
@@ -112,21 +56,21 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
-            warmup: int = 1) -> Measurement:
+            warmup: int = 1, source: str = "", measurement_id: str = "") -> MeasuredPlan:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
     Model weights move with every step (the optimizer runs), as in training. An out-of-memory
-    error on CUDA returns a measurement marked ``oom`` instead of raising.
+    error on CUDA returns a measurement marked ``oom`` instead of raising. ``source`` (who
+    proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
     """
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
-    optimizer = workload.meta.get("_optimizer")
-    if optimizer is None:  # one optimizer per workload: its state is part of what is live
-        optimizer = workload.optimizer_factory(workload.model.parameters())
-        workload.meta["_optimizer"] = optimizer
+    optimizer = workload.optimizer
     clock_name, clock = step_clock(device)
-    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, plan_digest=plan.digest,
+    names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
+    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=plan.digest, actions=names,
+                sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
                 device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
     with apply_actions(workload.model, plan, units):
         try:
@@ -145,9 +89,9 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
                 raise
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
-            return Measurement(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
+            return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
                                live_before_bytes=0, step_seconds_samples=[], oom=True)
-    return Measurement(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
+    return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
                        step_seconds_samples=samples)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from env.cost_model import CostModel
-from env.profile import ModelProfile
+from env.records import ModelProfile
 
 UnitTerms = tuple[int, int, int, int]  # (f_delta, f_rise, b_delta, b_rise) of one unit under one action
 

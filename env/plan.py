@@ -14,12 +14,14 @@ import hashlib
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from env.errors import PlanError
+
+if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
+    import torch.nn as nn
 
 SCHEMA_VERSION = 1
 
@@ -47,7 +49,22 @@ def parse_action(value: str | Action) -> Action:
         raise PlanError(f"unknown action '{value}'; choose one of {', '.join(ACTION_NAMES)}") from None
 
 
-def fingerprint(model: nn.Module, units: Sequence[str]) -> str:
+def plan_digest(fingerprint: str, actions: Mapping[str, str]) -> str:
+    """Stable id of a plan's content (unit -> action name): same decisions, same model, same digest."""
+    body = json.dumps({"fp": fingerprint, "a": dict(sorted(actions.items()))})
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def action_summary(actions: Iterable[str | Action]) -> str:
+    """``recompute 4, keep 2`` style: counts per action, most used first."""
+    counts: dict[str, int] = {}
+    for a in actions:
+        name = a.value if isinstance(a, Action) else str(a)
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def fingerprint(model: "nn.Module", units: Sequence[str]) -> str:
     """Hash of the unit FQNs and classes and every parameter's name and shape."""
     h = hashlib.sha256()
     for u in sorted(units):
@@ -92,15 +109,11 @@ class Plan(BaseModel):
     @property
     def digest(self) -> str:
         """Stable id of the plan's content: same decisions for the same model, same digest."""
-        body = json.dumps({"fp": self.fingerprint, "a": {k: v.value for k, v in sorted(self.actions.items())}})
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        return plan_digest(self.fingerprint, {k: v.value for k, v in self.actions.items()})
 
     def summary(self) -> str:
         """``recompute 4, keep 2`` style: counts per action, most used first."""
-        counts: dict[str, int] = {}
-        for a in self.actions.values():
-            counts[a.value] = counts.get(a.value, 0) + 1
-        return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return action_summary(self.actions.values())
 
     def to_json(self) -> str:
         return json.dumps(
@@ -141,7 +154,7 @@ class Plan(BaseModel):
         return cls.from_json(path.read_text(), source=f"plan file '{path}'")
 
 
-def check_plan(plan: Plan, model: nn.Module, units: Sequence[str] | None = None) -> None:
+def check_plan(plan: Plan, model: "nn.Module", units: Sequence[str] | None = None) -> None:
     """Refuse a plan for another model, or naming units the model does not have."""
     names = {n for n, _ in model.named_modules()}
     missing = [u for u in plan.actions if u not in names]

@@ -1,21 +1,14 @@
-"""ModelProfile: per unit and action, the memory and time of that unit's part of the step.
+"""Profile a workload: per unit and action, the memory and time of that unit's part of the step.
 
-A step's timeline is cut by the unit marks (see ``env.timeline``) into segments::
-
-    pre | F_0 | F_1 | ... | F_{n-1} | post | B_{n-1} | ... | B_0 | tail
-
-``F_i`` is unit i's forward (until the next unit starts; for the last unit, until its output's
-gradient arrives, so the head and the loss are part of it), ``B_i`` its backward (from its
-output's gradient until the previous unit's), ``pre``/``tail`` the rest (embeddings, optimizer
-step). ``post`` is empty: the head's bytes depend on the last unit's action (whether its output
-stays live through the head), so they are measured as part of that unit under each action. Each segment has ``delta_bytes`` (net allocation: what it
-leaves live), ``rise_bytes`` (its highest point above its start) and ``seconds``.
+The result is a ``ModelProfile`` (plain data, ``env.records``, where the step's segments are
+described); the cost model, the exact solver and the agents read only that. Each segment has
+``delta_bytes`` (net allocation: what it leaves live), ``rise_bytes`` (its highest point above
+its start) and ``seconds``.
 
 ``profile()`` measures every unit under every action by running the step once per action with
 all units set to it (plans are applied per unit, so the segments of a mixed plan are those
 segments). Memory comes from the same profiler events as ``measure``; times from timed
-steps with marks, medians over repeats. The result is plain data: the cost model and the exact
-solver read only this.
+steps with marks, medians over repeats.
 """
 
 from __future__ import annotations
@@ -24,61 +17,14 @@ import statistics
 from typing import Sequence
 
 import torch
-from pydantic import BaseModel
 
 from env.apply import apply_actions, plan_for
 from env.errors import MeasurementError
-from env.measure import Measurement, measure, state_bytes
-from env.plan import Action
+from env.measure import measure, state_bytes
+from env.plan import Action, fingerprint
+from env.records import ModelProfile, Segment, UnitCost
 from env.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
 from env.workloads import Workload
-
-
-class Segment(BaseModel):
-    delta_bytes: int  # net bytes allocated (negative: freed) over the segment
-    rise_bytes: int  # highest point above the segment's start, >= 0
-    seconds: float  # median wall time
-
-
-class UnitCost(BaseModel):
-    fwd: Segment
-    bwd: Segment
-
-    @property
-    def kept_bytes(self) -> int:
-        """Bytes this unit keeps for backward (forward's net allocation)."""
-        return self.fwd.delta_bytes
-
-    @property
-    def backward_peak_bytes(self) -> int:
-        """Bytes live above the start of its backward: recomputed activations and gradients."""
-        return self.bwd.rise_bytes
-
-    @property
-    def grad_bytes(self) -> int:
-        """What the unit leaves live after its backward (its weight gradients)."""
-        return self.fwd.delta_bytes + self.bwd.delta_bytes
-
-
-class ModelProfile(BaseModel):
-    """Plain data: what the cost model, the exact solver and the agents see of a model."""
-
-    workload: str
-    batch_shape: str
-    device: str
-    fingerprint: str
-    units: list[str]  # in execution order
-    actions: list[Action]  # the actions profiled, in this order
-    base_bytes: int  # live before the step
-    pre: Segment
-    post: Segment
-    tail: Segment
-    costs: dict[Action, list[UnitCost]]  # costs[action][unit index]
-    baseline: Measurement | None = None  # all-keep, measured
-    clock: str = "wall"  # what segment seconds were read from (env.timeline.step_clock)
-
-    def cost(self, unit: int, action: Action) -> UnitCost:
-        return self.costs[action][unit]
 
 
 def _segments(marks: dict[str, int], n: int) -> list[tuple[str, str, str]]:
@@ -155,10 +101,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     round starting one further on), so a change of machine load during profiling falls on every
     action alike instead of making one action look slow; each segment's time is its median.
     """
-    from env.plan import fingerprint  # local: keeps the import graph one-directional at module load
-
-    optimizer = workload.meta.get("_optimizer") or workload.optimizer_factory(workload.model.parameters())
-    workload.meta["_optimizer"] = optimizer
+    optimizer = workload.optimizer
     train_step(workload, optimizer)  # optimizer state exists from here on
     units = _execution_order(workload, units, optimizer)
     n = len(units)

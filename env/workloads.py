@@ -48,6 +48,14 @@ class Workload:
     loss_fn: Callable[[nn.Module, Inputs], torch.Tensor] | None = None
     optimizer_factory: OptimizerFactory = default_optimizer
     meta: dict[str, Any] = field(default_factory=dict)
+    _optimizer: torch.optim.Optimizer | None = field(default=None, init=False, repr=False)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The workload's one optimizer, made on first use: its state is part of what is live in a step."""
+        if self._optimizer is None:
+            self._optimizer = self.optimizer_factory(self.model.parameters())
+        return self._optimizer
 
     def loss(self) -> torch.Tensor:
         if self.loss_fn is not None:

@@ -1,8 +1,8 @@
 """ParetoArchive: what a search knows about plans, and which of them form the frontier.
 
 Two kinds of knowledge, kept apart:
-- ``measured``: plan digest -> its latest Result (the truth; only these form the frontier);
-- ``predicted``: plan indices -> cost-model (peak_bytes, step_seconds) of plans proposed by the
+- ``measured``: plan digest -> its ``MeasuredPlan`` (the truth; only these form the frontier);
+- ``predicted``: plan indices -> predicted (peak_bytes, step_seconds) of plans proposed by the
   agents (and the exact solver with warm start): the pool measurement candidates come from.
 Frontier and hypervolume use medians of measured step times on baseline-normalised axes
 (``search.pareto``).
@@ -15,8 +15,7 @@ from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
-from env.measure import median_seconds
-from search.evaluator import Result
+from env.records import MeasuredPlan
 from search.pareto import hypervolume, nondominated, normalise
 
 T = TypeVar("T")
@@ -33,44 +32,52 @@ def spread_picks(items: Sequence[T], k: int) -> list[T]:
     return [items[i] for i in sorted(set(picks))]
 
 
+def frontier_of(records: Sequence[MeasuredPlan]) -> list[MeasuredPlan]:
+    """The non-dominated records that ran (no OOM), by peak bytes ascending."""
+    rows = [r for r in records if not r.oom]
+    if not rows:
+        return []
+    mask = nondominated([(r.peak_bytes, r.step_seconds) for r in rows])
+    return sorted([r for r, keep in zip(rows, mask) if keep], key=lambda r: r.peak_bytes)
+
+
+def hypervolume_of(records: Sequence[MeasuredPlan], baseline: MeasuredPlan | None) -> float:
+    """Hypervolume of the records on axes relative to ``baseline`` (``search.pareto``)."""
+    rows = [r for r in records if not r.oom]
+    if baseline is None or not rows:
+        return 0.0
+    pts = [(r.peak_bytes, r.step_seconds) for r in rows]
+    return hypervolume(normalise(pts, baseline.peak_bytes, baseline.step_seconds))
+
+
 @dataclass
 class ParetoArchive:
-    measured: dict[str, Result] = field(default_factory=dict)
+    measured: dict[str, MeasuredPlan] = field(default_factory=dict)
     predicted: dict[Indices, tuple[int, float]] = field(default_factory=dict)
-    proposers: dict[str, set[str]] = field(default_factory=dict)  # digest -> everyone who proposed it
 
-    def add(self, result: Result) -> None:
-        self.measured[result.digest] = result
-        self.proposers.setdefault(result.digest, set()).add(result.source)
+    def add(self, record: MeasuredPlan) -> None:
+        """A plan's whole record (every measurement merged, every proposer)."""
+        self.measured[record.digest] = record
 
     def propose(self, idx: Indices, digest: str, source: str, peak_bytes: int, step_seconds: float,
                 candidate: bool = True) -> None:
         """A proposal; ``candidate`` plans (agents', warm start) join the measurement pool."""
-        self.proposers.setdefault(digest, set()).add(source)
+        if digest in self.measured:
+            self.measured[digest] = self.measured[digest].proposed_by(source)
         if candidate:
             self.predicted[idx] = (peak_bytes, step_seconds)
 
-    def points(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+    def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
         """Measured plans that ran (no OOM); with ``sources``, only those one of them proposed
         (an agent that proposes a plan a rule also gives still found it)."""
         rows = [r for r in self.measured.values() if not r.oom]
         if sources is not None:
-            rows = [r for r in rows if any(p.startswith(sources) for p in self.proposers.get(r.digest, {r.source}))]
+            rows = [r for r in rows if any(p.startswith(sources) for p in r.sources)]
         return rows
 
-    def frontier(self, sources: tuple[str, ...] | None = None) -> list[Result]:
+    def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
         """Non-dominated measured plans, by peak bytes ascending."""
-        rows = self.points(sources)
-        if not rows:
-            return []
-        mask = nondominated([(r.peak_bytes, median_seconds(r.step_samples)) for r in rows])
-        return sorted([r for r, keep in zip(rows, mask) if keep], key=lambda r: r.peak_bytes)
-
-    def hypervolume(self, rows: list[Result], baseline: Result | None) -> float:
-        if baseline is None or not rows:
-            return 0.0
-        pts = [(r.peak_bytes, median_seconds(r.step_samples)) for r in rows]
-        return hypervolume(normalise(pts, baseline.peak_bytes, median_seconds(baseline.step_samples)))
+        return frontier_of(self.points(sources))
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
                    predict: Callable[[Indices], tuple[int, float]] | None = None) -> list[Indices]:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence, get_args, get_origin
 
 from env.errors import CkptSearchError
-
-REWARD_MODES = ("measured", "model", "hybrid")
+from env.records import RewardMode
 
 
 def _f(default: Any, doc: str, **kw: Any) -> Any:
@@ -37,9 +36,9 @@ class SearchConfig:
                             nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
     timesteps: int = _f(4096, "environment steps per agent (one step = one unit's decision)")
-    reward: str = _f("hybrid", "reward source: measured (every new plan measured), model (cost model only), hybrid "
-                               "(cost model corrected by measurements; every frontier point measured)",
-                     choices=REWARD_MODES)
+    reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
+                                               "only), hybrid (cost model corrected by measurements; every frontier "
+                                               "point measured)", choices=tuple(m.value for m in RewardMode))
     max_measurements: int = _f(30, "most plans measured in one run (model/hybrid modes), rules and baseline included")
     repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
     warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "
@@ -63,8 +62,11 @@ class SearchConfig:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
     def validate(self) -> "SearchConfig":
-        if self.reward not in REWARD_MODES:
-            raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of {', '.join(REWARD_MODES)}")
+        try:
+            self.reward = RewardMode(self.reward)
+        except ValueError:
+            raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of "
+                                  f"{', '.join(m.value for m in RewardMode)}") from None
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
@@ -75,8 +77,9 @@ class SearchConfig:
 
 
 def _arg_type(f: dataclasses.Field) -> Any:
-    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list})  # annotations are strings here
-    return get_args(t)[0] if get_origin(t) is list else t
+    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "RewardMode": RewardMode})
+    t = get_args(t)[0] if get_origin(t) is list else t
+    return str if isinstance(t, type) and issubclass(t, RewardMode) else t  # choices check; validate() converts
 
 
 def build_parser() -> argparse.ArgumentParser:

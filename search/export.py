@@ -17,7 +17,8 @@ from typing import Literal, Sequence
 
 from env.errors import CkptSearchError
 from env.plan import Plan
-from search.frontier_file import MIB, FrontierFile, FrontierPoint, load_frontier
+from env.records import MIB
+from search.frontier_file import FrontierFile, FrontierPoint, load_frontier
 from search.snippet import plan_snippet
 
 Format = Literal["json", "py"]
@@ -47,7 +48,8 @@ def render(frontier: FrontierFile, point: FrontierPoint, fmt: str) -> str:
     if fmt == "json":
         return plan.to_json() + "\n"
     return plan_snippet(plan, title=f"{frontier.workload} ({frontier.batch_shape}), measured peak "
-                                    f"{point.peak_bytes / MIB:.2f} MB, step {point.step_seconds * 1e3:.1f} ms")
+                                    f"{point.peak_bytes / MIB:.2f} MB, step {point.step_seconds * 1e3:.1f} ms "
+                                    f"(clock {frontier.clock})")
 
 
 def export(run_dir: str | Path, budget_mb: float | None = None, fmt: str = "json",

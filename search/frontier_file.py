@@ -3,13 +3,15 @@
 The search service writes it (``write_frontier``) and everything downstream reads it
 (``load_frontier``): the export CLI, ``DynamicPlan`` and the dashboard. Its versioned form::
 
-    {"schema_version": 1, "workload": "gpt/tiny", "batch_shape": "idx:2x16,targets:2x16",
-     "device": "cpu (2 threads)", "fingerprint": "3f2a...", "units": ["blocks.0", ...],
+    {"schema_version": 2, "workload": "gpt/tiny", "batch_shape": "idx:2x16,targets:2x16",
+     "device": "cpu (1 threads)", "clock": "thread-cpu", "fingerprint": "3f2a...", "units": ["blocks.0", ...],
      "baseline": {"peak_bytes": 123, "step_seconds": 0.01},
      "points": [{"plan": {"blocks.0": "recompute", ...}, "peak_bytes": 100, "step_seconds": 0.012,
-                 "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "ppo-0"}]}
+                 "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
+                 "n_measurements": 2}]}
 
 Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
+``clock`` names what every step time in the file was read from (``env.timeline.step_clock``).
 """
 
 from __future__ import annotations
@@ -17,19 +19,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Sequence
 
 from pydantic import BaseModel, ValidationError, field_validator
 
 from env.errors import CkptSearchError
 from env.plan import Action, Plan
-
-if TYPE_CHECKING:
-    from env.measure import Measurement
+from env.records import MIB, MeasuredPlan
+from search.pareto import fastest_within
 
 FRONTIER_NAME = "frontier.json"
-SCHEMA_VERSION = 1
-MIB = 2**20  # budgets on the command line are in MiB ("MB" in option names, as nvidia-smi says)
+SCHEMA_VERSION = 2
 
 
 class FrontierError(CkptSearchError):
@@ -52,13 +52,15 @@ class FrontierPoint(BaseModel):
     spread_seconds: float = 0.0  # interquartile range of the step times
     activation_bytes: int  # peak minus what was live before the step
     measured: bool = True
-    source: str = ""  # who proposed it: an agent name, rule:<name>, exact
+    source: str = ""  # who proposed it first: an agent name, rule:<name>, exact
+    n_measurements: int = 1  # measurements its step times come from
 
 
-def point_from(plan: Plan, m: "Measurement", source: str = "") -> FrontierPoint:
-    """A frontier point from a plan and its measurement."""
-    return FrontierPoint(plan=dict(plan.actions), peak_bytes=m.peak_bytes, step_seconds=m.step_seconds,
-                         spread_seconds=m.spread_seconds, activation_bytes=m.activation_bytes, source=source)
+def point_from(m: MeasuredPlan, units: Sequence[str]) -> FrontierPoint:
+    """A frontier point from a measured plan (actions in ``units`` order)."""
+    return FrontierPoint(plan={u: Action(a) for u, a in zip(units, m.actions)}, peak_bytes=m.peak_bytes,
+                         step_seconds=m.step_seconds, spread_seconds=m.spread_seconds,
+                         activation_bytes=m.activation_bytes, source=m.source, n_measurements=m.n_measurements)
 
 
 class FrontierFile(BaseModel):
@@ -68,6 +70,7 @@ class FrontierFile(BaseModel):
     workload: str
     batch_shape: str
     device: str
+    clock: str  # what every step time here was read from (env.timeline.step_clock)
     fingerprint: str
     units: list[str]
     baseline: Baseline
@@ -96,8 +99,8 @@ class FrontierFile(BaseModel):
         def need(p: FrontierPoint) -> int:
             return p.activation_bytes if activation_only else p.peak_bytes
 
-        fits = [p for p in self.points if need(p) <= budget_bytes]
-        if not fits:
+        best = fastest_within([need(p) for p in self.points], [p.step_seconds for p in self.points], budget_bytes)
+        if best is None:
             low = min(self.points, key=need) if self.points else self.smallest()
             what = "activation memory" if activation_only else "peak"
             decisions = self.plan(low).summary()
@@ -106,7 +109,7 @@ class FrontierFile(BaseModel):
                 f"the smallest {what} is {need(low) / MIB:.2f} MB ({decisions}); "
                 f"give a budget of at least {need(low) / MIB:.2f} MB"
             )
-        return min(fits, key=lambda p: (p.step_seconds, p.peak_bytes))
+        return self.points[best]
 
 
 def frontier_path(run_dir: str | Path) -> Path:

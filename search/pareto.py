@@ -9,6 +9,8 @@ Non-dominance and hypervolume come from moocore.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import moocore
 import numpy as np
 from numpy.typing import ArrayLike
@@ -44,3 +46,9 @@ def hypervolume(points: ArrayLike, ref: ArrayLike = REFERENCE) -> float:
     if len(pts) == 0:
         return 0.0
     return float(moocore.hypervolume(pts, ref=np.asarray(ref, dtype=float)))
+
+
+def fastest_within(peaks: Sequence[float], seconds: Sequence[float], budget: float) -> int | None:
+    """Index of the fastest plan whose peak fits ``budget`` (fewer bytes breaks ties); None if none fits."""
+    fits = [i for i, p in enumerate(peaks) if p <= budget]
+    return min(fits, key=lambda i: (seconds[i], peaks[i])) if fits else None

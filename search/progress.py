@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from search.frontier_file import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from env.records import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from search.agent_pool import AgentSlot
+
+
+@dataclass(frozen=True)
+class RoundStatus:
+    """What the view shows after a round: the agents and the store's latest snapshot."""
+
+    workload: str
+    agents: Sequence[AgentSlot]
+    timesteps_per_agent: int
+    snapshot: dict[str, Any]  # RunStore.snapshots() row: n_evaluations, n_measured, frontier_size, hypervolume
 
 
 class ProgressView:
@@ -29,22 +41,21 @@ class ProgressView:
             self.live.__exit__(None, None, None)
             self.live = None
 
-    def update(self, search: Any) -> None:
-        table = Table(title=f"ckpt-search: {search.cfg.workload}")
+    def update(self, status: RoundStatus) -> None:
+        table = Table(title=f"ckpt-search: {status.workload}")
         for col in ("agent", "budget MB", "steps", "episodes", "best reward", "status"):
             table.add_column(col)
-        for s in search.agents:
-            table.add_row(s.name, f"{s.budget_bytes / MB:.1f}", f"{s.timesteps}/{search.cfg.timesteps}",
+        for s in status.agents:
+            table.add_row(s.name, f"{s.budget_bytes / MB:.1f}", f"{s.timesteps}/{status.timesteps_per_agent}",
                           str(s.episodes), "-" if s.best_reward == float("-inf") else f"{s.best_reward:.3f}", s.status)
-        snaps = search.store.snapshots()
-        last = snaps[-1] if snaps else {"n_evaluations": 0, "n_measured": 0, "frontier_size": 0, "hypervolume": 0.0}
+        last = status.snapshot
         table.caption = (f"evaluations {last['n_evaluations']} (measured {last['n_measured']}), "
                          f"frontier {last['frontier_size']}, hypervolume {last['hypervolume']:.4f}")
         if self.live is not None:
             self.live.update(table)
         elif self.enabled:
-            done = sum(s.timesteps for s in search.agents)
-            print(f"[search] steps {done}/{search.cfg.timesteps * len(search.agents)}  {table.caption}",
+            done = sum(s.timesteps for s in status.agents)
+            print(f"[search] steps {done}/{status.timesteps_per_agent * len(status.agents)}  {table.caption}",
                   file=sys.stderr, flush=True)
 
     def summary(self, report: dict[str, Any]) -> None:

@@ -7,63 +7,57 @@ per agent budget (the fastest measured frontier plan under it).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from env.measure import median_seconds as _med
-from env.measure import spread_seconds as _spread
-from env.plan import Plan
-from search.frontier_file import FrontierFile, FrontierPoint, write_frontier
+from env.plan import action_summary
+from env.records import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from search.config import SearchConfig
+from search.frontier_file import FrontierFile, point_from, write_frontier
+from search.ledger import Ledger
+from search.pareto import fastest_within
 
-from search.frontier_file import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
 
-
-def write_outputs(search: Any) -> dict[str, Any]:
+def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
     """frontier.json, report.md/json and plans/ for a finished (or interrupted) search."""
-    prof, run_dir = search.profile, search.run_dir
-    base = search.baseline()
-    front = search.frontier()
-    agents_front = search.frontier(sources=("agent",))
-    exact_digests = set(search.store.get_meta("exact", []))
-    exact_measured = [r for r in search.measured_points() if r.digest in exact_digests]
-    exact_front = search.frontier(sources=("exact",))
-    rules = search.store.get_meta("rules", {})
-    base_peak, base_s = base.peak_bytes, _med(base.step_samples)
+    prof, codec, store = ledger.setup.profile, ledger.codec, ledger.store
+    base = ledger.baseline()
+    if base is None:
+        raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
+    front = ledger.frontier()
+    agents_front = ledger.frontier(sources=("agent",))
+    exact_digests = set(store.get_meta("exact", []))
+    exact_measured = [r for r in ledger.points() if r.digest in exact_digests]
+    exact_front = ledger.frontier(sources=("exact",))
+    rules = store.get_meta("rules", {})
+    units = list(codec.units)
 
-    points = [FrontierPoint(plan=dict(zip(search.units, r.actions)), peak_bytes=r.peak_bytes,
-                            step_seconds=_med(r.step_samples), spread_seconds=_spread(r.step_samples),
-                            activation_bytes=r.peak_bytes - r.live_before_bytes, measured=True, source=r.source)
-              for r in front]
-    write_frontier(run_dir, FrontierFile(workload=search.cfg.workload, batch_shape=search.batch_shape,
-                                         device=base.device, fingerprint=prof.fingerprint, units=search.units,
-                                         baseline={"peak_bytes": base_peak, "step_seconds": base_s}, points=points))
+    points = [point_from(r, units) for r in front]
+    write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
+                                         clock=base.clock, fingerprint=prof.fingerprint, units=units,
+                                         baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+                                         points=points))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
-    for a in search.store.get_meta("agents", []):
-        fit = [r for r in front if r.peak_bytes <= a["budget_bytes"]]
-        if fit:
-            best = min(fit, key=lambda r: _med(r.step_samples))
-            Plan.from_list(search.units, list(best.actions), prof.fingerprint).save(
-                plans_dir / f"budget_{a['budget_bytes'] / MB:.0f}MB.json")
+    for a in store.get_meta("agents", []):
+        best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
+        if best is not None:
+            codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MB:.0f}MB.json")
 
-    rule_rows = []
-    for name, digest in rules.items():
-        r = search.state.archive.measured.get(digest)
-        if r is None or r.oom:
-            continue
-        on_frontier = any(p.peak_bytes == r.peak_bytes and p.step_seconds == _med(r.step_samples) for p in points)
-        rule_rows.append({"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": _med(r.step_samples),
-                          "on_frontier": on_frontier})
-    hv_all, hv_agents, hv_exact = search.hv(front), search.hv(agents_front), search.hv(exact_front)
+    on_front = {r.digest for r in front}
+    rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
+                  "on_frontier": r.digest in on_front}
+                 for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
+    hv_all, hv_agents, hv_exact = ledger.hv(front), ledger.hv(agents_front), ledger.hv(exact_front)
     report = {
-        "workload": search.cfg.workload, "batch_shape": search.batch_shape, "device": base.device,
-        "units": len(search.units), "evaluations": search.store.count(), "measured": search.store.count(True),
-        "baseline": {"peak_bytes": base_peak, "step_seconds": base_s},
-        "frontier": [{**p.model_dump(mode="json"), "found_by": sorted(search.state.archive.proposers.get(r.digest, {r.source}))}
-                     for p, r in zip(points, front)],
+        "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
+        "units": len(units), "evaluations": store.count(), "measured": store.count(True),
+        "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+        "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
-        "exact_plans_measured": len(exact_measured), "rules": rule_rows, "events": search.state.events,
-        "agents": search.store.progress(),
+        "exact_plans_measured": len(exact_measured), "rules": rule_rows, "events": ledger.events,
+        "agents": store.progress(),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -75,13 +69,11 @@ def to_markdown(rep: dict[str, Any]) -> str:
     lines = [f"# Search report: {rep['workload']}", "",
              f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
              f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MB:.1f} MB, "
-             f"{b['step_seconds'] * 1e3:.1f} ms a step.", "", "## Measured frontier", "",
+             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}.", "",
+             "## Measured frontier", "",
              "| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
-        counts: dict[str, int] = {}
-        for a in p["plan"].values():
-            counts[a] = counts.get(a, 0) + 1
-        summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        summary = action_summary(p["plan"].values())
         lines.append(f"| {p['peak_bytes'] / MB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
                      f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
     lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | on the frontier? |", "|---|---:|---:|---|"]
@@ -96,3 +88,9 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
+
+
+def _clock_words(clock: str) -> str:
+    """What a clock name means, for readers of the report."""
+    return {"thread-cpu": "medians of the measuring thread's CPU time (clock thread-cpu)",
+            "wall": "medians of the wall clock between synchronisations (clock wall)"}.get(clock, f"clock {clock}")

@@ -13,58 +13,21 @@ Exit codes: 0 done, 2 bad input (one line on stderr), 130 interrupted (the store
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from pathlib import Path
 from typing import Sequence
 
 from env.errors import CkptSearchError
 from env.workloads import WorkloadSpec, builtin_options
-from search.config import SearchConfig, parse_config
-from search.store import RunStore, StoreError
-
-
-def make_run_dir(cfg: SearchConfig) -> tuple[SearchConfig, Path]:
-    if cfg.resume:
-        run_dir = Path(cfg.resume)
-        store_path = run_dir / "store.sqlite"
-        if not store_path.is_file():
-            raise CkptSearchError(f"--resume {run_dir}: no store.sqlite there; give a run folder made by search.run")
-        with RunStore(store_path, readonly=True) as s:
-            saved = s.get_meta("config")
-        if saved is None:
-            raise StoreError(f"--resume {run_dir}: the store has no config; it is not a ckpt-search run")
-        keep = {"progress": cfg.progress, "address": cfg.address}
-        cfg = SearchConfig(**{**saved, **keep, "resume": str(run_dir)}).validate()
-        return cfg, run_dir
-    name = cfg.name or f"{cfg.workload.replace('/', '-').replace(':', '-').replace('?', '-')[:40]}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(cfg.out) / name
-    if (run_dir / "store.sqlite").exists():
-        raise CkptSearchError(f"run folder '{run_dir}' already holds a run; pick another --name or --resume it")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(cfg.to_json() + "\n")
-    return cfg, run_dir
-
-
-def start_ray(address: str) -> None:
-    import ray
-
-    root = str(Path(__file__).resolve().parent.parent)
-    runtime_env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                                "RAY_DEDUP_LOGS": "0"}}
-    if ray.is_initialized():
-        return
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-    else:
-        # "local": a new instance even when another cluster runs on this machine (that one needs --address)
-        ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, runtime_env=runtime_env,
-                 log_to_driver=False)
+from search.config import parse_config
+from search.runs import make_run_dir
+from search.store import RunStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from search.orchestrate import Search
+    from search import ray_session
+    from search.driver import Driver, prepare, start_evaluator
+    from search.ledger import Ledger
     from search.progress import ProgressView
     from search.report import write_outputs
 
@@ -83,23 +46,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     view = ProgressView(enabled=cfg.progress)
-    search = None
+    driver = None
     try:
-        start_ray(cfg.address)
-        search = Search(cfg, run_dir, store, on_round=view.update)
+        ray_session.start_ray(cfg.address)
+        evaluator = start_evaluator(cfg)
+        ledger = Ledger(prepare(store, evaluator), store)
+        driver = Driver(cfg, run_dir, ledger, evaluator, on_round=view.update)
         with view:
-            search.run()
+            driver.run()
         if cfg.batch_scaling:
             from search.scaling import measure_batch_scaling
 
-            measure_batch_scaling(search)
-        report = write_outputs(search)
+            measure_batch_scaling(cfg.workload, ledger, evaluator)
+        report = write_outputs(cfg, run_dir, ledger)
         store.set_meta("status", "finished")
         store.set_meta("finished_at", time.time())
         view.summary(report)
     except KeyboardInterrupt:
-        if search is not None:
-            search.drain(timeout_s=120)
+        if driver is not None:
+            driver.drain(timeout_s=120)
         store.set_meta("status", "interrupted")
         print(f"interrupted: every finished measurement is in {run_dir / 'store.sqlite'}; "
               f"continue with: python -m search.run --resume {run_dir}", file=sys.stderr)

@@ -3,9 +3,10 @@
 Tables:
 - ``meta``: key -> JSON value (``config``, ``profile``, ``units``, ``fingerprint``, ``status``,
   ``started_at``, ``finished_at``, ``notes``).
-- ``evaluations``: one row per distinct plan (``plan_digest`` unique), its measured and
-  predicted memory and time, who proposed it first (``source``: an agent name, ``rule:<name>``,
-  ``exact``), and all its timed samples; a repeat measurement adds samples to the same row.
+- ``evaluations``: one row per distinct plan (``plan_digest`` unique): its actions, everyone who
+  proposed it (an agent name, ``rule:<name>``, ``exact``; first first), its cost-model
+  prediction, and once measured its ``env.records.MeasuredPlan`` (peak, samples, the clock that
+  took them, device, ...); a repeat measurement merges into the same record.
 - ``progress``: one row per agent: timesteps done, episodes, best reward, status.
 - ``snapshots``: the frontier over time (evaluations so far, frontier size, hypervolume).
 
@@ -16,17 +17,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from env.errors import CkptSearchError
-from env.measure import spread_seconds
+from env.records import MeasuredPlan
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -34,17 +34,15 @@ CREATE TABLE IF NOT EXISTS evaluations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     plan_digest TEXT NOT NULL UNIQUE,
     actions TEXT NOT NULL,              -- JSON list of action names, one per unit (units in meta)
-    source TEXT NOT NULL,               -- who proposed it first: agent name, rule:<name>, exact
     proposers TEXT NOT NULL DEFAULT '[]', -- everyone who proposed it, first first (JSON list)
-    measured INTEGER NOT NULL,          -- 1: peak/time below are measured
-    peak_bytes INTEGER,                 -- measured peak (NULL until measured)
-    live_before_bytes INTEGER,
-    step_seconds REAL,                  -- median of step_samples
-    step_samples TEXT NOT NULL DEFAULT '[]',
     predicted_peak_bytes INTEGER,
     predicted_step_seconds REAL,
+    measured INTEGER NOT NULL DEFAULT 0, -- 1: the columns below hold its measurement
+    record TEXT,                        -- the env.records.MeasuredPlan, every measurement merged (JSON)
+    peak_bytes INTEGER,                 -- from the record, for queries
+    step_seconds REAL,                  -- median of the record's samples
+    clock TEXT,                         -- which clock timed the samples
     oom INTEGER NOT NULL DEFAULT 0,
-    device TEXT, torch_version TEXT, batch_shape TEXT,
     created_at REAL NOT NULL, updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS progress (
@@ -64,42 +62,32 @@ class StoreError(CkptSearchError):
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """One row of ``evaluations``."""
+class StoredPlan:
+    """One row of ``evaluations``: a plan someone proposed, its prediction, and its measurement if any."""
 
     id: int
-    plan_digest: str
+    digest: str
     actions: list[str]
-    source: str
     proposers: list[str]
-    measured: bool
-    peak_bytes: int | None
-    live_before_bytes: int | None
-    step_seconds: float | None
-    step_samples: list[float]
     predicted_peak_bytes: int | None
     predicted_step_seconds: float | None
-    oom: bool
-    device: str | None
-    torch_version: str | None
-    batch_shape: str | None
+    measurement: MeasuredPlan | None  # None until measured
     created_at: float
 
     @property
-    def spread_seconds(self) -> float:
-        return spread_seconds(self.step_samples)
+    def source(self) -> str:
+        """Who proposed it first."""
+        return self.proposers[0] if self.proposers else ""
 
 
-def _row_to_eval(r: sqlite3.Row) -> Evaluation:
-    return Evaluation(
-        id=r["id"], plan_digest=r["plan_digest"], actions=json.loads(r["actions"]), source=r["source"],
-        proposers=json.loads(r["proposers"]),
-        measured=bool(r["measured"]), peak_bytes=r["peak_bytes"], live_before_bytes=r["live_before_bytes"],
-        step_seconds=r["step_seconds"], step_samples=json.loads(r["step_samples"]),
-        predicted_peak_bytes=r["predicted_peak_bytes"], predicted_step_seconds=r["predicted_step_seconds"],
-        oom=bool(r["oom"]), device=r["device"], torch_version=r["torch_version"], batch_shape=r["batch_shape"],
-        created_at=r["created_at"],
-    )
+def _row_to_plan(r: sqlite3.Row) -> StoredPlan:
+    proposers = json.loads(r["proposers"])
+    m = MeasuredPlan.model_validate_json(r["record"]) if r["record"] else None
+    if m is not None:
+        m = m.model_copy(update={"sources": proposers})
+    return StoredPlan(id=r["id"], digest=r["plan_digest"], actions=json.loads(r["actions"]), proposers=proposers,
+                      predicted_peak_bytes=r["predicted_peak_bytes"], predicted_step_seconds=r["predicted_step_seconds"],
+                      measurement=m, created_at=r["created_at"])
 
 
 class RunStore:
@@ -152,47 +140,59 @@ class RunStore:
         return json.loads(row[0]) if row else default
 
     # -- evaluations --------------------------------------------------------------------------
-    def record(self, plan_digest: str, actions: list[str], source: str, *, predicted_peak_bytes: int | None = None,
-               predicted_step_seconds: float | None = None, peak_bytes: int | None = None,
-               live_before_bytes: int | None = None, step_samples: list[float] | None = None, oom: bool = False,
-               device: str | None = None, torch_version: str | None = None, batch_shape: str | None = None) -> Evaluation:
-        """Insert a plan, or update its row: measured samples are added, never replaced."""
+    def propose(self, digest: str, actions: list[str], source: str, predicted_peak_bytes: int | None = None,
+                predicted_step_seconds: float | None = None) -> None:
+        """Insert a plan, or add ``source`` to its proposers; a prediction replaces the last one."""
         now = time.time()
         with self.conn:
-            row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (plan_digest,)).fetchone()
-            if row is None:
-                self.conn.execute(
-                    "INSERT INTO evaluations(plan_digest, actions, source, proposers, measured, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, 0, ?, ?)", (plan_digest, json.dumps(actions), source, json.dumps([source]), now, now))
-            elif source not in json.loads(row["proposers"]):
-                self.conn.execute("UPDATE evaluations SET proposers = ? WHERE plan_digest = ?",
-                                  (json.dumps(json.loads(row["proposers"]) + [source]), plan_digest))
+            self._propose(digest, actions, source, now)
             if predicted_peak_bytes is not None:
                 self.conn.execute(
                     "UPDATE evaluations SET predicted_peak_bytes = ?, predicted_step_seconds = ?, updated_at = ? "
-                    "WHERE plan_digest = ?", (predicted_peak_bytes, predicted_step_seconds, now, plan_digest))
-            if peak_bytes is not None or oom:
-                old = json.loads(row["step_samples"]) if row is not None else []
-                samples = old + list(step_samples or [])
-                median = statistics.median(samples) if samples else None
-                peak = max(peak_bytes or 0, (row["peak_bytes"] or 0) if row is not None else 0)
-                self.conn.execute(
-                    "UPDATE evaluations SET measured = 1, peak_bytes = ?, live_before_bytes = ?, step_seconds = ?, "
-                    "step_samples = ?, oom = ?, device = ?, torch_version = ?, batch_shape = ?, updated_at = ? "
-                    "WHERE plan_digest = ?",
-                    (peak, live_before_bytes, median, json.dumps(samples), int(oom), device, torch_version,
-                     batch_shape, now, plan_digest))
-        got = self.get(plan_digest)
-        assert got is not None
-        return got
+                    "WHERE plan_digest = ?", (predicted_peak_bytes, predicted_step_seconds, now, digest))
 
-    def get(self, plan_digest: str) -> Evaluation | None:
-        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (plan_digest,)).fetchone()
-        return _row_to_eval(row) if row else None
+    def _propose(self, digest: str, actions: list[str], source: str, now: float) -> sqlite3.Row:
+        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+        if row is None:
+            self.conn.execute(
+                "INSERT INTO evaluations(plan_digest, actions, proposers, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                (digest, json.dumps(actions), json.dumps([source] if source else []), now, now))
+        elif source and source not in json.loads(row["proposers"]):
+            self.conn.execute("UPDATE evaluations SET proposers = ? WHERE plan_digest = ?",
+                              (json.dumps(json.loads(row["proposers"]) + [source]), digest))
+        return self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
 
-    def evaluations(self, measured_only: bool = False) -> list[Evaluation]:
-        q = "SELECT * FROM evaluations" + (" WHERE measured = 1" if measured_only else "") + " ORDER BY id"
-        return [_row_to_eval(r) for r in self.conn.execute(q)]
+    def record(self, m: MeasuredPlan) -> MeasuredPlan:
+        """Add a measurement to its plan's row (merged with those before, ``MeasuredPlan.merged``:
+        a measurement already in the store is not added twice); returns the plan's whole record."""
+        now = time.time()
+        with self.conn:
+            row = None
+            for source in m.sources or [""]:
+                row = self._propose(m.digest, m.actions, source, now)
+            assert row is not None
+            old = MeasuredPlan.model_validate_json(row["record"]) if row["record"] else None
+            merged = old.merged(m) if old is not None else m
+            merged = merged.model_copy(update={"sources": json.loads(row["proposers"])})
+            self.conn.execute(
+                "UPDATE evaluations SET measured = 1, record = ?, peak_bytes = ?, step_seconds = ?, clock = ?, oom = ?, "
+                "updated_at = ? WHERE plan_digest = ?",
+                (merged.model_dump_json(), merged.peak_bytes, None if merged.oom else merged.step_seconds,
+                 merged.clock, int(merged.oom), now, m.digest))
+        return merged
+
+    def get(self, digest: str) -> StoredPlan | None:
+        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+        return _row_to_plan(row) if row else None
+
+    def plans(self) -> list[StoredPlan]:
+        """Every plan proposed, in the order first proposed."""
+        return [_row_to_plan(r) for r in self.conn.execute("SELECT * FROM evaluations ORDER BY id")]
+
+    def measured(self) -> list[MeasuredPlan]:
+        """Every measured plan's record, in the order first proposed."""
+        q = "SELECT * FROM evaluations WHERE measured = 1 ORDER BY id"
+        return [m for r in self.conn.execute(q) if (m := _row_to_plan(r).measurement) is not None]
 
     def count(self, measured_only: bool = False) -> int:
         q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
@@ -217,6 +217,3 @@ class RunStore:
 
     def snapshots(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]
-
-    def iter_rows(self) -> Iterator[sqlite3.Row]:
-        yield from self.conn.execute("SELECT * FROM evaluations ORDER BY id")

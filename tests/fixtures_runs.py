@@ -20,12 +20,13 @@ import numpy as np
 import torch
 
 from env.cost_model import CostModel
-from env.measure import Measurement, measure
+from env.measure import measure
 from env.plan import Action, Plan, fingerprint
-from env.profile import ModelProfile, profile
+from env.profile import profile
+from env.records import MeasuredPlan, ModelProfile
 from env.units import find_units
 from env.workloads import load_workload
-from search.frontier_file import Baseline, FrontierFile, FrontierPoint, write_frontier
+from search.frontier_file import Baseline, FrontierFile, point_from, write_frontier
 from search.pareto import hypervolume, nondominated
 from search.store import STORE_NAME, RunStore
 
@@ -52,13 +53,11 @@ def exact_plans(cost_model: CostModel, actions: Sequence[Action]) -> list[list[A
     return [[actions[a] for a in combos[i]] for i in np.flatnonzero(keep)]
 
 
-def _record(store: RunStore, plan: Plan, units: list[str], source: str, m: Measurement, cm: CostModel) -> None:
+def _record(store: RunStore, plan: Plan, units: list[str], source: str, m: MeasuredPlan, cm: CostModel) -> None:
     pred = cm.predict(plan)
-    store.record(plan.digest, [a.value for a in plan.action_list(units)], source,
-                 predicted_peak_bytes=pred.peak_bytes, predicted_step_seconds=pred.step_seconds,
-                 peak_bytes=m.peak_bytes, live_before_bytes=m.live_before_bytes,
-                 step_samples=m.step_seconds_samples, device=m.device, torch_version=m.torch_version,
-                 batch_shape=m.batch_shape)
+    store.propose(plan.digest, [a.value for a in plan.action_list(units)], source,
+                  predicted_peak_bytes=pred.peak_bytes, predicted_step_seconds=pred.step_seconds)
+    store.record(m.proposed_by(source))
 
 
 def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[str]) -> dict[str, list[dict]]:
@@ -74,7 +73,7 @@ def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[st
 
 def _measured_front(store: RunStore, fp: str, units: list[str]) -> list[Plan]:
     """The measured non-dominated plans (fewest bytes first)."""
-    evals = store.evaluations(measured_only=True)
+    evals = store.measured()
     mask = nondominated([[e.peak_bytes, e.step_seconds] for e in evals])
     front = sorted((e for e, k in zip(evals, mask) if k), key=lambda e: e.peak_bytes)
     return [Plan.from_list(units, e.actions, fp) for e in front]
@@ -82,7 +81,8 @@ def _measured_front(store: RunStore, fp: str, units: list[str]) -> list[Plan]:
 
 def _snapshots(store: RunStore, prof: ModelProfile) -> None:
     """Frontier size and hypervolume after each evaluation, as the search service records them."""
-    evals = store.evaluations(measured_only=True)
+    evals = store.measured()
+    created = [p.created_at for p in store.plans() if p.measurement is not None]
     base = prof.baseline
     assert base is not None
     for k in range(1, len(evals) + 1):
@@ -91,21 +91,19 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
         hv = hypervolume(front)
         store.conn.execute(
             "INSERT INTO snapshots(at, n_evaluations, n_measured, frontier_size, hypervolume) VALUES (?, ?, ?, ?, ?)",
-            (evals[k - 1].created_at, k, k, len(front), hv))
+            (created[k - 1], k, k, len(front), hv))
     store.conn.commit()
 
 
 def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
     """``frontier.json`` (search.frontier_file) from the store's measured non-dominated evaluations."""
     units = store.get_meta("units")
-    evals = [e for e in store.evaluations(measured_only=True) if not e.oom]
+    evals = [e for e in store.measured() if not e.oom]
     front = [e for e, k in zip(evals, nondominated([[e.peak_bytes, e.step_seconds] for e in evals])) if k]
     assert prof.baseline is not None
-    points = [FrontierPoint(plan=dict(zip(units, e.actions)), peak_bytes=e.peak_bytes, step_seconds=e.step_seconds,
-                            spread_seconds=e.spread_seconds, activation_bytes=e.peak_bytes - (e.live_before_bytes or 0),
-                            source=e.source) for e in front]
+    points = [point_from(e, units) for e in front]
     doc = FrontierFile(workload=prof.workload, batch_shape=prof.batch_shape, device=evals[0].device or prof.device,
-                       fingerprint=prof.fingerprint, units=units, points=points,
+                       clock=evals[0].clock, fingerprint=prof.fingerprint, units=units, points=points,
                        baseline=Baseline(peak_bytes=prof.baseline.peak_bytes, step_seconds=prof.baseline.step_seconds))
     return write_frontier(run_dir, doc)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from env.records import MeasuredPlan
 from search.archive import ParetoArchive, spread_picks
-from search.evaluator import Result
 
 
-def _result(digest: str, peak: int, seconds: float, source: str = "agent_0", oom: bool = False) -> Result:
-    return Result(("keep",), digest, source, peak, 0, [seconds], oom, "cpu", "t", "b", True)
+def _result(digest: str, peak: int, seconds: float, source: str = "agent_0", oom: bool = False) -> MeasuredPlan:
+    return MeasuredPlan(workload="w", batch_shape="b", digest=digest, actions=["keep"], sources=[source],
+                        peak_bytes=peak, live_before_bytes=0, step_seconds_samples=[seconds], clock="wall",
+                        device="cpu", torch_version="t", oom=oom)
 
 
 def test_frontier_keeps_non_dominated_measured_plans_by_memory():

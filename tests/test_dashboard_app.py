@@ -10,7 +10,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from dashboard.launch import RUNS_ENV
-from dashboard.data import MIB, load_run, select_plan
+from dashboard.data import load_run, select_plan
+from env.records import MIB
 from dashboard.new_search import search_command, start_search
 from env.errors import CkptSearchError
 from env.plan import Plan

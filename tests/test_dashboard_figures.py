@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from dashboard import figures, selection
-from dashboard.data import MIB, RunData, load_run, unit_table
+from dashboard.data import RunData, load_run, unit_table
+from env.records import MIB
 from dashboard.pricing import Cluster, price_table
 from tests.fixtures_runs import cached_run
 

@@ -25,7 +25,8 @@ def _frontier(batch_shape: str, scale: float) -> FrontierFile:
     """keep: 10 MB at 1.0 s; blocks.0 recomputed: 8 MB at 1.2 s; all recomputed: 6 MB at 1.6 s (times scale)."""
     pts = [_point({}, 10 * scale, 1.0 * scale), _point({"blocks.0": "recompute"}, 8 * scale, 1.2 * scale),
            _point({u: "recompute" for u in UNITS}, 6 * scale, 1.6 * scale)]
-    return FrontierFile(workload="gpt/tiny", batch_shape=batch_shape, device="cpu", fingerprint=FP, units=UNITS,
+    return FrontierFile(workload="gpt/tiny", batch_shape=batch_shape, device="cpu", clock="wall", fingerprint=FP,
+                        units=UNITS,
                         baseline=Baseline(peak_bytes=int(10 * scale * MIB), step_seconds=scale), points=pts)
 
 

@@ -20,7 +20,8 @@ from env.plan import Action, Plan, fingerprint
 from env.units import find_units
 from env.workloads import load_workload
 from search.export import main
-from search.frontier_file import MIB, Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
+from env.records import MIB
+from search.frontier_file import Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.integrations import hf_available, hf_units
 from search.store import RunStore
 
@@ -35,20 +36,19 @@ def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=fin
     units = unit_finder(w.model)
     fp = fingerprint(w.model, units)
     plans = [Plan.from_list(units, r, fp) for r in rows]
-    measured = [(p, measure(w, p, units, repeats=1)) for p in plans]
+    measured = [(p, measure(w, p, units, repeats=1, source="test")) for p in plans]
     base = measured[0][1]
-    frontier = FrontierFile(workload=spec, batch_shape=w.batch_shape, device=base.device, fingerprint=fp,
-                            units=units, baseline=Baseline(peak_bytes=base.peak_bytes, step_seconds=base.step_seconds),
-                            points=[point_from(p, m, source="test") for p, m in measured])
+    frontier = FrontierFile(workload=spec, batch_shape=w.batch_shape, device=base.device, clock=base.clock,
+                            fingerprint=fp, units=units,
+                            baseline=Baseline(peak_bytes=base.peak_bytes, step_seconds=base.step_seconds),
+                            points=[point_from(m, units) for _, m in measured])
     run_dir.mkdir(parents=True)
     with RunStore(run_dir) as store:
         store.set_meta("config", {"workload": spec, "seed": 0})
         store.set_meta("units", units)
         store.set_meta("fingerprint", fp)
-        for p, m in measured:
-            store.record(p.digest, [a.value for a in p.action_list(units)], "test", peak_bytes=m.peak_bytes,
-                         live_before_bytes=m.live_before_bytes, step_samples=m.step_seconds_samples,
-                         device=m.device, torch_version=m.torch_version, batch_shape=m.batch_shape)
+        for _, m in measured:
+            store.record(m)
     write_frontier(run_dir, frontier)
     return frontier
 
@@ -169,7 +169,7 @@ def _frontier(run_dir: Path) -> Path:
                          activation_bytes=(mb - 1) * MIB)
            for acts, mb, s in ((("keep", "keep"), 10, 1.0), (("recompute", "keep"), 8, 1.2),
                                (("selective", "keep"), 8, 1.1), (("recompute", "recompute"), 6, 1.5))]
-    f = FrontierFile(workload="toy", batch_shape="x:2x3", device="cpu", fingerprint="abc", units=UNITS,
+    f = FrontierFile(workload="toy", batch_shape="x:2x3", device="cpu", clock="wall", fingerprint="abc", units=UNITS,
                      baseline=Baseline(peak_bytes=10 * MIB, step_seconds=1.0), points=pts)
     return write_frontier(run_dir, f)
 
@@ -195,9 +195,9 @@ def test_budget_below_the_smallest_plan_is_one_line_naming_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, expected", [
     ("{not json", "is not JSON"),
-    (json.dumps({"schema_version": 2}), "schema version 2, this ckpt-search reads version 1; upgrade"),
-    (json.dumps({"schema_version": 0}), "schema version 0, this ckpt-search reads version 1; run the search again"),
-    (json.dumps({"schema_version": 1, "workload": "toy"}), "is not a valid frontier file: batch_shape"),
+    (json.dumps({"schema_version": 3}), "schema version 3, this ckpt-search reads version 2; upgrade"),
+    (json.dumps({"schema_version": 1}), "schema version 1, this ckpt-search reads version 2; run the search again"),
+    (json.dumps({"schema_version": 2, "workload": "toy"}), "is not a valid frontier file: batch_shape"),
 ])
 def test_bad_frontier_file_is_one_line_with_the_fix(tmp_path, capsys, content, expected):
     (tmp_path / "frontier.json").write_text(content)

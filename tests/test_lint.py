@@ -17,3 +17,14 @@ def test_ruff_finds_no_errors():
     done = subprocess.run([ruff, "check", "--select", "F,E9", "--output-format", "concise", "."], cwd=ROOT,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_the_core_above_the_measurement_is_torch_free():
+    """Cost model, exact solver, archive, store, frontier file and the dashboard's data and figures
+    read only plain records: importing them must not load torch."""
+    code = ("import env.cost_model, env.peak_walk, env.correction, env.codec, agents.exact, search.archive, "
+            "search.store, search.frontier_file, search.ledger, dashboard.data, dashboard.figures; "
+            "import sys; print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from env.apply import plan_for
 from env.errors import MeasurementError
-from env.measure import Measurement, measure
+from env.measure import measure
+from env.records import MeasuredPlan
 from env.plan import Action
 from env.profile import profile
 from env.timeline import UnitMarkers, train_step
@@ -53,9 +54,11 @@ def test_peak_parts_and_savings(gpt) -> None:
     assert keep.workload == "gpt/tiny" and keep.batch_shape == "0:2x16,1:2x16"
 
 
-def _record(samples: list[float], digest: str = "d") -> Measurement:
-    return Measurement(workload="w", batch_shape="b", plan_digest=digest, peak_bytes=10, live_before_bytes=4,
-                       step_seconds_samples=samples, device="cpu", torch_version="x")
+def _record(samples: list[float], digest: str = "d", mid: str = "", clock: str = "wall",
+            source: str = "") -> MeasuredPlan:
+    return MeasuredPlan(workload="w", batch_shape="b", digest=digest, actions=["keep"], peak_bytes=10,
+                        live_before_bytes=4, step_seconds_samples=samples, device="cpu", torch_version="x",
+                        clock=clock, measurement_ids=[mid] if mid else [], sources=[source] if source else [])
 
 
 def test_median_spread_and_merging_repeats() -> None:
@@ -65,10 +68,22 @@ def test_median_spread_and_merging_repeats() -> None:
     assert _record([0.2, 0.1]).spread_seconds == pytest.approx(0.1)
     merged = m.merged(_record([0.6, 0.7]))
     assert len(merged.step_seconds_samples) == 7 and merged.step_seconds == 0.4
-    assert Measurement.model_validate_json(merged.model_dump_json()) == merged
+    assert MeasuredPlan.model_validate_json(merged.model_dump_json()) == merged
     with pytest.raises(MeasurementError) as e:
         m.merged(_record([0.1], digest="other"))
     one_line_error(e, "cannot merge measurements of different plans")
+
+
+def test_a_measurement_merges_once_and_never_across_clocks() -> None:
+    a = _record([0.1, 0.2], mid="e0:1", source="rule:all")
+    b = _record([0.3], mid="e0:2", source="agent_0")
+    ab = a.merged(b)
+    assert ab.step_seconds_samples == [0.1, 0.2, 0.3] and ab.measurement_ids == ["e0:1", "e0:2"]
+    assert ab.sources == ["rule:all", "agent_0"] and ab.source == "rule:all" and ab.n_measurements == 2
+    assert ab.merged(b) == ab  # the same measurement again adds nothing
+    with pytest.raises(MeasurementError) as e:
+        a.merged(_record([0.1], mid="e1:1", clock="thread-cpu"))
+    one_line_error(e, "cannot join those by the wall clock")
 
 
 class _Sleeper(nn.Module):

@@ -18,6 +18,7 @@ from search.config import parse_config
 from search.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
 TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
         "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
 
@@ -62,31 +63,61 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
 @pytest.mark.slow
 def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
     from search.config import SearchConfig
-    from search.orchestrate import Search
+    from search.driver import Driver, prepare, start_evaluator
+    from search.ledger import Ledger
+    from search.progress import RoundStatus
     from search.report import write_outputs
 
     cfg = SearchConfig(workload="gpt/tiny", agents=2, timesteps=384, chunk_timesteps=128, max_measurements=12,
                        repeats=2, progress=False, batch_scaling=False).validate()
     killed = []
 
-    def kill_once(search: Search) -> None:
+    def kill_once(status: RoundStatus) -> None:
+        """Fault injection: kill agent_1's actor process after the first round."""
         if not killed:
-            search.kill_agent("agent_1")
+            ray_session.kill(next(s.handle for s in status.agents if s.name == "agent_1"), no_restart=True)  # ray
             killed.append(1)
 
     run_dir = tmp_path / "killed"
     run_dir.mkdir()
     with RunStore(run_dir / "store.sqlite") as store:
         store.set_meta("config", json.loads(cfg.to_json()))
-        search = Search(cfg, run_dir, store, on_round=kill_once)
-        search.run()
-        report = write_outputs(search)
+        evaluator = start_evaluator(cfg)
+        ledger = Ledger(prepare(store, evaluator), store)
+        Driver(cfg, run_dir, ledger, evaluator, on_round=kill_once).run()
+        report = write_outputs(cfg, run_dir, ledger)
     assert killed
     assert any("agent_1 died" in e for e in report["events"])
     assert "agent_1 died" in (run_dir / "report.md").read_text()
     agents = {a["agent"]: a for a in report["agents"]}
     assert agents["agent_1"]["restarts"] == 1 and agents["agent_1"]["timesteps"] >= 384
     assert agents["agent_0"]["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
+    """--reward model from a fixed profile (tests/data): the proposals, in order, and the measured
+    peaks are those pinned before the search became a driver plus a ledger (same seed, same search)."""
+    from search.run import main
+
+    pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())
+    args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chunk-timesteps", "256",
+            "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--reward", "model",
+            "--seed", "0", "--out", str(tmp_path), "--name", "pin"]
+    run = tmp_path / "pin"
+    run.mkdir()
+    with RunStore(run / "store.sqlite") as s:
+        s.set_meta("config", json.loads(parse_config(args).to_json()))
+        s.set_meta("profile", json.loads((DATA / "gpt_tiny_profile.json").read_text()))
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    with RunStore(run, readonly=True) as s:
+        proposals = [[p.digest, p.actions, p.source] for p in s.plans()]
+        peaks = {m.digest: m.peak_bytes for m in s.measured()}
+        rules = set(s.get_meta("rules").values())
+    assert proposals == pinned["proposals"]
+    common = set(peaks) & set(pinned["peaks"])
+    assert rules <= common  # which other plans are measured depends on measured times
+    assert {d: peaks[d] for d in common} == {d: pinned["peaks"][d] for d in common}
 
 
 @pytest.mark.slow
@@ -116,12 +147,12 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     assert "--resume" in err
     with RunStore(store_path, readonly=True) as s:
         assert s.get_meta("status") == "interrupted"
-        before = {e.plan_digest: e.step_samples for e in s.evaluations(measured_only=True)}
+        before = {m.digest: m.step_seconds_samples for m in s.measured()}
     assert len(before) >= 4
     done = _run_cli(["--resume", str(tmp_path / "r"), "--no-progress"])
     assert done.returncode == 0, done.stderr[-2000:]
     with RunStore(store_path, readonly=True) as s:
-        after = {e.plan_digest: e.step_samples for e in s.evaluations(measured_only=True)}
+        after = {m.digest: m.step_seconds_samples for m in s.measured()}
         assert s.get_meta("status") == "finished"
         remeasured = set(s.get_meta("remeasured"))  # the final pass over frontier points and the baseline
         assert s.get_meta("baseline_digest") in remeasured

@@ -1,0 +1,184 @@
+"""The plain data every layer above the measurement reads; nothing here imports torch.
+
+- ``ModelProfile`` (with ``Segment`` and ``UnitCost``): per unit and action, the memory and time
+  of that unit's part of a training step (measured by ``env.profile``). The cost model, the
+  exact solver, the agents and the dashboard see a model only through it.
+- ``MeasuredPlan``: one plan measured on one workload and device, the one record that travels
+  from the Evaluator to the store, the archive, ``frontier.json``, the report, the dashboard
+  and the benchmarks. Repeated measurements of a plan merge in one place, ``merged()``.
+- The statistics of step-time samples (``median_seconds``, ``spread_seconds``), ``MIB`` and
+  the reward modes.
+
+A step's timeline is cut by the unit marks (see ``env.timeline``) into segments::
+
+    pre | F_0 | F_1 | ... | F_{n-1} | post | B_{n-1} | ... | B_0 | tail
+
+``F_i`` is unit i's forward (until the next unit starts; for the last unit, until its output's
+gradient arrives, so the head and the loss are part of it), ``B_i`` its backward (from its
+output's gradient until the previous unit's), ``pre``/``tail`` the rest (embeddings, optimizer
+step). ``post`` is empty: the head's bytes depend on the last unit's action, so they are
+measured as part of that unit under each action.
+"""
+
+from __future__ import annotations
+
+import statistics
+from enum import Enum
+from typing import Sequence
+
+from pydantic import BaseModel, Field
+
+from env.errors import MeasurementError
+from env.plan import Action
+
+MIB = 2**20  # memory is shown in MiB ("MB" in option names, as nvidia-smi says)
+
+
+class RewardMode(str, Enum):
+    """Where the agents' reward reads a plan's peak and time from."""
+
+    MEASURED = "measured"  # every new plan measured
+    MODEL = "model"  # the cost model only
+    HYBRID = "hybrid"  # the cost model corrected by measurements (env.correction); frontier points measured
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def median_seconds(samples: Sequence[float]) -> float:
+    """Median step time; infinite for a plan without samples (it never ran: out of memory)."""
+    return statistics.median(samples) if samples else float("inf")
+
+
+def spread_seconds(samples: Sequence[float]) -> float:
+    """Interquartile range of step times (with fewer than 4 samples: max - min)."""
+    s = sorted(samples)
+    if len(s) < 4:
+        return (s[-1] - s[0]) if s else 0.0
+    q = statistics.quantiles(s, n=4)
+    return q[2] - q[0]
+
+
+class MeasuredPlan(BaseModel):
+    """One plan measured on one workload and device: every repeat of it, merged."""
+
+    workload: str
+    batch_shape: str
+    digest: str  # env.plan.plan_digest of the plan
+    actions: list[str]  # action name per unit, in the profile's unit order
+    sources: list[str] = Field(default_factory=list)  # everyone who proposed it, first first
+    peak_bytes: int  # everything live at the step's peak
+    live_before_bytes: int  # parameters, optimizer state and inputs, before the step
+    peak_reserved_bytes: int | None = None  # CUDA caching allocator's reserve at its peak
+    step_seconds_samples: list[float]  # one per timed step, all repeats together
+    clock: str  # what the samples were read from: env.timeline.step_clock
+    device: str
+    torch_version: str
+    oom: bool = False  # the plan ran out of memory: infeasible on this device
+    measurement_ids: list[str] = Field(default_factory=list)  # one per measurement merged in
+    evaluators: list[str] = Field(default_factory=list)  # who measured it (evaluator@node), per measurement
+    compile_seconds: float | None = None  # torch.compile's time before the timed steps (compiled runs)
+
+    @property
+    def source(self) -> str:
+        """Who proposed it first."""
+        return self.sources[0] if self.sources else ""
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.peak_bytes - self.live_before_bytes
+
+    @property
+    def step_seconds(self) -> float:
+        return median_seconds(self.step_seconds_samples)
+
+    @property
+    def spread_seconds(self) -> float:
+        return spread_seconds(self.step_seconds_samples)
+
+    @property
+    def n_measurements(self) -> int:
+        return max(1, len(self.measurement_ids))
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.workload, self.batch_shape, self.digest)
+
+    def proposed_by(self, *sources: str) -> "MeasuredPlan":
+        """This record with ``sources`` added to its proposers (first proposer stays first)."""
+        new = [s for s in sources if s and s not in self.sources]
+        return self.model_copy(update={"sources": self.sources + new}) if new else self
+
+    def merged(self, other: "MeasuredPlan") -> "MeasuredPlan":
+        """This record with another measurement of the same plan added: samples appended, peak the
+        larger, proposers united. A measurement already merged in (same id) is not added twice;
+        measurements taken with another clock or on another device model are refused."""
+        if other.key != self.key:
+            raise MeasurementError(f"cannot merge measurements of different plans {self.key} and {other.key}")
+        if other.clock != self.clock or other.device != self.device:
+            raise MeasurementError(
+                f"plan {self.digest}: a measurement by the {other.clock} clock on {other.device} cannot join those "
+                f"by the {self.clock} clock on {self.device}; compare plans measured on one device model and clock")
+        fresh = [i for i in other.measurement_ids if i not in self.measurement_ids]
+        merged = self.proposed_by(*other.sources)
+        if other.measurement_ids and not fresh:
+            return merged  # every measurement in ``other`` is here already
+        return merged.model_copy(update={
+            "peak_bytes": max(self.peak_bytes, other.peak_bytes),
+            "peak_reserved_bytes": max(self.peak_reserved_bytes or 0, other.peak_reserved_bytes or 0) or None,
+            "step_seconds_samples": self.step_seconds_samples + other.step_seconds_samples,
+            "oom": self.oom and other.oom,
+            "measurement_ids": self.measurement_ids + fresh,
+            "evaluators": self.evaluators + other.evaluators,
+        })
+
+
+class Segment(BaseModel):
+    delta_bytes: int  # net bytes allocated (negative: freed) over the segment
+    rise_bytes: int  # highest point above the segment's start, >= 0
+    seconds: float  # median time, read from the profile's clock
+
+
+class UnitCost(BaseModel):
+    fwd: Segment
+    bwd: Segment
+
+    @property
+    def kept_bytes(self) -> int:
+        """Bytes this unit keeps for backward (forward's net allocation)."""
+        return self.fwd.delta_bytes
+
+    @property
+    def backward_peak_bytes(self) -> int:
+        """Bytes live above the start of its backward: recomputed activations and gradients."""
+        return self.bwd.rise_bytes
+
+    @property
+    def grad_bytes(self) -> int:
+        """What the unit leaves live after its backward (its weight gradients)."""
+        return self.fwd.delta_bytes + self.bwd.delta_bytes
+
+    @property
+    def seconds(self) -> float:
+        return self.fwd.seconds + self.bwd.seconds
+
+
+class ModelProfile(BaseModel):
+    """What the cost model, the exact solver and the agents see of a model."""
+
+    workload: str
+    batch_shape: str
+    device: str
+    fingerprint: str
+    units: list[str]  # in execution order
+    actions: list[Action]  # the actions profiled, in this order
+    base_bytes: int  # live before the step
+    pre: Segment
+    post: Segment
+    tail: Segment
+    costs: dict[Action, list[UnitCost]]  # costs[action][unit index]
+    baseline: MeasuredPlan | None = None  # all-keep, measured
+    clock: str = "wall"  # what segment seconds were read from (env.timeline.step_clock)
+
+    def cost(self, unit: int, action: Action) -> UnitCost:
+        return self.costs[action][unit]

@@ -1,0 +1,176 @@
+"""The search driver: profile, rules, exact frontier, agents, and rounds of measurement.
+
+``prepare`` profiles the workload on the Evaluator (or reads the profile a resumed run stored)
+and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` then goes:
+1. the baseline rules are measured and the exact frontier solved on the cost model (its
+   plans measured too with warm start);
+2. in rounds, every live agent trains ``chunk_timesteps`` more steps (on the cost model in
+   model/hybrid mode; in measured mode each new plan is measured through the Evaluator);
+3. the agents' plans are recorded with their predictions; in hybrid mode the plans that
+   could join the frontier are measured while the agents wait, so measurements never share
+   the CPU with training, and go back to the agents, whose reward corrects the cost model;
+4. the frontier (measured plans only) and its hypervolume are snapshotted into the store;
+5. at the end the remaining measurement budget is spent and the frontier is measured again.
+Ctrl-C drains the Evaluator into the store and leaves it resumable.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from agents.baselines import baseline_rules
+from agents.exact import exact_frontier
+from env.codec import Indices
+from env.plan import Action
+from env.records import MeasuredPlan, ModelProfile, RewardMode
+from search import ray_session
+from search.agent_pool import AgentPool
+from search.archive import spread_picks
+from search.config import SearchConfig
+from search.evaluator import ray_evaluator, resolve_device
+from search.ledger import Ledger, SearchSetup
+from search.progress import RoundStatus
+from search.store import RunStore
+
+RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
+
+
+def start_evaluator(cfg: SearchConfig) -> Any:
+    """The Evaluator actor on the configured device (a GPU when CUDA is asked for)."""
+    device = resolve_device(cfg.device)
+    n_gpus = 1 if device.startswith("cuda") else 0
+    threads = None if n_gpus else (cfg.measure_threads or None)
+    return ray_evaluator(num_gpus=n_gpus).remote(cfg.workload, cfg.seed, cfg.units, cfg.granularity, cfg.actions,
+                                                 cfg.repeats, "cuda" if n_gpus else device, threads)
+
+
+def prepare(store: RunStore, evaluator: Any) -> SearchSetup:
+    """The run's profile (measured now, or as a resumed run stored it) and what is made from it."""
+    prof_json = store.get_meta("profile")
+    if prof_json is None:
+        prof_json = ray_session.get(evaluator.profile.remote())
+        store.set_meta("profile", prof_json)
+    setup = SearchSetup.from_profile(ModelProfile.model_validate(prof_json))
+    store.set_meta("units", setup.profile.units)
+    store.set_meta("fingerprint", setup.profile.fingerprint)
+    return setup
+
+
+class Driver:
+    def __init__(self, cfg: SearchConfig, run_dir: Path, ledger: Ledger, evaluator: Any,
+                 on_round: Callable[[RoundStatus], None] | None = None) -> None:
+        self.cfg, self.run_dir, self.ledger, self.evaluator, self.on_round = cfg, run_dir, ledger, evaluator, on_round
+        names = [a.value for a in ledger.codec.actions]
+        measure_for = (lambda agent: _remote_measure(evaluator, names, agent)) if cfg.reward == RewardMode.MEASURED else None
+        self.agents = AgentPool(cfg, ledger, run_dir, measure_for)
+        known = ledger.load_store()  # a resumed run: these are never measured again
+        ray_session.get(evaluator.preload.remote(known))
+
+    def measure(self, plans: Sequence[tuple[Indices, str]], again: bool = False) -> list[MeasuredPlan]:
+        """Measure (plan indices, source) pairs on the Evaluator; each is recorded as it arrives."""
+        out = []
+        for idx, source in plans:
+            self.ledger.propose(idx, source)
+            m = ray_session.get(self.evaluator.evaluate.remote(list(self.ledger.codec.names(idx)), source, again))
+            out.append(self.ledger.record(m))
+        return out
+
+    def drain(self, timeout_s: float = 60.0) -> None:
+        """Record what the Evaluator measured for agents directly (measured mode), or on Ctrl-C."""
+        import ray
+
+        ready, _ = ray.wait([self.evaluator.drain.remote()], timeout=timeout_s)
+        if ready:
+            for m in ray.get(ready[0]):
+                self.ledger.propose(self.ledger.codec.indices(m.actions), m.source)
+                self.ledger.record(m)
+
+    def measure_baselines(self) -> None:
+        codec = self.ledger.codec
+        rules = baseline_rules(codec.n_units, list(codec.actions), seed=self.cfg.seed)
+        chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
+        measured = self.measure([(tuple(v), f"rule:{k}") for k, v in chosen.items()])
+        store = self.ledger.store
+        store.set_meta("rules", {k: m.digest for k, m in zip(chosen, measured)})
+        store.set_meta("baseline_digest", measured[list(chosen).index("none")].digest)
+        for k, v in rules.items():
+            if k not in chosen:
+                self.ledger.propose(tuple(v), f"rule:{k}")
+
+    def exact(self) -> list[Indices]:
+        """The cost model's optimal frontier. Its plans join the candidates only with warm start,
+        so that without it every plan the agents measure is the agents' own find."""
+        points = [tuple(p.plan) for p in exact_frontier(self.ledger.setup.cost_model)]
+        self.ledger.store.set_meta("exact", [self.ledger.codec.digest(p) for p in points])
+        if self.cfg.warm_start:
+            for p in points:
+                self.ledger.propose(p, "exact")
+        return points
+
+    def budgets(self, exact: list[Indices]) -> list[int]:
+        """One budget per agent, evenly from the lowest reachable peak to the baseline's."""
+        cm = self.ledger.setup.cost_model
+        lo = min(cm.peak_bytes(list(p)) for p in exact)
+        hi = cm.peak_bytes(list(self.ledger.codec.uniform(Action.KEEP)))
+        k = self.cfg.agents
+        return [int((lo + hi) / 2)] if k == 1 else [int(lo + (hi - lo) * i / (k - 1)) for i in range(k)]
+
+    def run(self) -> None:
+        cfg, ledger = self.cfg, self.ledger
+        self.measure_baselines()
+        exact = self.exact()
+        if cfg.warm_start:
+            room = max(0, cfg.max_measurements - len(ledger.archive.measured))
+            self.measure([(p, "exact") for p in spread_picks(exact, min(room, max(2, room // 2)))])
+        self.agents.start(self.budgets(exact))
+        ledger.snapshot()
+        while self.agents.running:
+            for rep in self.agents.train_round():
+                for p in rep["plans"]:
+                    idx = tuple(p["actions"])
+                    if rep["name"] not in ledger.proposers(idx):
+                        ledger.propose(idx, rep["name"])
+            if cfg.reward == RewardMode.HYBRID:
+                self._measure_round()
+            self.drain()  # measured mode: the agents' own measurements; else a no-op that empties the journal
+            ledger.snapshot()
+            if self.on_round:
+                self.on_round(RoundStatus(cfg.workload, self.agents.slots, cfg.timesteps, ledger.store.snapshots()[-1]))
+        self._measure_round(final=True)
+        self.remeasure_frontier()
+        ledger.snapshot()
+
+    def remeasure_frontier(self) -> None:
+        """Measure the frontier's plans and the baseline once more: their records gain samples,
+        so a point displaces another on medians of at least two measurements, not one."""
+        ledger = self.ledger
+        digests = [r.digest for r in ledger.frontier()] + [ledger.store.get_meta("baseline_digest")]
+        known = ledger.archive.measured
+        todo = [d for d in dict.fromkeys(digests) if d in known]
+        ledger.store.set_meta("remeasured", todo)
+        self.measure([(ledger.codec.indices(known[d].actions), known[d].source) for d in todo], again=True)
+
+    def _measure_round(self, final: bool = False) -> None:
+        room = self.cfg.max_measurements - len(self.ledger.archive.measured)
+        limit = room if final else max(1, math.ceil(room / (self.agents.rounds_left() + 1)))
+        picked = self.ledger.candidates(min(limit, room))
+        measured = self.measure([(p, self._proposer(p)) for p in picked])
+        if self.cfg.reward == RewardMode.HYBRID:
+            self.agents.feed(measured)
+
+    def _proposer(self, idx: Indices) -> str:
+        proposers = self.ledger.proposers(idx)
+        return proposers[0] if proposers else "agent"
+
+
+def _remote_measure(evaluator: Any, action_names: list[str], source: str) -> Callable[[list[int]], tuple[int, float]]:
+    """The function agent ``source`` calls to measure a plan (measured reward): through the Evaluator."""
+    import ray
+
+    def measure(idx: list[int]) -> tuple[int, float]:
+        m: MeasuredPlan = ray.get(evaluator.evaluate.remote([action_names[i] for i in idx], source))
+        return m.peak_bytes, m.step_seconds
+
+    return measure

@@ -1,0 +1,113 @@
+"""The search's ledger: every plan proposed, predicted, measured and remeasured, in one place.
+
+It owns the run's ``ParetoArchive`` (what the driver reasons with), the ``RunStore`` (what
+survives the process) and the ``PlanCodec`` (plan forms), and keeps them in step: a proposal
+goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, never twice) and
+the archive gets the merged record back. The driver decides what to do; the ledger only
+records and answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from env.codec import Indices, PlanCodec
+from env.correction import MeasuredCorrection
+from env.cost_model import CostModel
+from env.records import MeasuredPlan, ModelProfile
+from search.archive import ParetoArchive, hypervolume_of
+from search.store import RunStore
+
+
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a search knows before its loop starts: the profile and what is made from it."""
+
+    profile: ModelProfile
+    cost_model: CostModel
+    codec: PlanCodec
+
+    @classmethod
+    def from_profile(cls, profile: ModelProfile) -> "SearchSetup":
+        return cls(profile, CostModel(profile), PlanCodec(profile.units, profile.actions, profile.fingerprint))
+
+
+@dataclass
+class Ledger:
+    setup: SearchSetup
+    store: RunStore
+    archive: ParetoArchive = field(default_factory=ParetoArchive)
+    events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
+    n_new_measurements: int = 0
+
+    @property
+    def codec(self) -> PlanCodec:
+        return self.setup.codec
+
+    def load_store(self) -> list[MeasuredPlan]:
+        """A resumed run: the store's measured plans join the archive (they are never measured again)."""
+        known = self.store.measured()
+        for m in known:
+            self.archive.add(m)
+        return known
+
+    def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
+        """Record a plan someone proposed, with its cost-model prediction; returns its digest.
+        Agents' and warm-start plans become measurement candidates; rules' do not."""
+        idx = tuple(int(a) for a in idx)
+        pred = self.setup.cost_model.predict(list(idx))
+        digest = self.codec.digest(idx)
+        is_candidate = not source.startswith("rule:") if candidate is None else candidate
+        self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
+        self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)
+        return digest
+
+    def record(self, m: MeasuredPlan) -> MeasuredPlan:
+        """A measurement into the store and the archive; returns the plan's whole record."""
+        before = self.archive.measured.get(m.digest)
+        if before is None and self.store.get(m.digest) is None:
+            self.propose(self.codec.indices(m.actions), m.source)
+        merged = self.store.record(m)
+        self.archive.add(merged)
+        if before is None or len(merged.measurement_ids) > len(before.measurement_ids):
+            self.n_new_measurements += 1
+            if m.oom:
+                self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")
+        return merged
+
+    def is_measured(self, idx: Indices) -> bool:
+        return self.codec.digest(idx) in self.archive.measured
+
+    def proposers(self, idx: Indices) -> list[str]:
+        row = self.store.get(self.codec.digest(idx))
+        return row.proposers if row else []
+
+    # -- what is known -------------------------------------------------------------------------
+    def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        return self.archive.points(sources)
+
+    def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        return self.archive.frontier(sources)
+
+    def baseline(self) -> MeasuredPlan | None:
+        digest = self.store.get_meta("baseline_digest")
+        return self.archive.measured.get(digest) if digest else None
+
+    def hv(self, rows: list[MeasuredPlan]) -> float:
+        return hypervolume_of(rows, self.baseline())
+
+    def corrected(self) -> MeasuredCorrection:
+        """The cost model corrected by every plan measured so far, as the agents' envs see it."""
+        c = MeasuredCorrection(self.setup.cost_model)
+        for r in self.points():
+            c.add(self.codec.indices(r.actions), r.peak_bytes, r.step_seconds)
+        return c
+
+    def candidates(self, limit: int) -> list[Indices]:
+        """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model."""
+        return self.archive.candidates(limit, self.codec.digest, self.corrected().predict)
+
+    def snapshot(self) -> None:
+        front = self.frontier()
+        self.store.snapshot(len(front), self.hv(front))

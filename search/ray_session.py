@@ -1,0 +1,48 @@
+"""Ray for a search: start it locally or join a cluster, and read actor results as project errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from env.errors import CkptSearchError
+
+_PROJECT_ERROR = re.compile(r"(?:WorkloadError|UnitError|PlanError|MeasurementError|CkptSearchError): ([^\n]+)")
+
+
+def start_ray(address: str = "", num_cpus: int | None = None) -> None:
+    """Join the cluster at ``address``, or start a new local instance (``num_cpus``: all cores).
+    Actors find this checkout through PYTHONPATH, so a search runs from a source tree too."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    root = str(Path(__file__).resolve().parent.parent)
+    runtime_env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                "RAY_DEDUP_LOGS": "0"}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        # "local": a new instance even when another cluster runs on this machine (that one needs --address)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 runtime_env=runtime_env, log_to_driver=False)
+
+
+def get(ref: Any) -> Any:
+    """``ray.get`` that turns a project error raised inside an actor back into that error."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, CkptSearchError):
+            raise e.cause from None
+        raise
+    except ray.exceptions.RayActorError as e:
+        found = _PROJECT_ERROR.findall(str(e))
+        if found:
+            raise CkptSearchError(found[-1]) from None
+        raise
+
