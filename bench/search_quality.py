@@ -49,7 +49,8 @@ from env.cost_model import CostModel  # noqa: E402
 from search.config import SearchConfig  # noqa: E402
 from env.records import MeasuredPlan  # noqa: E402
 from search import ray_session  # noqa: E402
-from search.driver import Driver, prepare, start_evaluator  # noqa: E402
+from search.driver import Driver, prepare  # noqa: E402
+from search.evaluator_pool import EvaluatorPool  # noqa: E402
 from search.ledger import Ledger as SearchLedger  # noqa: E402
 from search.pareto import hypervolume  # noqa: E402
 from search.store import RunStore  # noqa: E402
@@ -127,9 +128,9 @@ def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> SearchRun
     run_dir.mkdir(parents=True, exist_ok=True)
     store = RunStore(run_dir / "store.sqlite")
     store.set_meta("config", json.loads(cfg.to_json()))
-    evaluator = start_evaluator(cfg)
-    ledger = TracedLedger(prepare(store, evaluator), store)
-    driver = Driver(cfg, run_dir, ledger, evaluator)
+    pool = EvaluatorPool(cfg)
+    ledger = TracedLedger(prepare(store, pool), store)
+    driver = Driver(cfg, run_dir, ledger, pool)
     driver.run()
     return SearchRun(driver, ledger)
 
@@ -167,7 +168,7 @@ def spread(plans: Sequence[Plan], k: int) -> list[Plan]:
 
 def measure_methods(search: SearchRun, args: argparse.Namespace) -> tuple[Ledger, list[Method], dict[str, Plan]]:
     """Every method's plans measured through the search's own Evaluator."""
-    traced, ev = search.ledger, search.driver.evaluator
+    traced, ev = search.ledger, search.driver.pool.first
     prof, codec = traced.setup.profile, traced.codec
     ledger = Ledger(lambda names, src, again: ray_session.get(ev.evaluate.remote(names, src, again)), prof.actions)
     n, n_actions = len(prof.units), len(prof.actions)
@@ -271,7 +272,8 @@ def evaluate_workload(label: str, spec: str, args: argparse.Namespace, run_root:
         for slot in search.driver.agents.slots:
             if slot.handle is not None:
                 ray.kill(slot.handle)
-        ray.kill(search.driver.evaluator)
+        for e in search.driver.pool.slots:
+            ray.kill(e.handle)
         search.ledger.store.close()
     prof = search.ledger.setup.profile
     base = ledger.records[rules["none"]]

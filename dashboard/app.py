@@ -20,13 +20,22 @@ import streamlit as st  # noqa: E402
 from dashboard import selection, views  # noqa: E402
 from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, stamp  # noqa: E402
 from dashboard.launch import RUNS_ENV  # noqa: E402
+from dashboard.new_search import LaunchPolicy  # noqa: E402
 
 
-def runs_root() -> Path:
+def app_args() -> argparse.Namespace:
+    """The app's own arguments (after ``--`` on the streamlit command line)."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--runs", default=os.environ.get(RUNS_ENV, "runs"))
+    p.add_argument("--allow-launch", action="store_true")
+    p.add_argument("--workloads-dir", default=None)
     args, _ = p.parse_known_args(sys.argv[1:])
-    return Path(args.runs)
+    return args
+
+
+def launch_policy(args: argparse.Namespace) -> LaunchPolicy:
+    """Starting searches: on for a loopback-bound server, else only as the operator allowed."""
+    return LaunchPolicy.for_server(st.get_option("server.address"), args.allow_launch, args.workloads_dir)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -69,9 +78,12 @@ def live_tab(run: RunData) -> None:
         if fresh.status != "running":
             st.rerun()
     refresh()
+    if run.status == "stopped":
+        st.warning(f"The search process of this run is gone (killed, or its machine restarted); continue it with "
+                   f"`python -m search.run --resume {run.path}`.")
 
 
-def show_run(run_dir: Path, root: Path) -> None:
+def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
     try:
         run = cached_run(str(run_dir), stamp(run_dir))
     except RunNotReady as e:
@@ -95,20 +107,21 @@ def show_run(run_dir: Path, root: Path) -> None:
     with tabs[3]:
         live_tab(run)
     with tabs[4]:
-        views.new_search_page(root)
+        views.new_search_page(root, policy)
 
 
 def main() -> None:
     st.set_page_config(page_title="ckpt-search", layout="wide")
     st.title("Checkpoint plans: memory vs time")
-    root = runs_root()
+    args = app_args()
+    root, policy = Path(args.runs), launch_policy(args)
     run_dir = pick_run(root)
     if run_dir is None:
         st.info(f"No runs under '{root}' yet. Start one below, or run "
                 f"`python -m search.run --out {root}`, then reload.")
-        views.new_search_page(root)
+        views.new_search_page(root, policy)
         return
-    show_run(run_dir, root)
+    show_run(run_dir, root, policy)
 
 
 main()

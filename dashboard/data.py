@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ class RunSummary:
 
     run_id: str
     path: Path
-    status: str  # running | finished | interrupted | failed | starting | broken
+    status: str  # running | finished | interrupted | failed | stopped (driver gone) | starting | broken
     workload: str
     started_at: float  # unix time; the folder's mtime when the store does not say
 
@@ -85,6 +87,20 @@ class RunData:
         return Plan.from_list(self.units, row.iloc[0].actions, self.fingerprint)
 
 
+def run_status(status: str, driver: dict[str, Any] | None) -> str:
+    """The store's status, except that a run marked running whose driver process is gone (killed
+    with SIGKILL, or its machine restarted) reads ``stopped``: it never finishes, ``--resume`` continues it."""
+    if status != "running" or not driver or driver.get("host") != socket.gethostname():
+        return status  # another host's process cannot be checked from here
+    try:
+        os.kill(int(driver["pid"]), 0)
+    except ProcessLookupError:
+        return "stopped"
+    except (PermissionError, KeyError, TypeError, ValueError):
+        return status
+    return status
+
+
 def stamp(run_dir: str | Path) -> tuple[float, ...]:
     """Modification times of the files a run folder's data comes from (a cache key)."""
     run_dir = Path(run_dir)
@@ -102,7 +118,8 @@ def _summary(p: Path) -> RunSummary:
     try:
         with RunStore(p / STORE_NAME, readonly=True) as s:
             config = s.get_meta("config") or {}
-            return RunSummary(p.name, p, s.get_meta("status", "running"), str(config.get("workload", "")),
+            status = run_status(s.get_meta("status", "running"), s.get_meta("driver"))
+            return RunSummary(p.name, p, status, str(config.get("workload", "")),
                               float(s.get_meta("started_at") or p.stat().st_mtime))
     except StoreError:
         return RunSummary(p.name, p, "broken", "", p.stat().st_mtime)
@@ -224,7 +241,8 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
     return RunData(
-        path=run_dir, run_id=run_dir.name, status=str(meta.get("status", "running")), config=config, units=units,
+        path=run_dir, run_id=run_dir.name, status=run_status(str(meta.get("status", "running")), meta.get("driver")),
+        config=config, units=units,
         fingerprint=str(meta.get("fingerprint") or (profile.fingerprint if profile else "")), profile=profile,
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
         frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),

@@ -29,14 +29,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8501, help="port (default: 8501)")
     p.add_argument("--headless", action="store_true", help="do not open a browser window")
+    p.add_argument("--allow-launch", action="store_true",
+                   help="let a dashboard bound to a non-loopback --address start searches (off by default: a search "
+                        "runs the Python file its workload names); needs --workloads-dir")
+    p.add_argument("--workloads-dir", default=None,
+                   help="with --allow-launch: the only folder whose workload files may be run (built-ins always may)")
     return p
 
 
 def streamlit_command(args: argparse.Namespace) -> list[str]:
     """The ``streamlit run`` command line for parsed arguments."""
-    return [sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
-            "--server.port", str(args.port), "--server.headless", str(bool(args.headless)).lower(),
-            "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer", "--", "--runs", str(Path(args.runs).resolve())]
+    return ([sys.executable, "-m", "streamlit", "run", str(APP), "--server.address", args.address,
+             "--server.port", str(args.port), "--server.headless", str(bool(args.headless)).lower(),
+             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer", "--",
+             "--runs", str(Path(args.runs).resolve())]
+            + (["--allow-launch"] if args.allow_launch else [])
+            + (["--workloads-dir", str(Path(args.workloads_dir).resolve())] if args.workloads_dir else []))
 
 
 def free_port() -> int:

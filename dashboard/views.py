@@ -16,7 +16,7 @@ import streamlit as st
 from dashboard import figures, pricing, selection
 from dashboard.data import RunData, nearest_rule, unit_table
 from env.records import MIB
-from dashboard.new_search import start_search
+from dashboard.new_search import LaunchPolicy, start_search
 from env.errors import CkptSearchError
 from search.snippet import plan_snippet
 
@@ -202,7 +202,10 @@ def live_panel(run: RunData) -> None:
         st.info("No plans evaluated yet: the search is profiling the model.")
 
 
-def new_search_page(runs_root: Path) -> None:
+def new_search_page(runs_root: Path, policy: LaunchPolicy) -> None:
+    if not policy.enabled:
+        st.info(policy.reason)
+        return
     with st.form("new_search"):
         st.markdown(f"Starts `python -m search.run` in the background; its run folder goes under `{runs_root}`.")
         workload = st.text_input("workload", value="gpt/tiny", help="gpt, cnn, lstm, mlp, presets gpt/tiny, ...")
@@ -212,7 +215,7 @@ def new_search_page(runs_root: Path) -> None:
         submitted = st.form_submit_button("Start search")
     if submitted:
         try:
-            started = start_search(workload, agents, timesteps, runs_root)
+            started = start_search(workload, agents, timesteps, runs_root, policy=policy)
         except CkptSearchError as e:
             st.error(str(e))
             return

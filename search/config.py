@@ -52,6 +52,11 @@ class SearchConfig:
     config: str = _f("", "JSON config file (a run folder's config.json repeats that run); flags override it")
     seed: int = _f(0, "seed for workload weights, batch and agents")
     device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
+    evaluators: int = _f(1, "CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with "
+                            "--measure-threads threads (CPU-only clusters; 1 on a 2-core machine keeps timings steady)")
+    devices: int = _f(0, "GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)")
+    overlap: str = _f("auto", "agents train while plans are measured: auto (when Evaluators use GPUs, so they share no "
+                              "cores with training), on, off", choices=("auto", "on", "off"))
     measure_threads: int = _f(1, "CPU threads a measurement uses (0: all cores). One keeps step times steady when "
                                  "other processes share the cores (Ray, agents in measured mode), and times a step "
                                  "by the measuring thread's CPU time, which they cannot lengthen; GPUs ignore it")
@@ -70,7 +75,9 @@ class SearchConfig:
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
-        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps"):
+        if self.devices < 0:
+            raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
+        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps", "evaluators"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self

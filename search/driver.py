@@ -17,6 +17,7 @@ Ctrl-C drains the Evaluator into the store and leaves it resumable.
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,7 +30,7 @@ from search import ray_session
 from search.agent_pool import AgentPool
 from search.archive import spread_picks
 from search.config import SearchConfig
-from search.evaluator import ray_evaluator, resolve_device
+from search.evaluator_pool import EvaluatorPool, Job
 from search.ledger import Ledger, SearchSetup
 from search.progress import RoundStatus
 from search.store import RunStore
@@ -37,20 +38,12 @@ from search.store import RunStore
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
 
-def start_evaluator(cfg: SearchConfig) -> Any:
-    """The Evaluator actor on the configured device (a GPU when CUDA is asked for)."""
-    device = resolve_device(cfg.device)
-    n_gpus = 1 if device.startswith("cuda") else 0
-    threads = None if n_gpus else (cfg.measure_threads or None)
-    return ray_evaluator(num_gpus=n_gpus).remote(cfg.workload, cfg.seed, cfg.units, cfg.granularity, cfg.actions,
-                                                 cfg.repeats, "cuda" if n_gpus else device, threads)
-
-
-def prepare(store: RunStore, evaluator: Any) -> SearchSetup:
+def prepare(store: RunStore, pool: EvaluatorPool) -> SearchSetup:
     """The run's profile (measured now, or as a resumed run stored it) and what is made from it."""
+    store.set_meta("evaluators", pool.describe())
     prof_json = store.get_meta("profile")
     if prof_json is None:
-        prof_json = ray_session.get(evaluator.profile.remote())
+        prof_json = ray_session.get(pool.first.profile.remote())
         store.set_meta("profile", prof_json)
     setup = SearchSetup.from_profile(ModelProfile.model_validate(prof_json))
     store.set_meta("units", setup.profile.units)
@@ -59,33 +52,64 @@ def prepare(store: RunStore, evaluator: Any) -> SearchSetup:
 
 
 class Driver:
-    def __init__(self, cfg: SearchConfig, run_dir: Path, ledger: Ledger, evaluator: Any,
+    def __init__(self, cfg: SearchConfig, run_dir: Path, ledger: Ledger, pool: EvaluatorPool,
                  on_round: Callable[[RoundStatus], None] | None = None) -> None:
-        self.cfg, self.run_dir, self.ledger, self.evaluator, self.on_round = cfg, run_dir, ledger, evaluator, on_round
+        self.cfg, self.run_dir, self.ledger, self.pool, self.on_round = cfg, run_dir, ledger, pool, on_round
         names = [a.value for a in ledger.codec.actions]
-        measure_for = (lambda agent: _remote_measure(evaluator, names, agent)) if cfg.reward == RewardMode.MEASURED else None
+        measure_for = None
+        if cfg.reward == RewardMode.MEASURED:  # each agent measures on one Evaluator, in turn
+            measure_for = lambda agent: _remote_measure(  # noqa: E731
+                pool.live[int(agent.rsplit("_", 1)[-1]) % len(pool.live)].handle, names, agent)
         self.agents = AgentPool(cfg, ledger, run_dir, measure_for)
-        known = ledger.load_store()  # a resumed run: these are never measured again
-        ray_session.get(evaluator.preload.remote(known))
+        self.overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and pool.on_gpus)
+        self._pending: tuple[threading.Thread, list[MeasuredPlan]] | None = None
+        ledger.store.set_meta("measurement_mode", (
+            f"overlapped: agents train while {len(pool.slots)} Evaluator(s) measure"
+            + (" on GPUs" if pool.on_gpus else " (--overlap on)") if self.overlap else
+            f"exclusive: agents wait while {len(pool.slots)} Evaluator(s) measure, as they would share CPU cores"))
+        pool.preload(ledger.load_store())  # a resumed run: these are never measured again
 
-    def measure(self, plans: Sequence[tuple[Indices, str]], again: bool = False) -> list[MeasuredPlan]:
-        """Measure (plan indices, source) pairs on the Evaluator; each is recorded as it arrives."""
-        out = []
+    def _jobs(self, plans: Sequence[tuple[Indices, str]], again: bool) -> list[Job]:
         for idx, source in plans:
             self.ledger.propose(idx, source)
-            m = ray_session.get(self.evaluator.evaluate.remote(list(self.ledger.codec.names(idx)), source, again))
-            out.append(self.ledger.record(m))
-        return out
+        return [(self.ledger.codec.names(idx), source, again) for idx, source in plans]
 
-    def drain(self, timeout_s: float = 60.0) -> None:
-        """Record what the Evaluator measured for agents directly (measured mode), or on Ctrl-C."""
-        import ray
+    def measure(self, plans: Sequence[tuple[Indices, str]], again: bool = False) -> list[MeasuredPlan]:
+        """Measure (plan indices, source) pairs on the Evaluators; each is recorded as it arrives."""
+        done = self.pool.measure(self._jobs(plans, again), on_result=self.ledger.record)
+        self._pool_state()
+        return done
 
-        ready, _ = ray.wait([self.evaluator.drain.remote()], timeout=timeout_s)
-        if ready:
-            for m in ray.get(ready[0]):
-                self.ledger.propose(self.ledger.codec.indices(m.actions), m.source)
-                self.ledger.record(m)
+    def _pool_state(self) -> None:
+        """The Evaluators' deaths and restarts, into the events and the store, for the report."""
+        self.ledger.events[:] = list(dict.fromkeys(self.ledger.events + self.pool.events))
+        self.ledger.store.set_meta("evaluators", self.pool.describe())
+
+    def measure_meanwhile(self, plans: Sequence[tuple[Indices, str]]) -> None:
+        """Measure in a thread while the agents train (recorded as they arrive); ``collect`` joins it."""
+        arrived: list[MeasuredPlan] = []
+
+        def record(m: MeasuredPlan) -> MeasuredPlan:
+            arrived.append(self.ledger.record(m))
+            return arrived[-1]
+
+        self._pending = (self.pool.measure_async(self._jobs(plans, False), on_result=record), arrived)
+
+    def collect(self) -> list[MeasuredPlan]:
+        """What the measurements started by ``measure_meanwhile`` gave (waits for them)."""
+        if self._pending is None:
+            return []
+        thread, arrived = self._pending
+        thread.join()
+        self._pending = None
+        self._pool_state()
+        return arrived
+
+    def drain(self) -> None:
+        """Record what the Evaluators measured for agents directly (measured mode), or on Ctrl-C."""
+        for m in self.pool.drain():
+            self.ledger.propose(self.ledger.codec.indices(m.actions), m.source)
+            self.ledger.record(m)
 
     def measure_baselines(self) -> None:
         codec = self.ledger.codec
@@ -95,6 +119,12 @@ class Driver:
         store = self.ledger.store
         store.set_meta("rules", {k: m.digest for k, m in zip(chosen, measured)})
         store.set_meta("baseline_digest", measured[list(chosen).index("none")].digest)
+        if len(self.pool.live) > 1:  # the baseline on every Evaluator: a systematically slower device shows
+            each = self.pool.on_each(self.ledger.codec.names(chosen["none"]), "rule:none")
+            store.set_meta("baseline_by_evaluator", {m.evaluators[0]: {"peak_bytes": m.peak_bytes, "step_seconds":
+                                                     m.step_seconds, "clock": m.clock} for m in each})
+            for m in each:
+                self.ledger.record(m)
         for k, v in rules.items():
             if k not in chosen:
                 self.ledger.propose(tuple(v), f"rule:{k}")
@@ -134,7 +164,8 @@ class Driver:
                         ledger.propose(idx, rep["name"])
             if cfg.reward == RewardMode.HYBRID:
                 self._measure_round()
-            self.drain()  # measured mode: the agents' own measurements; else a no-op that empties the journal
+            if cfg.reward == RewardMode.MEASURED:
+                self.drain()  # the agents' own measurements
             ledger.snapshot()
             if self.on_round:
                 self.on_round(RoundStatus(cfg.workload, self.agents.slots, cfg.timesteps, ledger.store.snapshots()[-1]))
@@ -153,10 +184,16 @@ class Driver:
         self.measure([(ledger.codec.indices(known[d].actions), known[d].source) for d in todo], again=True)
 
     def _measure_round(self, final: bool = False) -> None:
+        arrived = self.collect()  # overlapped: last round's measurements, taken while the agents trained
+        if arrived and self.cfg.reward == RewardMode.HYBRID:
+            self.agents.feed(arrived)
         room = self.cfg.max_measurements - len(self.ledger.archive.measured)
         limit = room if final else max(1, math.ceil(room / (self.agents.rounds_left() + 1)))
-        picked = self.ledger.candidates(min(limit, room))
-        measured = self.measure([(p, self._proposer(p)) for p in picked])
+        picked = [(p, self._proposer(p)) for p in self.ledger.candidates(min(limit, room))]
+        if self.overlap and not final:
+            self.measure_meanwhile(picked)
+            return
+        measured = self.measure(picked)
         if self.cfg.reward == RewardMode.HYBRID:
             self.agents.feed(measured)
 

@@ -42,7 +42,8 @@ class Evaluator:
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
         self.units = find_units(self.workload.model, granularity, list(units) or None)
         self.actions = [parse_action(a) for a in actions]
-        self.label = f"{name}@{socket.gethostname()}"
+        self.node = _node_name()
+        self.label = f"{name}@{self.node}"
         self._id_prefix = f"{name}-{uuid.uuid4().hex[:8]}"  # unique across restarts and resumed runs
         self.cache: dict[str, MeasuredPlan] = {}
         self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
@@ -50,8 +51,9 @@ class Evaluator:
         self._other_batch: Workload | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"units": self.units, "device": self.device, "pid": os.getpid(),
-                "batch_shape": self.workload.batch_shape, "evaluator": self.label}
+        return {"units": self.units, "device": self.device, "pid": os.getpid(), "node": self.node,
+                "batch_shape": self.workload.batch_shape, "evaluator": self.label,
+                "device_model": device_model(self.workload.device)}
 
     def profile(self) -> dict[str, Any]:
         prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
@@ -99,6 +101,35 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+def device_model(device: torch.device) -> str:
+    """What plans measured here can be compared on: the GPU's name, or the CPU's model and threads."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "cpu")
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def _node_name() -> str:
+    """The Ray node this process runs on (short id and IP), or the host name outside Ray."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            return f"{ctx.get_node_id()[:8]}/{ray.util.get_node_ip_address()}"
+    except Exception:  # outside a Ray worker: no runtime context
+        pass
+    return socket.gethostname()
 
 
 def ray_evaluator(num_gpus: int = 0):  # type: ignore[no-untyped-def]

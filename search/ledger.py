@@ -9,6 +9,7 @@ records and answers.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -40,6 +41,8 @@ class Ledger:
     archive: ParetoArchive = field(default_factory=ParetoArchive)
     events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
     n_new_measurements: int = 0
+    # measurements may arrive on another thread (agents training meanwhile): one writer at a time
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
     def codec(self) -> PlanCodec:
@@ -59,36 +62,41 @@ class Ledger:
         pred = self.setup.cost_model.predict(list(idx))
         digest = self.codec.digest(idx)
         is_candidate = not source.startswith("rule:") if candidate is None else candidate
-        self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
-        self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)
+        with self.lock:
+            self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
+            self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)
         return digest
 
     def record(self, m: MeasuredPlan) -> MeasuredPlan:
         """A measurement into the store and the archive; returns the plan's whole record."""
-        before = self.archive.measured.get(m.digest)
-        if before is None and self.store.get(m.digest) is None:
-            self.propose(self.codec.indices(m.actions), m.source)
-        merged = self.store.record(m)
-        self.archive.add(merged)
-        if before is None or len(merged.measurement_ids) > len(before.measurement_ids):
-            self.n_new_measurements += 1
-            if m.oom:
-                self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")
-        return merged
+        with self.lock:
+            before = self.archive.measured.get(m.digest)
+            if before is None and self.store.get(m.digest) is None:
+                self.propose(self.codec.indices(m.actions), m.source)
+            merged = self.store.record(m)
+            self.archive.add(merged)
+            if before is None or len(merged.measurement_ids) > len(before.measurement_ids):
+                self.n_new_measurements += 1
+                if m.oom:
+                    self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")
+            return merged
 
     def is_measured(self, idx: Indices) -> bool:
         return self.codec.digest(idx) in self.archive.measured
 
     def proposers(self, idx: Indices) -> list[str]:
-        row = self.store.get(self.codec.digest(idx))
+        with self.lock:
+            row = self.store.get(self.codec.digest(idx))
         return row.proposers if row else []
 
     # -- what is known -------------------------------------------------------------------------
     def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
-        return self.archive.points(sources)
+        with self.lock:
+            return self.archive.points(sources)
 
     def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
-        return self.archive.frontier(sources)
+        with self.lock:
+            return self.archive.frontier(sources)
 
     def baseline(self) -> MeasuredPlan | None:
         digest = self.store.get_meta("baseline_digest")
@@ -106,8 +114,11 @@ class Ledger:
 
     def candidates(self, limit: int) -> list[Indices]:
         """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model."""
-        return self.archive.candidates(limit, self.codec.digest, self.corrected().predict)
+        correction = self.corrected()
+        with self.lock:
+            return self.archive.candidates(limit, self.codec.digest, correction.predict)
 
     def snapshot(self) -> None:
-        front = self.frontier()
-        self.store.snapshot(len(front), self.hv(front))
+        with self.lock:
+            front = self.frontier()
+            self.store.snapshot(len(front), self.hv(front))

@@ -9,6 +9,7 @@ from typing import Any
 
 from env.errors import CkptSearchError
 
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
 _PROJECT_ERROR = re.compile(r"(?:WorkloadError|UnitError|PlanError|MeasurementError|CkptSearchError): ([^\n]+)")
 
 
@@ -25,7 +26,10 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
     else:
-        # "local": a new instance even when another cluster runs on this machine (that one needs --address)
+        # "local": a new instance even when another cluster runs on this machine (that one needs --address).
+        # A single-node instance serves this machine only: Ray binds it to loopback when told that
+        # no other node will join, instead of to the host's network address.
+        os.environ.setdefault(LOCAL_ONLY_ENV, "0")
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
                  runtime_env=runtime_env, log_to_driver=False)
 

@@ -57,7 +57,9 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
         "exact_plans_measured": len(exact_measured), "rules": rule_rows, "events": ledger.events,
-        "agents": store.progress(),
+        "agents": store.progress(), "evaluators": store.get_meta("evaluators", []),
+        "measurement_mode": store.get_meta("measurement_mode", ""),
+        "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -85,6 +87,14 @@ def to_markdown(rep: dict[str, Any]) -> str:
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
               f"- measured frontier: {hv['frontier']:.4f}", f"- agents' plans only: {hv['agents_only']:.4f}",
               f"- exact solver's plans, measured: {hv['exact_measured']:.4f}", f"- agents / exact: {ratio}"]
+    lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", "",
+              "| evaluator | node | device | restarts | baseline ms |", "|---|---|---|---:|---:|"]
+    by_label = rep["baseline_by_evaluator"]
+    for e in rep["evaluators"]:
+        own = by_label.get(e["label"])
+        lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | "
+                     f"{own['step_seconds'] * 1e3:.1f} |" if own else
+                     f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | - |")
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"

@@ -13,6 +13,8 @@ Exit codes: 0 done, 2 bad input (one line on stderr), 130 interrupted (the store
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import time
 from typing import Sequence
@@ -26,7 +28,8 @@ from search.store import RunStore
 
 def main(argv: Sequence[str] | None = None) -> int:
     from search import ray_session
-    from search.driver import Driver, prepare, start_evaluator
+    from search.driver import Driver, prepare
+    from search.evaluator_pool import EvaluatorPool
     from search.ledger import Ledger
     from search.progress import ProgressView
     from search.report import write_outputs
@@ -42,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             store.set_meta("config", json.loads(cfg.to_json()))
             store.set_meta("started_at", time.time())
         store.set_meta("status", "running")
+        store.set_meta("driver", {"pid": os.getpid(), "host": socket.gethostname()})  # a killed run reads as stopped
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -49,22 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     driver = None
     try:
         ray_session.start_ray(cfg.address)
-        evaluator = start_evaluator(cfg)
-        ledger = Ledger(prepare(store, evaluator), store)
-        driver = Driver(cfg, run_dir, ledger, evaluator, on_round=view.update)
+        pool = EvaluatorPool(cfg)
+        ledger = Ledger(prepare(store, pool), store)
+        driver = Driver(cfg, run_dir, ledger, pool, on_round=view.update)
         with view:
             driver.run()
         if cfg.batch_scaling:
             from search.scaling import measure_batch_scaling
 
-            measure_batch_scaling(cfg.workload, ledger, evaluator)
+            measure_batch_scaling(cfg.workload, ledger, pool.first)
         report = write_outputs(cfg, run_dir, ledger)
         store.set_meta("status", "finished")
         store.set_meta("finished_at", time.time())
         view.summary(report)
     except KeyboardInterrupt:
         if driver is not None:
-            driver.drain(timeout_s=120)
+            driver.drain()
         store.set_meta("status", "interrupted")
         print(f"interrupted: every finished measurement is in {run_dir / 'store.sqlite'}; "
               f"continue with: python -m search.run --resume {run_dir}", file=sys.stderr)

@@ -7,12 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
 from dashboard.launch import RUNS_ENV
 from dashboard.data import load_run, select_plan
 from env.records import MIB
-from dashboard.new_search import search_command, start_search
+from dashboard.new_search import LaunchPolicy, search_command, start_search
 from env.errors import CkptSearchError
 from env.plan import Plan
 from search.store import STORE_NAME, RunStore
@@ -21,9 +22,11 @@ from tests.fixtures_runs import cached_run
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
 
 
-def _app(runs: Path, monkeypatch: pytest.MonkeyPatch) -> AppTest:
+def _app(runs: Path, monkeypatch: pytest.MonkeyPatch, address: str = "127.0.0.1", args: tuple[str, ...] = ()) -> AppTest:
+    """The app as ``streamlit run`` would serve it bound to ``address`` (app arguments ``args``)."""
     monkeypatch.setenv(RUNS_ENV, str(runs))
-    monkeypatch.setattr(sys, "argv", ["app.py"])
+    monkeypatch.setattr(sys, "argv", ["app.py", *args])
+    st_config.set_option("server.address", address)
     return AppTest.from_file(APP, default_timeout=60).run()
 
 
@@ -127,3 +130,34 @@ def test_launch_binds_locally_unless_told() -> None:
     assert cmd[cmd.index("--") + 1:] == ["--runs", str(Path("runs").resolve())]
     wide = streamlit_command(build_parser().parse_args(["--address", "0.0.0.0", "--port", "8600"]))
     assert wide[wide.index("--server.address") + 1] == "0.0.0.0" and wide[wide.index("--server.port") + 1] == "8600"
+
+
+def test_a_dashboard_bound_beyond_loopback_shows_no_launch_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(tmp_path, monkeypatch, address="0.0.0.0")
+    _no_exception(at)
+    assert not at.button and not at.text_input, "no new-search form"
+    assert any("Starting searches is off" in i.value for i in at.info)
+    allowed = tmp_path / "workloads"
+    allowed.mkdir()
+    at = _app(tmp_path, monkeypatch, address="0.0.0.0", args=("--allow-launch", "--workloads-dir", str(allowed)))
+    _no_exception(at)
+    assert at.text_input, "the operator allowed launching"
+    at.text_input[0].set_value(f"{tmp_path / 'elsewhere.py'}:make")
+    at.button[0].click().run()
+    assert "is not a built-in or a file in" in at.error[0].value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["workloads"], "nothing was started"
+
+
+def test_launch_policy() -> None:
+    assert LaunchPolicy.for_server("127.0.0.1").enabled and LaunchPolicy.for_server("localhost").enabled
+    for address in ("0.0.0.0", "10.1.2.3", None, ""):
+        off = LaunchPolicy.for_server(address)
+        assert not off.enabled and "--allow-launch --workloads-dir" in off.reason
+    assert not LaunchPolicy.for_server("0.0.0.0", allow_launch=True).enabled  # no folder named
+    folder = Path(__file__).resolve().parent.parent / "bench"
+    policy = LaunchPolicy.for_server("0.0.0.0", allow_launch=True, workloads_dir=folder)
+    policy.check("gpt/tiny")
+    policy.check(f"{folder / 'user_model.py'}:make")
+    for bad in ("tests/fixtures_runs.py:build_run", "os.path:join"):
+        with pytest.raises(CkptSearchError, match="is not a built-in or a file in"):
+            policy.check(bad)

@@ -63,7 +63,8 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
 @pytest.mark.slow
 def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
     from search.config import SearchConfig
-    from search.driver import Driver, prepare, start_evaluator
+    from search.driver import Driver, prepare
+    from search.evaluator_pool import EvaluatorPool
     from search.ledger import Ledger
     from search.progress import RoundStatus
     from search.report import write_outputs
@@ -82,9 +83,9 @@ def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
     run_dir.mkdir()
     with RunStore(run_dir / "store.sqlite") as store:
         store.set_meta("config", json.loads(cfg.to_json()))
-        evaluator = start_evaluator(cfg)
-        ledger = Ledger(prepare(store, evaluator), store)
-        Driver(cfg, run_dir, ledger, evaluator, on_round=kill_once).run()
+        pool = EvaluatorPool(cfg)
+        ledger = Ledger(prepare(store, pool), store)
+        Driver(cfg, run_dir, ledger, pool, on_round=kill_once).run()
         report = write_outputs(cfg, run_dir, ledger)
     assert killed
     assert any("agent_1 died" in e for e in report["events"])
@@ -193,20 +194,96 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_search_joins_an_existing_ray_cluster(tmp_path):
-    port = _free_port()
-    ray_bin = Path(sys.executable).parent / "ray"
-    head = subprocess.Popen([str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port),
-                             "--num-cpus", "2", "--include-dashboard", "false", "--block",
-                             ],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+def _two_node_cluster() -> tuple[subprocess.Popen, str]:
+    """tests/ray_cluster.py: a head and a second node on loopback; returns the process and the address."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "ray_cluster.py"), "600"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    address = proc.stdout.readline().strip()
+    assert address.startswith("127.0.0.1:"), f"the cluster did not start ({address!r})"
+    return proc, address
+
+
+def _measured_count(store_path: Path) -> int:
     try:
-        done = _run_cli([*TINY, "--timesteps", "128", "--address", f"127.0.0.1:{port}", "--out", str(tmp_path),
-                         "--name", "cluster"])
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert done.stdout.strip().splitlines()[-1] == str(tmp_path / "cluster")
-        assert json.loads((tmp_path / "cluster" / "frontier.json").read_text())["points"]
+        return sqlite3.connect(f"file:{store_path}?mode=ro", uri=True).execute(
+            "SELECT COUNT(*) FROM evaluations WHERE measured = 1").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _wait_for(predicate, timeout_s: float = 240.0) -> bool:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _every_measurement_once(store_path: Path) -> list:
+    with RunStore(store_path, readonly=True) as s:
+        records = s.measured()
+    ids = [i for m in records for i in m.measurement_ids]
+    assert len(ids) == len(set(ids)), "a measurement was recorded twice"
+    for m in records:
+        assert len(m.measurement_ids) == len(m.evaluators) >= 1
+    return records
+
+
+@pytest.mark.slow
+def test_two_node_cluster_two_evaluators_one_killed(tmp_path):
+    """A search joins (--address) a two-node cluster on loopback with two Evaluators: both nodes
+    measure; one Evaluator is killed mid-run; the run finishes with every measurement recorded once."""
+    cluster, address = _two_node_cluster()
+    try:
+        args = [*TINY, "--timesteps", "512", "--max-measurements", "16", "--evaluators", "2",
+                "--address", address, "--out", str(tmp_path), "--name", "two"]
+        proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        store_path = tmp_path / "two" / "store.sqlite"
+        assert _wait_for(lambda: _measured_count(store_path) >= 3), "the run measured plans"
+        with RunStore(store_path, readonly=True) as s:
+            evaluators = s.get_meta("evaluators")
+        assert len(evaluators) == 2 and len({e["node"] for e in evaluators}) == 2, evaluators
+        os.kill(evaluators[1]["pid"], signal.SIGKILL)  # a worker killed mid-run
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        assert out.strip().splitlines()[-1] == str(tmp_path / "two")
+        assert json.loads((tmp_path / "two" / "frontier.json").read_text())["points"]
+        records = _every_measurement_once(store_path)
+        nodes = {label.split("@", 1)[1] for m in records for label in m.evaluators}
+        assert len(nodes) >= 2, "both nodes measured"
+        report = (tmp_path / "two" / "report.md").read_text()
+        assert "evaluator_1 died" in report and "| evaluator_1 |" in report
+        with RunStore(store_path, readonly=True) as s:
+            assert s.get_meta("status") == "finished"
+            assert len(s.get_meta("baseline_by_evaluator")) == 2  # the baseline on every Evaluator
     finally:
-        os.killpg(head.pid, signal.SIGTERM)
-        head.wait(timeout=60)
+        os.killpg(cluster.pid, signal.SIGTERM)
+        cluster.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
+    from dashboard.data import load_run
+
+    args = [*TINY, "--timesteps", "2048", "--chunk-timesteps", "256", "--max-measurements", "16",
+            "--out", str(tmp_path), "--name", "k"]
+    proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    store_path = tmp_path / "k" / "store.sqlite"
+    assert _wait_for(lambda: _measured_count(store_path) >= 4), "the run measured plans before the kill"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert load_run(tmp_path / "k").status == "stopped", "a killed run is not shown as running forever"
+    before = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
+    done = _run_cli(["--resume", str(tmp_path / "k"), "--no-progress"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
+    with RunStore(store_path, readonly=True) as s:
+        remeasured = set(s.get_meta("remeasured"))
+        assert s.get_meta("status") == "finished"
+    for digest, samples in before.items():
+        assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"
+        if digest not in remeasured:
+            assert after[digest] == samples, "a plan measured before the kill was measured again"

@@ -1,0 +1,159 @@
+"""EvaluatorPool: one Evaluator per device of the Ray cluster, fed from one queue.
+
+- Devices: one Evaluator per GPU the cluster offers (``num_gpus=1`` each, at most ``--devices``),
+  or on CPU-only clusters ``--evaluators N`` CPU Evaluators spread over the nodes, each with its
+  own measuring threads. Each builds the workload itself from the spec; nothing large travels.
+- Queue: ``measure(jobs)`` hands each plan to whichever Evaluator is free (``ray.wait``) and
+  gives every result to ``on_result`` the moment it arrives, so the store has it at once.
+- Comparable: every Evaluator says its device model; a cluster whose Evaluators differ is
+  refused in one line, so a frontier never mixes device models.
+- Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
+  queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
+  what happened, for the report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from env.errors import CkptSearchError
+from env.records import MeasuredPlan
+from search import ray_session
+from search.config import SearchConfig
+from search.evaluator import ray_evaluator, resolve_device
+
+Job = tuple[Sequence[str], str, bool]  # (action names, source, again)
+
+
+@dataclass
+class EvaluatorSlot:
+    name: str
+    gpu: bool
+    handle: Any = None
+    info: dict[str, Any] | None = None
+    restarts: int = 0
+    alive: bool = True
+
+
+def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
+    """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count."""
+    device = resolve_device(cfg.device) if cfg.device != "auto" else ("cuda" if cluster_gpus >= 1 else "cpu")
+    if device.startswith("cuda"):
+        if cluster_gpus < 1:
+            raise CkptSearchError(f"--device {cfg.device}: the Ray cluster offers no GPU; use --device cpu, or join "
+                                  "a cluster with GPUs (--address)")
+        n = int(cluster_gpus)
+        return (min(n, cfg.devices) if cfg.devices else n), True
+    return cfg.evaluators, False
+
+
+class EvaluatorPool:
+    def __init__(self, cfg: SearchConfig) -> None:
+        import ray
+
+        self.ray, self.cfg = ray, cfg
+        n, gpu = evaluator_count(cfg, ray.cluster_resources().get("GPU", 0.0))
+        self.slots = [EvaluatorSlot(f"evaluator_{i}", gpu) for i in range(n)]
+        self.events: list[str] = []
+        for slot in self.slots:
+            self._start(slot)
+        self._check_device_models()
+
+    def _start(self, slot: EvaluatorSlot) -> None:
+        cfg = self.cfg
+        threads = None if slot.gpu else (cfg.measure_threads or None)
+        actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy="SPREAD")
+        slot.handle = actor.remote(cfg.workload, cfg.seed, cfg.units, cfg.granularity, cfg.actions, cfg.repeats,
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name)
+        slot.info = ray_session.get(slot.handle.info.remote())
+
+    def _check_device_models(self) -> None:
+        models = {s.info["device_model"] for s in self.slots if s.info}
+        if len(models) > 1:
+            raise CkptSearchError(f"the cluster's Evaluators measure on different device models ({', '.join(sorted(models))}); "
+                                  "plans are compared only on one model: limit the search to one (--devices, or a "
+                                  "cluster of one GPU type)")
+
+    # -- what the driver asks -------------------------------------------------------------------
+    @property
+    def live(self) -> list[EvaluatorSlot]:
+        return [s for s in self.slots if s.alive]
+
+    @property
+    def first(self) -> Any:
+        """The Evaluator that profiles the workload and measures other batch sizes."""
+        return self.live[0].handle
+
+    @property
+    def on_gpus(self) -> bool:
+        return bool(self.slots) and all(s.gpu for s in self.slots)
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"name": s.name, "label": s.info["evaluator"] if s.info else s.name, "node": (s.info or {}).get("node"),
+                 "device": (s.info or {}).get("device_model"), "pid": (s.info or {}).get("pid"),
+                 "restarts": s.restarts, "alive": s.alive} for s in self.slots]
+
+    def preload(self, records: Sequence[MeasuredPlan]) -> None:
+        ray_session.get([s.handle.preload.remote(list(records)) for s in self.live])
+
+    def measure(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
+        """Measure every job on whichever Evaluator is free; ``on_result`` gets each as it arrives.
+        Returns what ``on_result`` returned, in the jobs' order."""
+        queue: deque[int] = deque(range(len(jobs)))
+        running: dict[Any, tuple[EvaluatorSlot, int]] = {}
+        out: dict[int, MeasuredPlan] = {}
+        while queue or running:
+            for slot in self.live:
+                if queue and all(s is not slot for s, _ in running.values()):
+                    k = queue.popleft()
+                    names, source, again = jobs[k]
+                    running[slot.handle.evaluate.remote(list(names), source, again)] = (slot, k)
+            if not running:
+                raise CkptSearchError("every Evaluator died; see the events in the run's report and start it again "
+                                      "with --resume")
+            done, _ = self.ray.wait(list(running), num_returns=1)
+            slot, k = running.pop(done[0])
+            try:
+                out[k] = on_result(ray_session.get(done[0]))
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+                self._died(slot, e)
+                queue.appendleft(k)  # measured by whichever Evaluator is free next
+        return [out[k] for k in range(len(jobs))]
+
+    def measure_async(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> threading.Thread:
+        """``measure`` in a thread, for agents training meanwhile on other cores (GPU Evaluators)."""
+        t = threading.Thread(target=self.measure, args=(list(jobs), on_result), daemon=True, name="measurements")
+        t.start()
+        return t
+
+    def on_each(self, names: Sequence[str], source: str) -> list[MeasuredPlan]:
+        """The same plan measured once on every live Evaluator (the baseline: a slow device shows)."""
+        refs = [s.handle.evaluate.remote(list(names), source, True) for s in self.live]
+        return [m for m in self._gather(refs)]
+
+    def drain(self) -> list[MeasuredPlan]:
+        """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
+        return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]
+
+    def _gather(self, refs: list[Any]) -> list[Any]:
+        out = []
+        for slot, ref in zip(list(self.live), refs):
+            try:
+                out.append(ray_session.get(ref))
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+                self._died(slot, e)
+        return out
+
+    def _died(self, slot: EvaluatorSlot, error: Exception) -> None:
+        slot.restarts += 1
+        cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
+        what = f"{type(error).__name__}: {cause[:160]}"
+        if slot.restarts <= 1:
+            self.events.append(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
+            self._start(slot)
+        else:
+            self.events.append(f"{slot.name} died again ({what}); the run went on without it")
+            slot.alive = False
