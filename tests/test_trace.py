@@ -99,7 +99,7 @@ def test_a_cuda_trace_keeps_only_the_workloads_device(recorded) -> None:
 
 
 def test_events_round_trip_through_json(recorded, tmp_path: Path) -> None:
-    events, meta = recorded
+    events, _ = recorded
     path = tmp_path / "trace.json"
     save_events(path, events[:50], workload="w", units=["a"])
     again, again_meta = load_events(path)
