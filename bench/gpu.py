@@ -51,7 +51,8 @@ PREMIUM_WORKLOADS = ["gpt=gpt", "cnn=cnn", "lstm=lstm"]
 OFFLOAD_WORKLOADS = ["gpt", "gpt?batch_size=32"]
 # seconds each step may take at most (the search gets what is left)
 CAPS = {"tests": 150, "fidelity": 120, "premium": 150, "offload": 90}
-MIN_SEARCH_SECONDS = 45
+MIN_SEARCH_SECONDS = 90
+STOP_SECONDS = 40  # of the search's time, kept for stopping it: SIGINT, then SIGKILL 30 s later
 
 
 def no_cuda_message() -> str | None:
@@ -190,12 +191,12 @@ def search_step(device: str, seconds: float, tmp: Path) -> dict[str, Any]:
                             start_new_session=True)  # its own process group: Ray's workers stop with it
     stopped = False
     try:
-        stdout, stderr = proc.communicate(timeout=seconds)
+        stdout, stderr = proc.communicate(timeout=max(1.0, seconds - STOP_SECONDS))
     except subprocess.TimeoutExpired:
         stopped = True
         os.killpg(proc.pid, signal.SIGINT)  # search.run drains, marks the store resumable, exits 130
         try:
-            stdout, stderr = proc.communicate(timeout=60)
+            stdout, stderr = proc.communicate(timeout=STOP_SECONDS - 10)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()

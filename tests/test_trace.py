@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,12 @@ from env.workloads import load_workload
 from tests.test_workloads import one_line_error
 
 RECORDED = Path(__file__).parent / "data" / "gpt_tiny_cpu_trace.json"
+
+
+def test_the_trace_module_needs_no_torch() -> None:
+    code = "import sys, env.trace; assert 'torch' not in sys.modules, 'env.trace imported torch'"
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
