@@ -2,7 +2,9 @@
 
 What a saved tensor is offloaded (activations, not parameters or their views), gradients equal to
 keeping everything, each unit's backward prefetching the unit before it, host buffers reused
-across steps, a retained graph unpacked twice, and the snippet carrying the same code.
+across steps, a retained graph unpacked twice, the snippet carrying the same code, and the CUDA
+branch's stream protocol (run with logging fake streams): every copy after its stream waited for
+compute, compute waiting for every copy before using or releasing its memory.
 """
 
 from __future__ import annotations
@@ -169,3 +171,62 @@ def test_the_snippet_carries_the_offloader(gpt) -> None:
         got = grads(w)
     assert off.stats.tensors_offloaded > 0 and off.stats.prefetches == len(units) - 1
     assert all(torch.equal(got[n], g) for n, g in reference.items())
+
+
+class FakeStream:
+    """Stands in for a torch.cuda.Stream: logs waits and recorded events instead of running them."""
+
+    def __init__(self, name: str, log: list[tuple[str, ...]]) -> None:
+        self.name, self.log = name, log
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        self.log.append((self.name, "wait_stream", other.name))
+
+    def record_event(self) -> str:
+        event = f"event{sum(entry[1] == 'record_event' for entry in self.log)}"
+        self.log.append((self.name, "record_event", event))
+        return event
+
+    def wait_event(self, event: str) -> None:
+        self.log.append((self.name, "wait_event", event))
+
+
+def test_the_stream_protocol_orders_every_copy_with_events(gpt, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA branch run with logging fake streams (the copies themselves run on CPU tensors)."""
+    w, units, reference = gpt
+    log: list[tuple[str, ...]] = []
+    compute = FakeStream("compute", log)
+    off = ActivationOffloader(CPU, min_bytes=1)
+    off.stream = FakeStream("side", log)
+
+    @contextlib.contextmanager
+    def on_stream(stream: FakeStream) -> Iterator[None]:
+        log.append((stream.name, "enter"))
+        yield
+        log.append((stream.name, "exit"))
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: compute)
+    monkeypatch.setattr(torch.cuda, "stream", on_stream)
+    with wrapped_units(w, units, off.saved_tensors):
+        got = grads(w)
+    assert all(torch.equal(got[n], g) for n, g in reference.items())
+    recorded: set[str] = set()
+    for i, (who, what, *rest) in enumerate(log):
+        if what == "enter":  # side-stream work starts only after the side stream waited for compute
+            assert log[i - 1] == ("side", "wait_stream", "compute"), log[i - 1:i + 1]
+            assert log[i + 1] == ("side", "exit") and log[i + 2][:2] == ("side", "record_event")
+        if what == "record_event":
+            recorded.add(rest[0])
+        if what == "wait_event":
+            assert who == "compute" and rest[0] in recorded  # compute waits only for recorded copies
+    d2h = sum(1 for who, what, *_ in log if what == "enter")
+    assert d2h == off.stats.tensors_offloaded + len(units)  # one copy-out per tensor, one copy-in per unit
+    # forward: each unit's exit waits for its last copy out (which follows its others on the one side stream)
+    waits = [i for i, entry in enumerate(log) if entry[1] == "wait_event"]
+    exits = waits[:len(units)]
+    for i in exits:
+        latest = [entry[2] for entry in log[:i] if entry[1] == "record_event"][-1]
+        assert log[i][2] == latest
+    # backward: every copy in is waited for before its tensor is used
+    copies_in = {entry[2] for entry in log[exits[-1]:] if entry[1] == "record_event"}
+    assert len(copies_in) == len(units) and copies_in <= {log[i][2] for i in waits[len(units):]}
