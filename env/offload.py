@@ -21,7 +21,8 @@ backward, when a unit's first saved tensor is unpacked:
     stream waits for it before a saved tensor is used. So unit k-1's copies run while unit k's
     backward computes.
 pinned buffers:
-    a pool keyed by byte size (a buffer is viewed as the tensor's dtype and shape), reused across
+    a pool keyed by byte size (a buffer is viewed as the tensor's dtype, shape and dense
+    strides, so the tensor comes back in the layout it had), reused across
     steps: a buffer goes back when its saved tensor is released, and since every copy to or from
     the pool runs on the one side stream, in order, a reused buffer is never written while a
     copy still reads it.
@@ -54,6 +55,13 @@ def is_model_state(t: torch.Tensor, state: frozenset[int]) -> bool:
     """A parameter, a view of one (``weight.t()`` saved by a matmul), or a tensor on ``state``'s storages."""
     base = t._base if t._base is not None else t
     return isinstance(t, nn.Parameter) or isinstance(base, nn.Parameter) or t.untyped_storage().data_ptr() in state
+
+
+def dense_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``empty_like`` gives ``t``: its own when dense (a transposed attention output, a
+    channels-last activation), else contiguous ones. The copy back keeps them, so backward kernels
+    see the layout they saw in forward."""
+    return torch.empty_like(t, device="meta").stride()
 
 
 class HostPool:
@@ -167,7 +175,7 @@ class ActivationOffloader:
                 or nbytes < self.min_bytes or is_model_state(t, state)):
             return t.detach()  # detached: a saved output must not hold its own grad_fn (a reference cycle)
         buffer = self.pool.take(nbytes)
-        host = buffer.view(t.dtype).view(t.shape)
+        host = buffer.view(t.dtype).as_strided(t.shape, dense_strides(t))
         if self.stream is None:
             host.copy_(t)
         else:
@@ -225,7 +233,8 @@ class ActivationOffloader:
             self._copy_in(away)
 
     def _copy_in(self, items: list[_Saved]) -> None:
-        targets = [torch.empty(s.host.shape, dtype=s.host.dtype, device=self.device) for s in items]  # compute stream
+        targets = [torch.empty_strided(s.host.shape, s.host.stride(), dtype=s.host.dtype, device=self.device)
+                   for s in items]  # allocated on the compute stream
         if self.stream is None:
             for s, dst in zip(items, targets):
                 dst.copy_(s.host)

@@ -30,7 +30,7 @@ APPLY_NAMES: tuple[str, ...] = (
 )
 # Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
-    "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "HostPool", "OffloadStats", "_Group", "_Saved",
+    "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "dense_strides", "HostPool", "OffloadStats", "_Group", "_Saved",
     "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
 )
 EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")

@@ -151,6 +151,36 @@ def test_a_retained_graph_can_be_unpacked_twice(gpt) -> None:
     assert off.stats.bytes_fetched == 2 * off.stats.bytes_offloaded
 
 
+class _SavesAndChecks(torch.autograd.Function):
+    """Saves its input; in backward, asserts the saved tensor's strides are ``ctx.expected``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, expected: tuple[int, ...]) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        ctx.expected = expected
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        (x,) = ctx.saved_tensors
+        assert x.stride() == ctx.expected, (x.stride(), ctx.expected)
+        return grad * 2, None
+
+
+def test_a_saved_tensor_comes_back_in_its_dense_layout() -> None:
+    leaf = torch.randn(4, 8, 16, requires_grad=True)
+    off = ActivationOffloader(CPU, min_bytes=1)
+    unit = nn.Identity()
+    with off.saved_tensors(unit):
+        transposed = (leaf * 1).transpose(1, 2)  # dense, not contiguous: its strides are kept
+        sliced = (leaf * 1)[..., :4].transpose(1, 2)  # not dense: comes back contiguous
+        out = _SavesAndChecks.apply(transposed, (128, 1, 16)).sum()
+        out = out + _SavesAndChecks.apply(sliced, (32, 1, 4)).sum()
+    assert off.stats.tensors_offloaded == 2
+    out.backward()
+    assert torch.equal(leaf.grad, torch.full_like(leaf, 2).index_fill_(2, torch.arange(4), 4))
+
+
 def test_offloaded_forward_refuses_a_cpu_unit_on_one_line() -> None:
     lin = nn.Linear(4, 4)
     with pytest.raises(RuntimeError) as e:
