@@ -1,7 +1,7 @@
 """PPO agents: one MaskablePPO (sb3-contrib) per memory budget, trained on CheckpointEnv in chunks.
 
 An agent sees only a ModelProfile (plain data) and, in ``measured`` mode, a function that
-measures a plan; it never touches Ray. ``search.orchestrate`` runs each agent as a Ray actor and
+measures a plan; it never touches Ray. ``search.agent_pool`` runs each agent as a Ray actor and
 collects the plans its episodes end on.
 """
 

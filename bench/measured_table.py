@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
 from env.apply import plan_for  # noqa: E402
-from env.measure import Measurement, measure  # noqa: E402
+from env.measure import measure  # noqa: E402
+from env.records import MeasuredPlan  # noqa: E402
 from env.plan import Action, Plan  # noqa: E402
 from env.units import find_units  # noqa: E402
 from env.workloads import Workload, load_workload, workload_names  # noqa: E402
@@ -56,10 +57,10 @@ def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
 
 
 def measure_rounds(w: Workload, units: list[str], plans: dict[str, Plan], repeats: int,
-                   rounds: int) -> dict[str, Measurement]:
+                   rounds: int) -> dict[str, MeasuredPlan]:
     """Each plan measured in ``rounds`` interleaved rounds of ``repeats`` timed steps, merged."""
     names = list(plans)
-    got: dict[str, Measurement] = {}
+    got: dict[str, MeasuredPlan] = {}
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:  # no plan always goes first
             m = measure(w, plans[name], units, repeats=repeats, warmup=1)
@@ -67,7 +68,7 @@ def measure_rounds(w: Workload, units: list[str], plans: dict[str, Plan], repeat
     return {name: got[name] for name in names}
 
 
-def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[dict[str, Any]]:
+def rows_for(spec: str, units: list[str], got: dict[str, MeasuredPlan]) -> list[dict[str, Any]]:
     base = got["none"]
     rows = []
     for name, m in got.items():
@@ -76,7 +77,7 @@ def rows_for(spec: str, units: list[str], got: dict[str, Measurement]) -> list[d
             "peak_mb": m.peak_bytes / MB, "activation_mb": m.activation_bytes / MB,
             "live_before_mb": m.live_before_bytes / MB,
             "step_seconds": m.step_seconds, "spread_seconds": m.spread_seconds,
-            "n_timed_steps": len(m.step_seconds_samples),
+            "n_timed_steps": len(m.step_seconds_samples), "clock": m.clock,
             "peak_saving_pct": 100 * (1 - m.peak_bytes / base.peak_bytes),
             "activation_saving_pct": 100 * (1 - m.activation_bytes / base.activation_bytes),
             "slowdown_pct": 100 * (m.step_seconds / base.step_seconds - 1),

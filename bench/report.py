@@ -5,7 +5,8 @@
 
 Each section's table comes from its bench script's own ``markdown()`` (one formatter per
 result), each figure names the machine and device its numbers were measured on, and a result
-that is missing is listed with the command that produces it. Never edit BENCHMARKS.md by hand.
+that is missing is listed with the command that produces it. The GPU section ("On a GPU") is
+there only when ``bench/gpu.py`` has written ``gpu_*.json`` results. Never edit BENCHMARKS.md by hand.
 """
 
 from __future__ import annotations
@@ -222,8 +223,6 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      _table("premium", None), None,
      "python bench/premium.py --workloads \"cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6\" "
      "--rounds 3 --out bench/results/premium_cnn_rounds3.json"),
-    ("premium_gpu", "The checkpointing premium on a GPU", "As above, on CUDA at the built-in default sizes.",
-     _table("premium", None), lambda r, p: fig_premium(r, p, "premium_gpu"), "python bench/gpu.py"),
     ("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
      "solver and the env with the number of decision units (synthetic profiles).",
      _table("search_cost", None), fig_search_cost, "python bench/search_cost.py"),
@@ -233,16 +232,79 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      _table("measured_table", "rows"), fig_measured_table, "python bench/measured_table.py"),
     ("fidelity", "Cost-model fidelity", "Predicted against measured peak and step time on random plans.",
      _table("fidelity", "workloads"), fig_fidelity, "python bench/fidelity.py"),
-    ("fidelity_gpu", "Cost-model fidelity on a GPU", "As above, on CUDA.",
-     _table("fidelity", "workloads"), lambda r, p: fig_fidelity(r, p, "fidelity_gpu"), "python bench/gpu.py"),
     ("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.", _env_speed, None,
      "python bench/env_speed.py"),
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# The GPU section: only when bench/gpu.py has written results
+
+def _gpu_tests(r: Result) -> str:
+    lines = ["| passed | failed | skipped |", "|---:|---:|---:|", f"| {r['passed']} | {r['failed']} | {r['skipped']} |"]
+    failed = [t["test"] for t in r["tests"] if t["outcome"] in ("failure", "error")]
+    return "\n".join(lines + ([""] + [f"- failed: `{t}`" for t in failed] if failed else []))
+
+
+def _gpu_offload(r: Result) -> str:
+    out = []
+    for w in r["workloads"]:
+        out += [f"`{w['workload']}` ({w['n_units']} units, batch {w['batch_shape']}; "
+                f"{w['offloaded_bytes_per_step'] / 2**20:.0f} MiB offloaded a step)", "",
+                "| plan | peak saved | activation memory saved | step time | step ms | spread ms |",
+                "|---|---:|---:|---:|---:|---:|"]
+        out += [f"| {x['plan']} | {100 * x['peak_saving']:.0f}% | {100 * x['activation_saving']:.0f}% "
+                f"| {100 * x['slowdown']:+.1f}% | {1e3 * x['step_seconds']:.1f} | {1e3 * x['spread_seconds']:.1f} |"
+                for x in w["rows"]]
+        out.append("")
+    return "\n".join(out)
+
+
+def _gpu_search(r: Result) -> str:
+    stopped = "stopped at the budget (resumable)" if r["stopped_at_budget"] else f"exit code {r['exit_code']}"
+    out = [f"`python -m {r['command']}`: {stopped} after {r['wall_seconds']:.0f} s; the run wrote "
+           + ", ".join(f"`{f}`" for f in r["run_files"]) + "."]
+    if r.get("report_md"):  # the run's own report, its headings under this section's
+        out += ["", *[("###" + line if line.startswith("#") else line) for line in r["report_md"].splitlines()]]
+    return "\n".join(out)
+
+
+GPU_COMMAND = "python bench/gpu.py"
+GPU_SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[str]] | None]] = [
+    ("gpu_tests", "GPU tests", "`pytest -m gpu`: measurement, profile and OOM on CUDA, offload, gradients.",
+     _gpu_tests, None),
+    ("gpu_fidelity", "Cost-model fidelity on a GPU", "Predicted against measured peak and step time on random "
+     "plans, at the built-in default sizes.", _table("fidelity", "workloads"),
+     lambda r, p: fig_fidelity(r, p, "gpu_fidelity")),
+    ("gpu_premium", "The checkpointing premium on a GPU", "As on the CPU, at the built-in default sizes.",
+     _table("premium", None), lambda r, p: fig_premium(r, p, "gpu_premium")),
+    ("gpu_offload", "Offload on a GPU", "Every unit offloaded with copies on a side stream (`env.offload`) against "
+     "the blocking `save_on_cpu`, recompute and keep, measured in interleaved rounds.", _gpu_offload, None),
+    ("gpu_search", "A default search on a GPU", "`python -m search.run --device cuda`, time-boxed.", _gpu_search, None),
+]
+
+
+def gpu_section(results: dict[str, Result], plots: Path, md_dir: Path) -> list[str]:
+    """'## On a GPU' with each gpu_* result present, or nothing when bench/gpu.py has not run."""
+    if not any(name.startswith("gpu_") for name in results):
+        return []
+    out = ["## On a GPU", ""]
+    summary = results.get("gpu_summary")
+    if summary:
+        steps = "; ".join(f"{k} {v['status']}" + (f" ({v['why']})" if v.get("why") else "")
+                          for k, v in summary["steps"].items())
+        out += [f"`{GPU_COMMAND}` on {summary['device']}, {summary.get('written_at', '')}: {steps}.", ""]
+    for name, title, intro, table, figs in GPU_SECTIONS:
+        if name in results:
+            r = results[name]
+            out += section(name, title, f"{intro} Clock: {r['clock']}.", table, figs,
+                           GPU_COMMAND, r, plots, md_dir, level="###")
+    return out
+
+
 def section(name: str, title: str, intro: str, table: Callable[[Result], str], figs: Callable[..., list[str]] | None,
-            command: str, result: Result | None, plots: Path, md_dir: Path) -> list[str]:
-    out = [f"## {title}", ""]
+            command: str, result: Result | None, plots: Path, md_dir: Path, level: str = "##") -> list[str]:
+    out = [f"{level} {title}", ""]
     if result is None:
         return out + [f"Not measured yet: run `{command}`.", ""]
     where = (f"Measured on {machine_label(result['machine'])}" if result.get("machine")
@@ -271,7 +333,8 @@ def build(results: dict[str, Result], plots: Path, md_path: Path) -> str:
     known = {s[0] for s in SECTIONS}
     for name, title, intro, table, figs, command in SECTIONS:
         lines += section(name, title, intro, table, figs, command, results.get(name), plots, md_path.parent)
-    other = sorted(set(results) - known)
+    lines += gpu_section(results, plots, md_path.parent)
+    other = sorted(n for n in set(results) - known if not n.startswith("gpu_"))
     if other:
         lines += ["## Other results", "", "Present in bench/results but not rendered here: "
                   + ", ".join(f"`{n}.json`" for n in other) + ".", ""]

@@ -25,6 +25,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from env.errors import PlanError
+from env.offload import offloaded_forward
 from env.plan import Action, Plan, check_plan, fingerprint
 
 _aten = torch.ops.aten
@@ -103,16 +104,12 @@ class Recompute(Policy):
 
 
 class Offload(Policy):
-    """Keep activations in pinned host memory during the step (``save_on_cpu``); CUDA only."""
+    """Keep activations in pinned host memory during the step, copied on a side stream (``env.offload``); CUDA only."""
 
     action = Action.OFFLOAD
 
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(forward)
-        def offloaded(*args: Any, **kwargs: Any) -> Any:
-            with torch.autograd.graph.save_on_cpu(pin_memory=True):
-                return forward(*args, **kwargs)
-        return offloaded
+        return offloaded_forward(module, forward)
 
 
 POLICIES: dict[Action, Policy] = {

@@ -51,6 +51,14 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: obje
     return sum(seen.values())
 
 
+def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes live on the workload's device now, counted as a step's peak is: the caching allocator's
+    ``memory_allocated`` on CUDA (its blocks, workspaces included), the distinct storages on CPU."""
+    if workload.device.type == "cuda":
+        return torch.cuda.memory_allocated(workload.device)
+    return state_bytes(workload.model, optimizer, workload.inputs)
+
+
 def _is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
@@ -72,6 +80,7 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
     base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=plan.digest, actions=names,
                 sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
                 device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
+    oom = False
     with apply_actions(workload.model, plan, units):
         try:
             for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
@@ -87,10 +96,13 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
         except RuntimeError as e:
             if device.type != "cuda" or not _is_oom(e):
                 raise
-            optimizer.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-            return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
-                               live_before_bytes=0, step_seconds_samples=[], oom=True)
+            oom = True  # cleaned up below, once the exception no longer holds the step's tensors
+    if oom:
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
+                            live_before_bytes=0, step_seconds_samples=[], oom=True)
     return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
                        step_seconds_samples=samples)
 
@@ -100,11 +112,11 @@ def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, in
     if device.type == "cuda":
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
-        live_before = torch.cuda.memory_allocated(device)
+        live_before = live_bytes(workload, optimizer)
         train_step(workload, optimizer)
         sync(device)
         return torch.cuda.max_memory_allocated(device), live_before, torch.cuda.max_memory_reserved(device)
-    live_before = state_bytes(workload.model, optimizer, workload.inputs)
+    live_before = live_bytes(workload, optimizer)
     trace = profiled_step(workload, optimizer)
     return live_before + trace.peak_delta(), live_before, None
 

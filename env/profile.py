@@ -7,8 +7,10 @@ its start) and ``seconds``.
 
 ``profile()`` measures every unit under every action by running the step once per action with
 all units set to it (plans are applied per unit, so the segments of a mixed plan are those
-segments). Memory comes from the same profiler events as ``measure``; times from timed
-steps with marks, medians over repeats.
+segments). Memory comes from the same profiler events as ``measure``, the allocations of the
+workload's device (``env.trace``); times from timed steps with marks, medians over repeats.
+Before it is returned, the profile's predicted peaks of the uniform plans are checked against
+their measured peaks (``check_profile``).
 """
 
 from __future__ import annotations
@@ -20,36 +22,16 @@ import torch
 
 from env.apply import apply_actions, plan_for
 from env.errors import MeasurementError
-from env.measure import measure, state_bytes
+from env.measure import live_bytes, measure
 from env.plan import Action, fingerprint
-from env.records import ModelProfile, Segment, UnitCost
+from env.cost_model import CostModel
+from env.records import MeasuredPlan, ModelProfile, Segment, UnitCost
 from env.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
+from env.trace import PeakCheck, Segments, check_peaks
+from env.trace import step_segments as _segments
 from env.workloads import Workload
 
 
-def _segments(marks: dict[str, int], n: int) -> list[tuple[str, str, str]]:
-    """(segment name, start mark, end mark) for the whole step, in time order."""
-    segs = [("pre", "step_start", "fwd_pre:0")]
-    segs += [(f"F:{i}", f"fwd_pre:{i}", f"fwd_pre:{i + 1}") for i in range(n - 1)]
-    # The last unit's forward runs on to its output's gradient: whether that output stays live
-    # through the head depends on the unit's action (a kept ReLU saves it; a checkpoint frees it
-    # once the head has read it), so the head's bytes belong to the last unit's cost. ``post`` is
-    # then an empty segment, kept so that every reader of the timeline stays the same.
-    last = f"bwd_pre:{n - 1}"
-    segs += [(f"F:{n - 1}", f"fwd_pre:{n - 1}", last), ("post", last, last)]
-    segs += [(f"B:{i}", f"bwd_pre:{i}", f"bwd_pre:{i - 1}") for i in range(n - 1, 0, -1)]
-    segs += [("B:0", "bwd_pre:0", "bwd_end"), ("tail", "bwd_end", "step_end")]
-    missing = [m for _, a, b in segs for m in (a, b) if m not in marks]
-    if missing:
-        raise MeasurementError(
-            f"mark '{missing[0]}' never fired: a unit's output needs no gradient or a unit did not run; "
-            "choose units that run once per step on the gradient path"
-        )
-    order = [marks[a] for _, a, _ in segs] + [marks["step_end"]]
-    if order != sorted(order):
-        raise MeasurementError("units did not run in the expected order (forward 0..n-1, backward n-1..0); "
-                               "give the units in execution order of a sequential model")
-    return segs
 
 
 def _execution_order(workload: Workload, units: Sequence[str], optimizer: torch.optim.Optimizer) -> list[str]:
@@ -65,16 +47,13 @@ def _execution_order(workload: Workload, units: Sequence[str], optimizer: torch.
     return [units[i] for i in sorted(first, key=first.get)]
 
 
-Segments = list[tuple[str, str, str]]
-
-
 def _memory(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence[str],
             action: Action) -> tuple[MemoryTrace, Segments, int]:
     """One profiled step with every unit under ``action``: its trace, segments and base bytes."""
     plan = plan_for(workload.model, units, [action] * len(units))
     with apply_actions(workload.model, plan, units):
         train_step(workload, optimizer)
-        base_bytes = state_bytes(workload.model, optimizer, workload.inputs)
+        base_bytes = live_bytes(workload, optimizer)
         with UnitMarkers(workload.model, units) as markers:
             trace = profiled_step(workload, optimizer, markers)
     return trace, _segments(trace.marks, len(units)), base_bytes
@@ -94,12 +73,14 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
 
 
 def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE),
-            repeats: int = 3, baseline: bool = True) -> ModelProfile:
+            repeats: int = 3, baseline: bool = True, check: bool = True) -> ModelProfile:
     """Measure every unit under every action (one profiled and ``repeats`` timed steps per action).
 
     The timed steps go in rounds over the actions (keep, recompute, selective, then again, each
     round starting one further on), so a change of machine load during profiling falls on every
     action alike instead of making one action look slow; each segment's time is its median.
+    ``check``: refuse the profile (``MeasurementError``) unless its predicted peaks of the uniform
+    plans match their measured peaks (``check_profile``).
     """
     optimizer = workload.optimizer
     train_step(workload, optimizer)  # optimizer state exists from here on
@@ -121,10 +102,31 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     base_m = None
     if baseline:
         base_m = measure(workload, plan_for(workload.model, units, [Action.KEEP] * n), units, repeats=repeats)
-    return ModelProfile(
+    prof = ModelProfile(
         workload=workload.spec, batch_shape=workload.batch_shape, device=str(workload.device),
         fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(actions),
         base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"],
         costs={a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()},
         baseline=base_m, clock=step_clock(workload.device)[0],
     )
+    if check:
+        check_profile(prof, workload, base_m)
+    return prof
+
+
+UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
+
+
+def check_profile(prof: ModelProfile, workload: Workload, keep: MeasuredPlan | None = None) -> list[PeakCheck]:
+    """The profile's predicted peak of each uniform plan (every unit keep, recompute, selective)
+    against that plan measured on the workload's device; refuses a profile off by more than
+    ``env.trace.PEAK_TOLERANCE`` (``MeasurementError``). ``keep``: the all-keep plan, if measured."""
+    cm, n = CostModel(prof), len(prof.units)
+    checks = []
+    for action in (a for a in UNIFORM_CHECKED if a in prof.actions):
+        plan = plan_for(workload.model, prof.units, [action] * n)
+        m = keep if action is Action.KEEP and keep is not None else measure(workload, plan, prof.units, repeats=1)
+        if not m.oom:  # a plan that does not fit has no peak to compare
+            predicted = cm.predict([cm.action_index(action)] * n).peak_bytes
+            checks.append(PeakCheck(f"all {action.value}", predicted, m.peak_bytes))
+    return check_peaks(checks, workload.spec, str(workload.device))

@@ -2,9 +2,10 @@
 
 ``train_step`` is what every measurement runs: forward, backward, optimizer step, gradients
 freed. ``UnitMarkers`` puts named marks on the step's timeline at each unit's forward start,
-forward end and backward start; ``memory_trace`` turns a profiled step into its allocation
-events. Measurement (whole-step peaks) and profiling (per-unit segments) both read these,
-so the cost model is built from exactly the numbers it is judged against.
+forward end and backward start; ``profiled_step`` turns a profiled step into the allocation
+events of the workload's device (``env.trace`` reads them). Measurement (whole-step peaks) and
+profiling (per-unit segments) both read these, so the cost model is built from exactly the
+numbers it is judged against.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import torch.nn as nn
 from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from env.errors import MeasurementError
+from env.trace import MARK_PREFIX, MEMORY_EVENT, MemoryTrace, ProfilerEvent, memory_trace
 from env.workloads import Workload
 
-MARK_PREFIX = "ckpt_mark::"
+__all__ = ["MARK_PREFIX", "MemoryTrace", "UnitMarkers", "profiled_step", "profiler_events", "step_clock", "sync",
+           "train_step"]
 
 
 def sync(device: torch.device) -> None:
@@ -119,49 +121,39 @@ def _first_grad_tensor(output: Any) -> torch.Tensor | None:
     return None
 
 
-@dataclass
-class MemoryTrace:
-    """Allocation events of one profiled step: (ns, +/- bytes), and the marks' ns."""
+def profiler_events(workload: Workload, optimizer: torch.optim.Optimizer,
+                    markers: UnitMarkers | None = None) -> list[ProfilerEvent]:
+    """Run one step under the profiler with memory events; its allocations (every device) and marks.
 
-    events: list[tuple[int, int]]
-    marks: dict[str, int]
-
-    def peak_delta(self) -> int:
-        """Highest running sum of allocations over the step (bytes above the start)."""
-        level = peak = 0
-        for _, nbytes in self.events:
-            level += nbytes
-            peak = max(peak, level)
-        return peak
-
-    def segment(self, start_ns: int, end_ns: int) -> tuple[int, int]:
-        """(delta, rise) of the allocations in [start, end): net bytes, and the highest point above start."""
-        level = rise = 0
-        for t, nbytes in self.events:
-            if start_ns <= t < end_ns:
-                level += nbytes
-                rise = max(rise, level)
-        return level, rise
+    On CUDA the profiler also traces the device (``ProfilerActivity.CUDA``); the caching
+    allocator's events are stamped on the host when it is called, the timeline of the marks.
+    """
+    device = workload.device
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    sync(device)
+    with profile(activities=activities, profile_memory=True) as prof:
+        train_step(workload, optimizer, markers)
+        sync(device)
+    out = []
+    for e in prof.profiler.kineto_results.events():
+        name = e.name()
+        if name == MEMORY_EVENT:
+            out.append(ProfilerEvent(name, _device_type(e.device_type()), e.device_index(), e.start_ns(), e.nbytes()))
+        elif name.startswith(MARK_PREFIX):
+            out.append(ProfilerEvent(name, _device_type(e.device_type()), e.device_index(), e.start_ns()))
+    return out
 
 
 def profiled_step(workload: Workload, optimizer: torch.optim.Optimizer,
                   markers: UnitMarkers | None = None) -> MemoryTrace:
-    """Run one step under the profiler with memory events; CPU allocations only."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        train_step(workload, optimizer, markers)
-    events: list[tuple[int, int]] = []
-    marks: dict[str, int] = {}
-    for e in prof.profiler.kineto_results.events():
-        name = e.name()
-        if name == "[memory]" and e.device_type() == DeviceType.CPU:
-            events.append((e.start_ns(), e.nbytes()))
-        elif name.startswith(MARK_PREFIX):
-            key = name[len(MARK_PREFIX):]
-            if key in marks:
-                raise MeasurementError(
-                    f"unit mark '{key}' fired twice in one step: a unit ran twice (shared or reused module); "
-                    "choose units that each run once per step"
-                )
-            marks[key] = e.start_ns()
-    events.sort()
-    return MemoryTrace(events, marks)
+    """One profiled step's allocations on the workload's device (and the marks)."""
+    device = workload.device
+    index = device.index
+    if device.type == "cuda" and index is None:
+        index = torch.cuda.current_device()
+    return memory_trace(profiler_events(workload, optimizer, markers), device.type, index)
+
+
+def _device_type(kind: DeviceType) -> str:
+    """The profiler's device enum as ``torch.device.type`` spells it ('cpu', 'cuda')."""
+    return kind.name.lower()

@@ -3,7 +3,8 @@
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
 ``env/apply.py`` (the policy classes, the saved-op list of ``selective``, the buffer restore
-during recompute) and of ``env.plan.Action`` / ``env.plan.fingerprint``, read with ``ast``.
+during recompute), of ``env/offload.py`` (the overlapped offload: side stream, events, pinned
+buffer pool) and of ``env.plan.Action`` / ``env.plan.fingerprint``, read with ``ast``.
 So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
 reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
 here. The tests check that a snippet gives the same gradients and the same measured peak as
@@ -18,6 +19,7 @@ import json
 from typing import Sequence
 
 import env.apply
+import env.offload
 import env.plan
 from env.plan import Plan
 
@@ -25,6 +27,11 @@ from env.plan import Plan
 APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "_both", "_selective_policy",
     "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
+)
+# Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
+OFFLOAD_NAMES: tuple[str, ...] = (
+    "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "dense_strides", "HostPool", "OffloadStats", "_Group", "_Saved",
+    "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
 )
 EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
 
@@ -70,8 +77,9 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[],
 '''
 
 
-def _segments(source: str, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+def _segments(module: object, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """The module's non-project imports, and the source of each named top-level definition."""
+    source = inspect.getsource(module)  # type: ignore[arg-type]
     tree = ast.parse(source)
     lines = source.splitlines()
     imports: list[str] = []
@@ -92,13 +100,16 @@ def _segments(source: str, names: Sequence[str]) -> tuple[list[str], dict[str, s
             found[node.target.id] = text
     missing = [n for n in names if n not in found]
     if missing:
-        raise RuntimeError(f"env/apply.py no longer defines {', '.join(missing)}; update search.snippet.APPLY_NAMES")
+        raise RuntimeError(f"{getattr(module, '__name__', module)} no longer defines {', '.join(missing)}; "
+                           "update search.snippet.APPLY_NAMES / OFFLOAD_NAMES")
     return imports, found
 
 
 def plan_snippet(plan: Plan, title: str = "") -> str:
     """Python source, needing only torch, that defines ``apply_checkpoint_plan(model)`` for ``plan``."""
-    imports, defs = _segments(inspect.getsource(env.apply), APPLY_NAMES)
+    offload_imports, offload_defs = _segments(env.offload, OFFLOAD_NAMES)
+    imports, defs = _segments(env.apply, APPLY_NAMES)
+    imports = list(dict.fromkeys(offload_imports + imports))
     header = (f'"""Activation-checkpointing plan{f" for {title}" if title else ""}: {plan.summary()}.\n\n'
               "Needs only torch. Usage:\n\n"
               "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n"
@@ -107,6 +118,7 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
         header, "from __future__ import annotations\n", *EXTRA_IMPORTS, *imports, "",
         inspect.getsource(env.plan.Action) + "\n", inspect.getsource(env.plan.fingerprint) + "\n",
     ]
+    body += [offload_defs[n] + "\n" for n in OFFLOAD_NAMES]
     body += [defs[n] + "\n" for n in APPLY_NAMES]
     plan_text = json.dumps({k: v.value for k, v in plan.actions.items()}, indent=4)
     text = "\n".join(body) + _INSTALL.format(plan=plan_text, fingerprint=plan.fingerprint)

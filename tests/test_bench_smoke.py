@@ -92,6 +92,7 @@ def test_search_cost_quick(tmp_path: Path) -> None:
 def test_gpu_without_cuda_says_so() -> None:
     proc = run_bench("gpu.py", check=False)
     assert proc.returncode == 1
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr  # one line, nothing else
     assert "no CUDA device" in proc.stderr and "Nothing was measured" in proc.stderr
 
 

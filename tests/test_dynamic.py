@@ -8,7 +8,8 @@ from env.plan import Action, fingerprint
 from env.units import find_units
 from env.workloads import load_workload
 from search.dynamic import DynamicPlan
-from search.frontier_file import MIB, Baseline, FrontierError, FrontierFile, FrontierPoint, load_frontier, write_frontier
+from env.records import MIB
+from search.frontier_file import Baseline, FrontierError, FrontierFile, FrontierPoint, load_frontier, write_frontier
 
 W = load_workload("gpt/tiny")
 UNITS = find_units(W.model)

@@ -1,0 +1,56 @@
+"""bench/gpu.py's results and the report's GPU section, without a GPU (the GPU run itself is bench/gpu.py).
+
+The section appears only when gpu_*.json results exist, and each names its device and clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench import fidelity, report
+from bench.gpu import CLOCK, write_gpu_result
+
+ROWS = [{"peak_error": e, "time_error": 2 * e, "time_ratio_error": e / 2, "relative_spread": 0.01}
+        for e in (0.001, -0.02, 0.004)]
+OFFLOAD_ROW = {"peak_bytes": 10, "activation_bytes": 6, "step_seconds": 0.02, "spread_seconds": 0.001,
+               "n_timed_steps": 9}
+
+
+def write_gpu_results(folder: Path) -> None:
+    cases = [{"test": "tests.test_gpu::test_a", "outcome": "passed", "seconds": 1.0},
+             {"test": "tests.test_gpu::test_b", "outcome": "failure", "seconds": 2.0}]
+    write_gpu_result("tests", {"exit_code": 1, "passed": 1, "failed": 1, "skipped": 0, "tests": cases,
+                               "output_tail": ""}, "cuda", folder)
+    write_gpu_result("fidelity", {"workloads": [{"workload": "gpt", "n_plans": 3, **fidelity.summary(ROWS)}]},
+                     "cuda", folder)
+    rows = [{"plan": p, **OFFLOAD_ROW, "peak_saving": s, "activation_saving": 2 * s, "slowdown": t}
+            for p, s, t in (("keep", 0.0, 0.0), ("offload", 0.3, 0.04), ("offload, blocking (save_on_cpu)", 0.3, 0.4))]
+    write_gpu_result("offload", {"workloads": [{"workload": "gpt", "batch_shape": "0:8x256", "n_units": 6,
+                                                "rows": rows, "offloaded_bytes_per_step": 3 << 30}]}, "cuda", folder)
+    write_gpu_result("search", {"command": "search.run --device cuda --out x", "exit_code": 130,
+                                "stopped_at_budget": True, "wall_seconds": 100.0, "run_files": ["store.sqlite"],
+                                "report_md": "# Search report\nfrontier: 7 plans", "output_tail": ""}, "cuda", folder)
+    write_gpu_result("summary", {"steps": {"tests": {"status": "failed"}, "premium": {"status": "skipped",
+                                                                                        "why": "only 3 s left"}},
+                                 "budget_seconds": 480, "all_ok": False}, "cuda", folder)
+
+
+def test_the_report_has_a_gpu_section_only_with_gpu_results(tmp_path: Path) -> None:
+    results, plots = tmp_path / "results", tmp_path / "plots"
+    results.mkdir()
+    report.main(["--results", str(results), "--out", str(tmp_path / "cpu.md"), "--plots", str(plots)])
+    assert "GPU" not in (tmp_path / "cpu.md").read_text()
+    write_gpu_results(results)
+    md = tmp_path / "gpu.md"
+    report.main(["--results", str(results), "--out", str(md), "--plots", str(plots)])
+    text = md.read_text()
+    gpu = text[text.index("## On a GPU"):]
+    assert "tests failed; premium skipped (only 3 s left)" in gpu
+    assert gpu.count(f"Clock: {CLOCK}") == 4  # tests, fidelity, offload, search
+    assert "### GPU tests" in gpu and "- failed: `tests.test_gpu::test_b`" in gpu
+    assert "### Cost-model fidelity on a GPU" in gpu and "| gpt | 3 | 2.00% / 0.40% |" in gpu
+    assert "](plots/gpu_fidelity.png)" in gpu and (plots / "gpu_fidelity.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| offload | 30% | 60% | +4.0% | 20.0 | 1.0 |" in gpu and "3072 MiB offloaded a step" in gpu
+    assert "stopped at the budget (resumable) after 100 s" in gpu and "#### Search report" in gpu
+    assert "### The checkpointing premium on a GPU" not in gpu  # not measured: not shown
+    assert "Other results" not in text
