@@ -88,6 +88,19 @@ def test_search_cost_quick(tmp_path: Path) -> None:
         assert r["env_steps_per_second"] > 0
 
 
+@pytest.mark.slow
+def test_evaluator_pool_quick(tmp_path: Path) -> None:
+    out = tmp_path / "evaluator_pool.json"
+    run_bench("evaluator_pool.py", "--quick", "--out", str(out))
+    r = load(out)
+    assert [row["evaluators"] for row in r["rounds"]] == [1, 2, 2, 1]
+    for row in r["rounds"]:
+        assert row["plans"] == 4 and row["measurements_per_minute"] > 0
+        assert sum(row["per_evaluator"].values()) == 4 and len(row["per_evaluator"]) == row["evaluators"]
+    assert r["speedup_2_over_1"] == pytest.approx(r["measurements_per_minute_median"]["2"]
+                                                  / r["measurements_per_minute_median"]["1"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
 def test_gpu_without_cuda_says_so() -> None:
     proc = run_bench("gpu.py", check=False)

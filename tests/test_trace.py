@@ -159,4 +159,4 @@ def test_a_profile_with_one_units_bytes_scaled_is_refused() -> None:
     with pytest.raises(MeasurementError) as e:
         check_profile(doctored, w, prof.baseline)
     one_line_error(e, "profile of gpt/tiny on cpu predicts", "for plan 'all keep'", "MiB was measured")
-    assert prof.baseline.plan_digest == plan_for(w.model, prof.units, [Action.KEEP] * n).digest
+    assert prof.baseline.digest == plan_for(w.model, prof.units, [Action.KEEP] * n).digest

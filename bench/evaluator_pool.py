@@ -1,0 +1,132 @@
+"""Measurements in parallel: the same plans through 1 and 2 CPU Evaluators, and the default search.
+
+    python bench/evaluator_pool.py              # ~8 min on 2 cores
+    python bench/evaluator_pool.py --quick      # tiny sizes, for the smoke test
+
+1. Throughput: ``--plans`` random plans of ``--workload`` measured through a
+   ``search.evaluator_pool.EvaluatorPool`` of 1 and of 2 CPU Evaluators (one torch thread each),
+   in alternating rounds (1, 2, 1, 2, ...) so that a change of machine load falls on both; each
+   round's pool is started before its clock starts (building the workload is not timed).
+   Reported: measurements per minute by the wall clock, per round and median, and the ratio.
+2. The default search (``python -m search.run``, its default workload and budgets) with
+   ``--evaluators 1`` and ``--evaluators 2``: wall time of the whole run, as a user sees it.
+
+Writes ``bench/results/evaluator_pool.json`` with the machine's load before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import ROOT, write_result  # noqa: E402
+from search import ray_session  # noqa: E402
+from search.config import SearchConfig  # noqa: E402
+
+
+def random_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    names = ("keep", "recompute", "selective")
+    plans: list[list[str]] = []
+    while len(plans) < count:
+        p = [names[i] for i in rng.integers(0, 3, n_units)]
+        if p not in plans:
+            plans.append(p)
+    return plans
+
+
+def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) -> list[dict[str, Any]]:
+    """Measurements per minute through pools of 1 and 2 Evaluators, alternating."""
+    from search.evaluator_pool import EvaluatorPool
+
+    rows = []
+    for r in range(rounds):
+        for k in (1, 2) if r % 2 == 0 else (2, 1):
+            cfg = SearchConfig(workload=workload, evaluators=k, repeats=repeats, seed=seed, progress=False).validate()
+            pool = EvaluatorPool(cfg)
+            n_units = len(pool.slots[0].info["units"])
+            plans = random_plans(n_units, count, seed + r)
+            t0 = time.perf_counter()
+            done = pool.measure([(p, "bench", False) for p in plans], on_result=lambda m: m)
+            wall = time.perf_counter() - t0
+            per_evaluator = {e: sum(label == e for m in done for label in m.evaluators)
+                             for e in {label for m in done for label in m.evaluators}}
+            rows.append({"round": r, "evaluators": k, "plans": len(done), "wall_seconds": wall,
+                         "measurements_per_minute": 60 * len(done) / wall, "per_evaluator": per_evaluator,
+                         "load_average_1": os.getloadavg()[0]})
+            print(f"round {r}, {k} evaluator(s): {rows[-1]['measurements_per_minute']:.1f} measurements/min",
+                  file=sys.stderr)
+            import ray
+
+            for s in pool.slots:
+                ray.kill(s.handle)
+    return rows
+
+
+def default_search(evaluators: int, extra: Sequence[str]) -> dict[str, Any]:
+    """Wall time of ``python -m search.run`` with its defaults and ``--evaluators``."""
+    with tempfile.TemporaryDirectory(prefix="evaluator_pool_") as out:
+        cmd = [sys.executable, "-m", "search.run", "--evaluators", str(evaluators), "--no-progress",
+               "--out", out, "--name", f"e{evaluators}", *extra]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"search.run --evaluators {evaluators} failed: {done.stderr.strip()[-500:]}")
+        report = (Path(out) / f"e{evaluators}" / "report.md").read_text()
+    measured = next((line for line in report.splitlines() if "plans measured" in line), "")
+    return {"evaluators": evaluators, "wall_seconds": wall, "command": " ".join(cmd[1:]), "summary": measured}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workload", default="gpt/small", help="workload whose plans are measured")
+    ap.add_argument("--plans", type=int, default=16, help="distinct plans per round")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (the search's default)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds, alternating 1 and 2 Evaluators first")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-search", action="store_true", help="leave out the default search runs")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    ap.add_argument("--out", type=Path, help="result file (default bench/results/evaluator_pool.json)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.workload, args.plans, args.repeats, args.rounds, args.no_search = "gpt/tiny", 4, 1, 2, True
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    load_before = os.getloadavg()
+    ray_session.start_ray(num_cpus=os.cpu_count())
+    try:
+        rows = throughput(args.workload, args.plans, args.repeats, args.rounds, args.seed)
+    finally:
+        import ray
+
+        ray.shutdown()
+    med = {k: statistics.median(r["measurements_per_minute"] for r in rows if r["evaluators"] == k) for k in (1, 2)}
+    searches = [] if args.no_search else [default_search(k, []) for k in (1, 2)]
+    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "clock": "wall (perf_counter) around each round of measurements", "rounds": rows,
+              "measurements_per_minute_median": med, "speedup_2_over_1": med[2] / med[1],
+              "default_search": searches, "load_average_before": load_before,
+              "load_average_after": os.getloadavg()}
+    print(f"measurements/min: 1 evaluator {med[1]:.1f}, 2 evaluators {med[2]:.1f} ({med[2] / med[1]:.2f}x)")
+    for s in searches:
+        print(f"default search, --evaluators {s['evaluators']}: {s['wall_seconds']:.0f} s")
+    print(write_result("evaluator_pool", result, args.out))
+
+
+if __name__ == "__main__":
+    main()
