@@ -205,3 +205,8 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
 def plan_for(model: nn.Module, units: Sequence[str], actions: Sequence[Action | str]) -> Plan:
     """The plan giving ``actions[i]`` to ``units[i]`` of this model."""
     return Plan.from_list(units, actions, fingerprint(model, units))
+
+
+def planned_units(model: nn.Module) -> list[str]:
+    """FQNs of the units of ``model`` that have a plan's wrapper installed now."""
+    return [name for name, m in model.named_modules() if _MARK in m.__dict__]

@@ -7,6 +7,10 @@
   from the measuring thread's CPU time when the step runs on one torch thread, so that other
   processes on the machine do not lengthen it (``env.timeline.step_clock``; ``clock`` says which).
 
+Compiled (``compile=True`` or a :class:`env.compiled.CompileOptions`): the plan is applied, then
+the model compiled from a fresh dynamo state and warmed up until a step compiles nothing new;
+``compile_seconds`` is reported apart from the steps, and peak and time are read as above.
+
 ``peak_bytes`` is everything live at the step's peak (parameters, optimizer state, inputs,
 activations, gradients): what must fit on the device. ``activation_bytes`` is the part above
 what was live before the step.
@@ -14,6 +18,7 @@ what was live before the step.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from typing import Sequence
 
@@ -22,6 +27,7 @@ import torch.nn as nn
 from pydantic import BaseModel
 
 from env.apply import apply_actions
+from env.compiled import CompileOptions, compiled
 from env.errors import MeasurementError
 from env.plan import Plan
 from env.timeline import profiled_step, step_clock, sync, train_step
@@ -56,6 +62,9 @@ class Measurement(BaseModel):
     device: str
     torch_version: str
     oom: bool = False  # the plan ran out of memory: infeasible on this device
+    compile_seconds: float | None = None  # torch.compile's warm-up, apart from the steps; None: eager steps
+    recompiles: int | None = None  # graphs compiled again during the measured steps (compiled only; 0 expected)
+    graph_breaks: int | None = None  # graph breaks of the compiled model (compiled only; 0: one graph)
 
     @property
     def activation_bytes(self) -> int:
@@ -77,6 +86,9 @@ class Measurement(BaseModel):
         """This record with another repeat's step times added (same plan, same workload)."""
         if other.key != self.key:
             raise MeasurementError(f"cannot merge measurements of different plans {self.key} and {other.key}")
+        if (self.compile_seconds is None) != (other.compile_seconds is None):
+            raise MeasurementError(f"cannot merge a compiled and an eager measurement of {self.key}; "
+                                   "keep compiled and eager records apart")
         return self.model_copy(update={
             "peak_bytes": max(self.peak_bytes, other.peak_bytes),
             "step_seconds_samples": self.step_seconds_samples + other.step_seconds_samples,
@@ -112,12 +124,20 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
-            warmup: int = 1) -> Measurement:
+            warmup: int = 1, compile: bool | CompileOptions = False) -> Measurement:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
     Model weights move with every step (the optimizer runs), as in training. An out-of-memory
-    error on CUDA returns a measurement marked ``oom`` instead of raising.
+    error on CUDA returns a measurement marked ``oom`` instead of raising. ``compile``: measure
+    compiled steps (the plan applied, then the model compiled; see :mod:`env.compiled`).
     """
+    with apply_actions(workload.model, plan, units):
+        return measure_prepared(workload, plan.digest, repeats, warmup, compile)
+
+
+def measure_prepared(workload: Workload, plan_digest: str, repeats: int = 5, warmup: int = 1,
+                     compile: bool | CompileOptions = False) -> Measurement:
+    """Measure the workload as it is now (a plan or a peer already installed), under ``plan_digest``."""
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
@@ -126,18 +146,22 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
         optimizer = workload.optimizer_factory(workload.model.parameters())
         workload.meta["_optimizer"] = optimizer
     clock_name, clock = step_clock(device)
-    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, plan_digest=plan.digest,
+    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, plan_digest=plan_digest,
                 device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
-    with apply_actions(workload.model, plan, units):
+    options = CompileOptions() if compile is True else (compile or None)
+    with (compiled(workload, options) if options else contextlib.nullcontext()) as session:
+        stepped = session.workload if session else workload
         try:
-            for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
+            if session:
+                session.warm_up(optimizer, warmup)
+            for _ in range(0 if session else max(warmup, 1)):  # at least one: the optimizer's state must exist
                 train_step(workload, optimizer)
-            peak, live_before, reserved = _peak(workload, optimizer)
+            peak, live_before, reserved = _peak(stepped, optimizer)
             samples = []
             for _ in range(repeats):
                 sync(device)
                 t0 = clock()
-                train_step(workload, optimizer)
+                train_step(stepped, optimizer)
                 sync(device)
                 samples.append((clock() - t0) / 1e9)
         except RuntimeError as e:
@@ -146,9 +170,13 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
             optimizer.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
             return Measurement(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
-                               live_before_bytes=0, step_seconds_samples=[], oom=True)
+                               live_before_bytes=0, step_seconds_samples=[], oom=True,
+                               compile_seconds=session.compile_seconds if session else None)
+        stats = session.stats() if session else None
+    compile_fields = {} if stats is None else dict(compile_seconds=stats.compile_seconds, recompiles=stats.recompiles,
+                                                   graph_breaks=stats.graph_breaks)
     return Measurement(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
-                       step_seconds_samples=samples)
+                       step_seconds_samples=samples, **compile_fields)
 
 
 def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, int, int | None]:
