@@ -57,14 +57,12 @@ def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Checkpoin
     return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _selective_contexts() -> tuple[Any, Any]:
-    """``context_fn`` of a compiled ``selective`` unit: a module-level function, so dynamo keeps it as a constant."""
-    return create_selective_checkpoint_contexts(_selective_policy)
-
-
 def _eager_contexts(selective: bool, module: nn.Module) -> tuple[Any, Any]:
     """``context_fn`` of an eager unit: the policy's contexts, and the unit's buffers restored after a recompute."""
-    fwd_ctx, recompute_ctx = _selective_contexts() if selective else (contextlib.nullcontext(), contextlib.nullcontext())
+    if selective:
+        fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(_selective_policy)
+    else:
+        fwd_ctx, recompute_ctx = contextlib.nullcontext(), contextlib.nullcontext()
     return fwd_ctx, _restore_after(recompute_ctx, module)
 
 
@@ -95,9 +93,10 @@ class Recompute(Policy):
 
     Under ``torch.compile`` the wrapper traces into one graph (no graph break, ``fullgraph=True``
     works): dynamo turns ``checkpoint`` into a tagged region and the partitioner recomputes it in
-    backward. There ``context_fn`` must be a plain function dynamo can keep as a constant, and
-    the eager buffer restore is not needed: the compiled graph applies buffer updates once, from
-    the forward, and replays random ops with the forward's RNG state.
+    backward. There ``context_fn`` must be something dynamo keeps as a constant (a partial of
+    module-level functions, made in the traced code; a bound method or a global function
+    variable is refused), and the eager buffer restore is not needed: the compiled graph applies
+    buffer updates once, from the forward, and replays random ops with the forward's RNG state.
     """
 
     def __init__(self, selective: bool = False) -> None:

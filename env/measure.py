@@ -153,9 +153,10 @@ def measure_prepared(workload: Workload, plan_digest: str, repeats: int = 5, war
         stepped = session.workload if session else workload
         try:
             if session:
-                session.warm_up(optimizer, warmup)
-            for _ in range(0 if session else max(warmup, 1)):  # at least one: the optimizer's state must exist
-                train_step(workload, optimizer)
+                session.warm_up(optimizer, warmup)  # until compiled, and at least ``warmup`` steps
+            else:
+                for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
+                    train_step(workload, optimizer)
             peak, live_before, reserved = _peak(stepped, optimizer)
             samples = []
             for _ in range(repeats):

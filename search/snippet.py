@@ -24,8 +24,7 @@ from env.plan import Plan
 
 # Top-level definitions of env/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
-    "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_selective_contexts", "_eager_contexts",
-    "_restore_after",
+    "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
 )
 EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
