@@ -54,15 +54,23 @@ def _restore_buffers(module: nn.Module) -> Iterator[None]:
                 buf.copy_(value)
 
 
-@contextlib.contextmanager
-def _both(recompute_ctx: Any, module: nn.Module) -> Iterator[None]:
-    """The recompute context: the policy's own, and buffers restored afterwards."""
-    with _restore_buffers(module), recompute_ctx:
-        yield
-
-
 def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
     return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _eager_contexts(selective: bool, module: nn.Module) -> tuple[Any, Any]:
+    """``context_fn`` of an eager unit: the policy's contexts, and the unit's buffers restored after a recompute."""
+    if selective:
+        fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(_selective_policy)
+    else:
+        fwd_ctx, recompute_ctx = contextlib.nullcontext(), contextlib.nullcontext()
+    return fwd_ctx, _restore_after(recompute_ctx, module)
+
+
+@contextlib.contextmanager
+def _restore_after(recompute_ctx: Any, module: nn.Module) -> Iterator[None]:
+    with _restore_buffers(module), recompute_ctx:
+        yield
 
 
 class Policy:
@@ -82,24 +90,33 @@ class Keep(Policy):
 
 
 class Recompute(Policy):
-    """Full checkpoint of the unit; ``selective`` keeps the outputs of ``SAVED_OPS``."""
+    """Full checkpoint of the unit; ``selective`` keeps the outputs of ``SAVED_OPS``.
+
+    Under ``torch.compile`` the wrapper traces into one graph (no graph break, ``fullgraph=True``
+    works): dynamo turns ``checkpoint`` into a tagged region and the partitioner recomputes it in
+    backward. There ``context_fn`` must be something dynamo keeps as a constant (a partial of
+    module-level functions, made in the traced code; a bound method or a global function
+    variable is refused), and the eager buffer restore is not needed: the compiled graph applies
+    buffer updates once, from the forward, and replays random ops with the forward's RNG state.
+    """
 
     def __init__(self, selective: bool = False) -> None:
         self.selective = selective
         self.action = Action.SELECTIVE if selective else Action.RECOMPUTE
 
-    def _contexts(self, module: nn.Module) -> tuple[Any, Any]:
-        if self.selective:
-            fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(_selective_policy)
-        else:
-            fwd_ctx, recompute_ctx = contextlib.nullcontext(), contextlib.nullcontext()
-        return fwd_ctx, _both(recompute_ctx, module)
-
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
+        selective = self.selective
+
         @functools.wraps(forward)
         def checkpointed(*args: Any, **kwargs: Any) -> Any:
+            if not torch.compiler.is_compiling():
+                context_fn = functools.partial(_eager_contexts, selective, module)
+            elif selective:  # a partial made here: dynamo reads it as a constant (a global function it does not)
+                context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+            else:
+                return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
             return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
-                              context_fn=functools.partial(self._contexts, module), **kwargs)
+                              context_fn=context_fn, **kwargs)
         return checkpointed
 
 
@@ -184,3 +201,8 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
 def plan_for(model: nn.Module, units: Sequence[str], actions: Sequence[Action | str]) -> Plan:
     """The plan giving ``actions[i]`` to ``units[i]`` of this model."""
     return Plan.from_list(units, actions, fingerprint(model, units))
+
+
+def planned_units(model: nn.Module) -> list[str]:
+    """FQNs of the units of ``model`` that have a plan's wrapper installed now."""
+    return [name for name, m in model.named_modules() if _MARK in m.__dict__]

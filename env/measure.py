@@ -7,6 +7,10 @@
   from the measuring thread's CPU time when the step runs on one torch thread, so that other
   processes on the machine do not lengthen it (``env.timeline.step_clock``; ``clock`` says which).
 
+Compiled (``compile=True`` or a :class:`env.compiled.CompileOptions`): the plan is applied, then
+the model compiled from a fresh dynamo state and warmed up until a step compiles nothing new;
+``compile_seconds`` is reported apart from the steps, and peak and time are read as above.
+
 ``peak_bytes`` is everything live at the step's peak (parameters, optimizer state, inputs,
 activations, gradients): what must fit on the device. ``activation_bytes`` is the part above
 what was live before the step.
@@ -14,12 +18,14 @@ what was live before the step.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import torch
 import torch.nn as nn
 
 from env.apply import apply_actions
+from env.compiled import CompileOptions, compiled
 from env.errors import MeasurementError
 from env.plan import Plan
 from env.records import MeasuredPlan
@@ -64,47 +70,66 @@ def _is_oom(e: BaseException) -> bool:
 
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
-            warmup: int = 1, source: str = "", measurement_id: str = "") -> MeasuredPlan:
+            warmup: int = 1, source: str = "", measurement_id: str = "",
+            compile: bool | CompileOptions = False) -> MeasuredPlan:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
     Model weights move with every step (the optimizer runs), as in training. An out-of-memory
     error on CUDA returns a measurement marked ``oom`` instead of raising. ``source`` (who
     proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
+    ``compile``: measure compiled steps (the plan applied, then the model compiled; see
+    :mod:`env.compiled`).
     """
+    names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
+    with apply_actions(workload.model, plan, units):
+        return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id)
+
+
+def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
+                     compile: bool | CompileOptions = False, source: str = "",
+                     measurement_id: str = "") -> MeasuredPlan:
+    """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``."""
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
     optimizer = workload.optimizer
     clock_name, clock = step_clock(device)
-    names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
-    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=plan.digest, actions=names,
+    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
                 sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
                 device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
+    options = CompileOptions() if compile is True else (compile or None)
     oom = False
-    with apply_actions(workload.model, plan, units):
+    with (compiled(workload, options) if options else contextlib.nullcontext()) as session:
+        stepped = session.workload if session else workload
         try:
-            for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
-                train_step(workload, optimizer)
-            peak, live_before, reserved = _peak(workload, optimizer)
+            if session:
+                session.warm_up(optimizer, warmup)  # until compiled, and at least ``warmup`` steps
+            else:
+                for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
+                    train_step(workload, optimizer)
+            peak, live_before, reserved = _peak(stepped, optimizer)
             samples = []
             for _ in range(repeats):
                 sync(device)
                 t0 = clock()
-                train_step(workload, optimizer)
+                train_step(stepped, optimizer)
                 sync(device)
                 samples.append((clock() - t0) / 1e9)
         except RuntimeError as e:
             if device.type != "cuda" or not _is_oom(e):
                 raise
             oom = True  # cleaned up below, once the exception no longer holds the step's tensors
+        stats = session.stats() if session else None
+    compile_fields = {} if stats is None else dict(compile_seconds=stats.compile_seconds, recompiles=stats.recompiles,
+                                                   graph_breaks=stats.graph_breaks)
     if oom:
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
-                            live_before_bytes=0, step_seconds_samples=[], oom=True)
+                            live_before_bytes=0, step_seconds_samples=[], oom=True, **compile_fields)
     return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
-                       step_seconds_samples=samples)
+                        step_seconds_samples=samples, **compile_fields)
 
 
 def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, int, int | None]:

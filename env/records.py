@@ -77,7 +77,9 @@ class MeasuredPlan(BaseModel):
     oom: bool = False  # the plan ran out of memory: infeasible on this device
     measurement_ids: list[str] = Field(default_factory=list)  # one per measurement merged in
     evaluators: list[str] = Field(default_factory=list)  # who measured it (evaluator@node), per measurement
-    compile_seconds: float | None = None  # torch.compile's time before the timed steps (compiled runs)
+    compile_seconds: float | None = None  # torch.compile's warm-up, apart from the steps; None: eager steps
+    recompiles: int | None = None  # graphs compiled again during the measured steps (compiled only; 0 expected)
+    graph_breaks: int | None = None  # graph breaks of the compiled model (compiled only; 0: one graph)
 
     @property
     def source(self) -> str:
@@ -115,6 +117,9 @@ class MeasuredPlan(BaseModel):
         measurements taken with another clock or on another device model are refused."""
         if other.key != self.key:
             raise MeasurementError(f"cannot merge measurements of different plans {self.key} and {other.key}")
+        if (self.compile_seconds is None) != (other.compile_seconds is None):
+            raise MeasurementError(f"cannot merge a compiled and an eager measurement of plan {self.digest}; "
+                                   "keep compiled and eager records apart")
         if other.clock != self.clock or other.device != self.device:
             raise MeasurementError(
                 f"plan {self.digest}: a measurement by the {other.clock} clock on {other.device} cannot join those "

@@ -5,6 +5,16 @@
     ...train...
     handle.remove()                           # or: with apply_plan(model, plan): ...
 
+With ``torch.compile``: apply the plan first, then compile the model. The planned units trace
+into the compiled graph without a graph break (``fullgraph=True`` works) and the compiler
+recomputes them in backward, with the same gradients as without the plan::
+
+    apply_plan(model, "plan.json")
+    model = torch.compile(model)              # or model.compile()
+
+Applying or removing a plan on a model already compiled is seen by dynamo's guards (the units'
+``forward`` changed): the next call compiles again, or reuses the graph of that plan from before.
+
 The work is done by :func:`env.apply.apply_actions` (the one place that checkpoints); this
 module reads the plan from wherever it comes and decides what to do with a plan made for
 another model: refuse it (``strict=True``), or apply the units the model has, list the rest in

@@ -9,7 +9,7 @@ Hugging Face (optional: ``pip install 'ckpt-search[hf]'``):
   own gradient checkpointing must be off (both would recompute the same layers), and the
   key/value cache must be off in training (a recomputed layer would write to it twice, which
   is why transformers turns it off under its own checkpointing too).
-- ``hf_gpt2`` / ``hf_bert``: workload factories building a model from a config (no download),
+- ``hf_gpt2`` / ``hf_bert`` / ``hf_llama``: workload factories building a model from a config (no download),
   usable as specs: ``search.integrations:hf_gpt2?n_layer=4``.
 
 FSDP: ``fsdp_check_fn(model, plan)`` is the ``check_fn`` for
@@ -28,6 +28,7 @@ import torch.nn as nn
 
 from env.apply import AppliedPlan
 from env.errors import PlanError, WorkloadError
+from env.peers import is_hf_checkpointing_layer
 from env.plan import Action, Plan, check_plan
 from env.units import find_units
 from env.workloads import Workload
@@ -40,15 +41,11 @@ def hf_available() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
-def _is_hf_layer(module: nn.Module) -> bool:
-    return any(c.__name__ == "GradientCheckpointingLayer" for c in type(module).__mro__)
-
-
 def hf_units(model: nn.Module) -> list[str]:
     """The outermost layers transformers can checkpoint, in order; else :func:`find_units`."""
     units: list[str] = []
     for name, module in model.named_modules():
-        if _is_hf_layer(module) and not any(name.startswith(u + ".") for u in units):
+        if is_hf_checkpointing_layer(module) and not any(name.startswith(u + ".") for u in units):
             units.append(name)
     return units or find_units(model)
 
@@ -110,6 +107,7 @@ def hf_gpt2(n_layer: int = 4, n_embd: int = 64, n_head: int = 2, vocab_size: int
                            n_positions=seq_len, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
                            bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1, use_cache=False)
     model = tf.GPT2LMHeadModel(config).train()
+    model.loss_type = "ForCausalLM"  # its class name does not say; unset, every loss logs a warning (a graph break)
     ids = torch.randint(0, vocab_size, (batch_size, seq_len))
     return Workload("hf_gpt2", model, {"input_ids": ids, "labels": ids.clone()}, loss_fn=_hf_loss)
 
@@ -124,6 +122,18 @@ def hf_bert(n_layer: int = 4, hidden: int = 64, n_head: int = 2, vocab_size: int
     model = tf.BertForMaskedLM(config).train()
     ids = torch.randint(0, vocab_size, (batch_size, seq_len))
     return Workload("hf_bert", model, {"input_ids": ids, "labels": ids.clone()}, loss_fn=_hf_loss)
+
+
+def hf_llama(n_layer: int = 2, hidden: int = 32, n_head: int = 2, vocab_size: int = 128, seq_len: int = 16,
+             batch_size: int = 2, dropout: float = 0.1) -> Workload:
+    """A Llama causal LM from a config (random weights), one batch of tokens, LM loss."""
+    tf = _require_transformers()
+    config = tf.LlamaConfig(num_hidden_layers=n_layer, hidden_size=hidden, num_attention_heads=n_head,
+                            num_key_value_heads=n_head, intermediate_size=2 * hidden, vocab_size=vocab_size,
+                            max_position_embeddings=seq_len, attention_dropout=dropout, use_cache=False)
+    model = tf.LlamaForCausalLM(config).train()
+    ids = torch.randint(0, vocab_size, (batch_size, seq_len))
+    return Workload("hf_llama", model, {"input_ids": ids, "labels": ids.clone()}, loss_fn=_hf_loss)
 
 
 def _hf_loss(model: nn.Module, inputs: Any) -> torch.Tensor:

@@ -8,7 +8,8 @@ buffer pool) and of ``env.plan.Action`` / ``env.plan.fingerprint``, read with ``
 So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
 reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
 here. The tests check that a snippet gives the same gradients and the same measured peak as
-``apply_plan``, in a process that imports no part of this project.
+``apply_plan``, in a process that imports no part of this project, and that its wrappers
+compile with ``torch.compile(fullgraph=True)`` (apply the plan, then compile).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from env.plan import Plan
 
 # Top-level definitions of env/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
-    "_aten", "SAVED_OPS", "_restore_buffers", "_both", "_selective_policy",
+    "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
 )
 # Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
@@ -112,7 +113,11 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
     imports = list(dict.fromkeys(offload_imports + imports))
     header = (f'"""Activation-checkpointing plan{f" for {title}" if title else ""}: {plan.summary()}.\n\n'
               "Needs only torch. Usage:\n\n"
-              "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n"
+              "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n\n"
+              "With torch.compile, apply the plan first, then compile; the wrappers trace into one graph\n"
+              "(fullgraph=True works) and the compiler recomputes the planned units in backward:\n\n"
+              "    remove = apply_checkpoint_plan(model)\n"
+              "    model = torch.compile(model)\n"
               '"""\n')
     body = [
         header, "from __future__ import annotations\n", *EXTRA_IMPORTS, *imports, "",

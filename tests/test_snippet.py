@@ -81,3 +81,29 @@ def test_snippet_refuses_another_model():
     with pytest.raises(ValueError, match="plan was made for another model .*export the plan for this model"):
         apply(w.model)
     assert [n for n, m in w.model.named_modules() if "forward" in m.__dict__] == []
+
+
+@pytest.mark.slow
+def test_snippet_wrappers_compile_into_one_graph_with_the_eager_gradients():
+    """Apply the snippet's plan, then compile (fullgraph): one graph, a region per checkpointed unit,
+    and (through AOTAutograd's partitioner, which recomputes the regions) the gradients of no plan."""
+    from torch._dynamo.testing import EagerAndRecordGraphs
+
+    w_snip, w_none = load_workload("gpt/tiny", seed=0), load_workload("gpt/tiny", seed=0)
+    remove = _load(plan_snippet(plan_for(w_snip.model, find_units(w_snip.model), MIXED)))["apply_checkpoint_plan"](w_snip.model)
+    record = EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    torch.compile(w_snip.model, backend=record, fullgraph=True)(*w_snip.inputs)
+    regions = [n for n in record.graphs[0].graph.nodes if n.target is torch.ops.higher_order.tag_activation_checkpoint]
+    assert len(record.graphs) == 1 and len(regions) == sum(a != "keep" for a in MIXED)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fallback_random=True):
+        compiled = torch.compile(w_snip.model, backend="aot_eager", fullgraph=True)
+        torch.manual_seed(11)
+        compiled(*w_snip.inputs).backward()
+    torch._dynamo.reset()
+    g_snip = {n: p.grad.clone() for n, p in w_snip.model.named_parameters()}
+    g_none = _grads(w_none)
+    for name in g_none:
+        torch.testing.assert_close(g_snip[name], g_none[name], rtol=1e-4, atol=1e-5, msg=name)
+    remove()

@@ -1,0 +1,209 @@
+"""Plans under torch.compile: one graph, the eager gradients and buffers; compiled measurement.
+
+Compiling is slow on these CPUs, so the compiling tests are ``slow`` and use ``gpt/tiny`` and a
+2-layer Llama. Dynamo alone (``backend="eager"``) checks for graph breaks; ``aot_eager`` adds
+AOTAutograd and the partitioner, which is where a checkpointed region is recomputed; inductor
+runs the whole stack. Inductor draws random numbers its own way, so the tests that compare a
+compiled step with an eager one set ``fallback_random`` (dropout then draws as eager does).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+import torch.nn as nn
+from torch._dynamo.testing import EagerAndRecordGraphs
+
+from env.apply import apply_actions, plan_for
+from env.compiled import CompileOptions
+from env.errors import MeasurementError
+from env.measure import measure
+from env.records import MeasuredPlan as Measurement
+from env.plan import Plan, fingerprint
+from env.units import find_units
+from env.workloads import Workload, load_workload
+from search.integrations import hf_available, hf_units
+
+from tests.test_workloads import one_line_error
+
+LLAMA = "search.integrations:hf_llama"
+MIXED = ["keep", "recompute", "selective", "recompute"]  # every CPU action, on gpt/tiny's 4 blocks
+SEED = 7
+needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
+
+
+def _units(w: Workload) -> list[str]:
+    return hf_units(w.model) if w.spec.startswith("search.integrations") else find_units(w.model)
+
+
+def _actions(units: list[str]) -> list[str]:
+    return MIXED if len(units) == 4 else ["recompute", "selective"] * (len(units) // 2)
+
+
+def _step(w: Workload, model: nn.Module, initial: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
+    """One forward/backward of ``model`` (the workload's model, maybe compiled) from ``initial``."""
+    w.model.load_state_dict(initial)
+    w.model.zero_grad(set_to_none=True)
+    torch.manual_seed(SEED)
+    loss = dataclasses.replace(w, model=model).loss()
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in w.model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, copy.deepcopy(w.model.state_dict())
+
+
+def _assert_close(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], what: str) -> None:
+    assert got.keys() == ref.keys() and ref
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], rtol=1e-4, atol=1e-5, msg=f"{what}: {name}")
+
+
+@pytest.fixture
+def eager_random():
+    """Inductor draws dropout masks as eager does, so a compiled step can be compared with an eager one."""
+    with torch._inductor.config.patch(fallback_random=True):
+        yield
+
+
+def _needs(spec: str) -> None:
+    if spec == LLAMA and not hf_available():
+        pytest.skip("transformers is not installed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["gpt/tiny", LLAMA])
+def test_every_action_traces_into_one_graph_with_a_region_per_checkpointed_unit(spec: str) -> None:
+    _needs(spec)
+    w = load_workload(spec)
+    units = _units(w)
+    actions = _actions(units)
+    backend = EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, actions), units):
+        dataclasses.replace(w, model=torch.compile(w.model, backend=backend, fullgraph=True)).loss().backward()
+    torch._dynamo.reset()
+    assert len(backend.graphs) == 1
+    regions = [n for n in backend.graphs[0].graph.nodes if n.target is torch.ops.higher_order.tag_activation_checkpoint]
+    assert len(regions) == sum(a != "keep" for a in actions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec, backend", [("gpt/tiny", "inductor"), (LLAMA, "aot_eager")])
+def test_a_compiled_plan_gives_the_eager_gradients_with_dropout_on(spec: str, backend: str, eager_random) -> None:
+    _needs(spec)
+    w = load_workload(spec)
+    units = _units(w)
+    initial = copy.deepcopy(w.model.state_dict())
+    ref_loss, ref_grads, _ = _step(w, w.model, initial)
+    torch.manual_seed(SEED + 1)
+    with torch.no_grad():
+        assert not torch.equal(w.loss(), ref_loss)  # dropout is on: the seed is what makes the steps equal
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, _actions(units)), units):
+        loss, grads, _ = _step(w, torch.compile(w.model, backend=backend, fullgraph=True), initial)
+    torch._dynamo.reset()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    _assert_close(grads, ref_grads, f"{spec} compiled with {backend}")
+
+
+@pytest.mark.slow
+def test_a_compiled_recompute_updates_batchnorm_buffers_once() -> None:
+    w = load_workload("cnn/tiny")
+    units = find_units(w.model)
+    initial = copy.deepcopy(w.model.state_dict())
+    _, _, ref_state = _step(w, w.model, initial)
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, ["recompute"] * len(units)), units):
+        _, _, state = _step(w, torch.compile(w.model, backend="aot_eager", fullgraph=True), initial)
+    torch._dynamo.reset()
+    tracked = [k for k in state if k.endswith("num_batches_tracked")]
+    assert tracked and all(int(state[k]) == int(initial[k]) + 1 for k in tracked)
+    for key in state:
+        torch.testing.assert_close(state[key], ref_state[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def _plan(w: Workload, actions: list[str]) -> tuple[Plan, list[str]]:
+    units = find_units(w.model)
+    return plan_for(w.model, units, actions), units
+
+
+@pytest.mark.slow
+def test_compiled_measurement_reads_the_compiled_peak_and_reports_compile_time() -> None:
+    w = load_workload("gpt/tiny")
+    plan, units = _plan(w, MIXED)
+    eager = measure(w, plan, units, repeats=1)
+    first = measure(w, plan, units, repeats=2, compile=True)
+    again = measure(w, plan, units, repeats=2, compile=True)  # a fresh compile (dynamo reset), same graph
+    keep = measure(w, _plan(w, ["keep"] * 4)[0], units, repeats=1, compile=True)
+    for m in (first, again):
+        assert m.compile_seconds is not None and m.compile_seconds > 0
+        assert m.recompiles == 0 and m.graph_breaks == 0
+        assert m.live_before_bytes == eager.live_before_bytes and len(m.step_seconds_samples) == 2
+    assert eager.compile_seconds is None and eager.recompiles is None
+    assert first.peak_bytes == again.peak_bytes  # exact and repeatable, as eager
+    assert first.live_before_bytes < first.peak_bytes < keep.peak_bytes  # the plan's recompute shows compiled too
+    assert not any("forward" in m.__dict__ for m in w.model.modules())  # the plan is removed
+
+
+class _Breaks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.a(x))
+        torch._dynamo.graph_break()
+        return self.b(y).mean()
+
+
+class _Restless(nn.Module):
+    """Its forward reads a string that changes every call: a guard that fails every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 1)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        tag = "step" + str(self.calls)
+        return self.a(x).mean() * (2.0 if tag.endswith("1") else 1.0)
+
+
+def _bare(w: Workload) -> Plan:
+    return Plan(fingerprint=fingerprint(w.model, []), actions={})
+
+
+@pytest.mark.slow
+def test_a_model_that_breaks_the_graph_is_compiled_with_breaks_and_counted() -> None:
+    w = Workload("breaks", _Breaks(), (torch.randn(4, 8),))
+    m = measure(w, _bare(w), repeats=1, compile=CompileOptions(backend="eager"))
+    assert m.graph_breaks is not None and m.graph_breaks >= 1 and m.recompiles == 0
+    assert m.peak_bytes > m.live_before_bytes
+
+
+@pytest.mark.slow
+def test_recompiling_every_step_is_refused_on_one_line() -> None:
+    w = Workload("restless", _Restless(), (torch.randn(4, 8),))
+    with pytest.raises(MeasurementError) as e:
+        measure(w, _bare(w), repeats=1, compile=CompileOptions(backend="eager", max_compile_steps=2))
+    one_line_error(e, "restless", "compiled new graphs in each of", "max_compile_steps")
+
+
+def test_compiled_and_eager_records_do_not_merge() -> None:
+    record = dict(workload="w", batch_shape="b", digest="d", actions=["keep"], peak_bytes=10, live_before_bytes=4,
+                  step_seconds_samples=[0.1], device="cpu", torch_version="x", clock="wall")
+    compiled, eager = Measurement(**record, compile_seconds=3.0, recompiles=0, graph_breaks=0), Measurement(**record)
+    assert compiled.merged(compiled).step_seconds_samples == [0.1, 0.1]
+    with pytest.raises(MeasurementError) as e:
+        compiled.merged(eager)
+    one_line_error(e, "compiled and an eager")
+    assert Measurement.model_validate_json(compiled.model_dump_json()) == compiled
+
+
+def test_a_budget_outside_zero_to_one_is_refused() -> None:
+    with pytest.raises(MeasurementError) as e:
+        CompileOptions(activation_memory_budget=1.5)
+    one_line_error(e, "activation_memory_budget=1.5", "between 0.0 and 1.0")
