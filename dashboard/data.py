@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import ModelProfile
+from env.records import MeasuredPlan, ModelProfile
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -74,6 +74,7 @@ class RunData:
     batch_size: int | None
     progress: pd.DataFrame
     snapshots: pd.DataFrame
+    peers: pd.DataFrame  # measured peers (env.peers): peer, peak_bytes, step_seconds, peak_rel, time_rel, note
     started_at: float | None = None
     finished_at: float | None = None
     workload: str = ""
@@ -238,6 +239,7 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
         frontier["time_rel"] = frontier.step_seconds / base_seconds
     config = dict(meta.get("config") or {})
+    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds)
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
     return RunData(
@@ -247,10 +249,22 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
         frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),
         batch_scaling=dict(meta.get("batch_scaling") or {}), batch_size=meta.get("batch_size"),
-        progress=progress, snapshots=snapshots, started_at=meta.get("started_at"),
+        progress=progress, snapshots=snapshots, peers=peers, started_at=meta.get("started_at"),
         finished_at=meta.get("finished_at"), workload=str(config.get("workload", profile.workload if profile else "")),
         notes=notes,
     )
+
+
+def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float) -> pd.DataFrame:
+    """The store's measured peers (that ran) on the frontier's axes."""
+    rows = []
+    for name, entry in peers.items():
+        m = MeasuredPlan.model_validate(entry["record"])
+        if not m.oom:
+            rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
+                         "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,
+                         "note": entry.get("note", "")})
+    return pd.DataFrame(rows, columns=["peer", "peak_bytes", "step_seconds", "peak_rel", "time_rel", "note"])
 
 
 def select_plan(frontier: pd.DataFrame, budget_bytes: float) -> pd.Series | None:

@@ -21,6 +21,7 @@ ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a2
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"
+PEERS_TRACE = "peers (what users pick instead)"
 
 
 def axes(relative: bool) -> tuple[str, str, str, str]:
@@ -78,6 +79,13 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
     fig.add_trace(go.Scatter(x=rules[x], y=rules[y], mode="markers+text", name="baseline rules", text=rules.rule,
                              textposition="top center", customdata=rules.digest, hovertext=_hover(rules),
                              hoverinfo="text", marker=dict(symbol="diamond", size=12, color="#4c78a8")))
+    if len(run.peers):
+        pe = run.peers.assign(peak_mib=run.peers.peak_bytes / MIB, step_ms=run.peers.step_seconds * 1e3)
+        fig.add_trace(go.Scatter(x=pe[x], y=pe[y], mode="markers+text", name=PEERS_TRACE, text=pe.peer,
+                                 textposition="bottom center", hoverinfo="text",
+                                 hovertext=[f"<b>{r.peer}</b> (peer, exports nothing)<br>peak {r.peak_mib:.3f} MiB, "
+                                            f"step {r.step_ms:.2f} ms<br>{r.note}" for r in pe.itertuples()],
+                                 marker=dict(symbol="x", size=11, color="#b279a2")))
     if selected is not None and (ev.digest == selected).any():
         s = ev.loc[ev.digest == selected]
         fig.add_trace(go.Scatter(x=s[x], y=s[y], mode="markers", name="selected", customdata=s.digest,
@@ -86,7 +94,8 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
     if budget_bytes is not None:
         bx = budget_bytes / run.baseline_peak_bytes if relative else budget_bytes / MIB
         fig.add_vline(x=bx, line=dict(dash="dash", color="#666"), annotation_text="budget")
-    fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=520, margin=dict(l=10, r=10, t=30, b=10),
+    fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=520,
+                      margin=dict(l=10, r=10, t=30, b=10),
                       legend=dict(orientation="h", y=1.08), clickmode="event+select", dragmode="select")
     return fig
 

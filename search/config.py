@@ -39,6 +39,12 @@ class SearchConfig:
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
                                                "only), hybrid (cost model corrected by measurements; every frontier "
                                                "point measured)", choices=tuple(m.value for m in RewardMode))
+    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (transformers' "
+                             "gradient checkpointing every 1-4 layers on HF models, checkpoint_sequential on chains); "
+                             "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
+                    choices=("none", "eager", "all"))
+    compile: bool = _f(False, "measure compiled training steps: each plan applied, then the model compiled "
+                              "(fullgraph); compile time is reported apart. The profile stays eager")
     max_measurements: int = _f(30, "most plans measured in one run (model/hybrid modes), rules and baseline included")
     repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
     warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "

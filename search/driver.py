@@ -129,6 +129,19 @@ class Driver:
             if k not in chosen:
                 self.ledger.propose(tuple(v), f"rule:{k}")
 
+    def measure_peers(self) -> None:
+        """What users pick instead (``env.peers``), measured by the same Evaluators in this run."""
+        kinds = {"none": (), "eager": ("hf_checkpointing", "checkpoint_sequential"),
+                 "all": ("hf_checkpointing", "checkpoint_sequential", "compile_budget")}[self.cfg.peers]
+        if not kinds:
+            return
+        done = set(self.ledger.store.get_meta("peers", {}))  # a resumed run measured these already
+        peers = [p for p in ray_session.get(self.pool.first.peers.remote(list(kinds))) if p.name not in done]
+        notes = {p.digest: p.note for p in peers}
+        self.pool.measure_peers(peers, on_result=lambda m: self.ledger.record_peer(
+            m.digest.removeprefix("peer:"), m, notes.get(m.digest, "")))
+        self._pool_state()
+
     def exact(self) -> list[Indices]:
         """The cost model's optimal frontier. Its plans join the candidates only with warm start,
         so that without it every plan the agents measure is the agents' own find."""
@@ -150,6 +163,7 @@ class Driver:
     def run(self) -> None:
         cfg, ledger = self.cfg, self.ledger
         self.measure_baselines()
+        self.measure_peers()
         exact = self.exact()
         if cfg.warm_start:
             room = max(0, cfg.max_measurements - len(ledger.archive.measured))

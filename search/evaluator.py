@@ -19,6 +19,7 @@ import torch
 
 from env.apply import plan_for
 from env.measure import measure
+from env.peers import Peer, measure_peer, peers_for
 from env.plan import Action, parse_action
 from env.profile import profile
 from env.records import MeasuredPlan, ModelProfile
@@ -34,11 +35,12 @@ def resolve_device(name: str) -> str:
 
 class Evaluator:
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], granularity: str, actions: Sequence[str],
-                 repeats: int, device: str = "auto", threads: int | None = None, name: str = "evaluator_0") -> None:
+                 repeats: int, device: str = "auto", threads: int | None = None, name: str = "evaluator_0",
+                 compile: bool = False) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
-        self.spec, self.seed, self.repeats = workload_spec, seed, repeats
+        self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
         self.units = find_units(self.workload.model, granularity, list(units) or None)
         self.actions = [parse_action(a) for a in actions]
@@ -77,11 +79,22 @@ class Evaluator:
             return cached.proposed_by(source)
         self.n_measured += 1
         m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                    measurement_id=f"{self._id_prefix}:{self.n_measured}")
+                    measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
         m = m.model_copy(update={"evaluators": [self.label]})
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
+
+    def peers(self, kinds: Sequence[str]) -> list[Peer]:
+        """The peers of ``env.peers`` that apply to this workload, of the given kinds."""
+        return [p for p in peers_for(self.workload) if p.kind.value in kinds]
+
+    def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
+        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
+        self.n_measured += 1
+        m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
+                         measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        return m.model_copy(update={"evaluators": [self.label]})
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
         """Peak and time of a plan at another batch size (built-in workloads)."""

@@ -67,7 +67,7 @@ class EvaluatorPool:
         threads = None if slot.gpu else (cfg.measure_threads or None)
         actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy="SPREAD")
         slot.handle = actor.remote(cfg.workload, cfg.seed, cfg.units, cfg.granularity, cfg.actions, cfg.repeats,
-                                   "cuda" if slot.gpu else "cpu", threads, slot.name)
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile)
         slot.info = ray_session.get(slot.handle.info.remote())
 
     def _check_device_models(self) -> None:
@@ -102,6 +102,14 @@ class EvaluatorPool:
     def measure(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
         """Measure every job on whichever Evaluator is free; ``on_result`` gets each as it arrives.
         Returns what ``on_result`` returned, in the jobs' order."""
+        return self._dispatch(jobs, lambda handle, job: handle.evaluate.remote(list(job[0]), job[1], job[2]), on_result)
+
+    def measure_peers(self, peers: Sequence[Any], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
+        """Measure ``env.peers.Peer``s the same way, on whichever Evaluator is free."""
+        return self._dispatch(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), on_result)
+
+    def _dispatch(self, jobs: Sequence[Any], call: Callable[[Any, Any], Any],
+                  on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
         queue: deque[int] = deque(range(len(jobs)))
         running: dict[Any, tuple[EvaluatorSlot, int]] = {}
         out: dict[int, MeasuredPlan] = {}
@@ -109,8 +117,7 @@ class EvaluatorPool:
             for slot in self.live:
                 if queue and all(s is not slot for s, _ in running.values()):
                     k = queue.popleft()
-                    names, source, again = jobs[k]
-                    running[slot.handle.evaluate.remote(list(names), source, again)] = (slot, k)
+                    running[call(slot.handle, jobs[k])] = (slot, k)
             if not running:
                 raise CkptSearchError("every Evaluator died; see the events in the run's report and start it again "
                                       "with --resume")

@@ -81,6 +81,19 @@ class Ledger:
                     self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")
             return merged
 
+    def record_peer(self, name: str, m: MeasuredPlan, note: str = "") -> MeasuredPlan:
+        """A peer's measurement: kept beside the plans (store meta ``peers``), never on their frontier."""
+        with self.lock:
+            peers = self.store.get_meta("peers", {})
+            old = MeasuredPlan.model_validate(peers[name]["record"]) if name in peers else None
+            merged = old.merged(m) if old is not None else m
+            peers[name] = {"record": merged.model_dump(mode="json"), "note": note}
+            self.store.set_meta("peers", peers)
+        return merged
+
+    def peers(self) -> dict[str, MeasuredPlan]:
+        return {k: MeasuredPlan.model_validate(v["record"]) for k, v in self.store.get_meta("peers", {}).items()}
+
     def is_measured(self, idx: Indices) -> bool:
         return self.codec.digest(idx) in self.archive.measured
 

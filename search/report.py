@@ -12,6 +12,7 @@ from typing import Any
 
 from env.plan import action_summary
 from env.records import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from env.records import MeasuredPlan
 from search.config import SearchConfig
 from search.frontier_file import FrontierFile, point_from, write_frontier
 from search.ledger import Ledger
@@ -48,6 +49,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}
                  for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
+    peer_rows = peers_against(ledger.peers(), front, store.get_meta("peers", {}))
     hv_all, hv_agents, hv_exact = ledger.hv(front), ledger.hv(agents_front), ledger.hv(exact_front)
     report = {
         "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
@@ -56,7 +58,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
-        "exact_plans_measured": len(exact_measured), "rules": rule_rows, "events": ledger.events,
+        "exact_plans_measured": len(exact_measured), "rules": rule_rows, "peers": peer_rows, "events": ledger.events,
         "agents": store.progress(), "evaluators": store.get_meta("evaluators", []),
         "measurement_mode": store.get_meta("measurement_mode", ""),
         "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
@@ -64,6 +66,25 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
     return report
+
+
+def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
+                  raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each peer beside the fastest frontier plan at no more memory (same run, same Evaluators)."""
+    rows = []
+    for name, m in sorted(peers.items(), key=lambda kv: kv[1].peak_bytes):
+        if m.oom:
+            rows.append({"peer": name, "oom": True, "note": raw.get(name, {}).get("note", "")})
+            continue
+        best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], m.peak_bytes)
+        ours = front[best] if best is not None else None
+        rows.append({"peer": name, "oom": False, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
+                     "compile_seconds": m.compile_seconds, "graph_breaks": m.graph_breaks,
+                     "ours_peak_bytes": ours.peak_bytes if ours else None,
+                     "ours_step_seconds": ours.step_seconds if ours else None,
+                     "time_ratio_peer_over_ours": m.step_seconds / ours.step_seconds if ours else None,
+                     "note": raw.get(name, {}).get("note", "")})
+    return rows
 
 
 def to_markdown(rep: dict[str, Any]) -> str:
@@ -82,6 +103,18 @@ def to_markdown(rep: dict[str, Any]) -> str:
     for r in rep["rules"]:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
+    if rep["peers"]:
+        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", "",
+                  "| peer | peak MB | step ms | our fastest plan at no more memory: MB / ms | peer / ours |",
+                  "|---|---:|---:|---|---:|"]
+        for r in rep["peers"]:
+            if r["oom"]:
+                lines.append(f"| {r['peer']} | out of memory | | | |")
+                continue
+            ours = (f"{r['ours_peak_bytes'] / MB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
+                    else "none measured at that memory")
+            ratio = f"{r['time_ratio_peer_over_ours']:.2f}x" if r["time_ratio_peer_over_ours"] else "-"
+            lines.append(f"| {r['peer']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {ratio} |")
     hv = rep["hypervolume"]
     ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
