@@ -235,6 +235,11 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      _table("fidelity", "workloads"), fig_fidelity, "python bench/fidelity.py"),
     ("fidelity_gpu", "Cost-model fidelity on a GPU", "As above, on CUDA.",
      _table("fidelity", "workloads"), lambda r, p: fig_fidelity(r, p, "fidelity_gpu"), "python bench/gpu.py"),
+    ("units_table", "Decision units on library models",
+     "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "
+     "choice (env.unit_choice), each measured as all-recompute against all-keep: units, share of the saved "
+     "activation bytes they hold, saving of the step's whole peak.",
+     _table("units_table", "rows"), None, "python bench/units_table.py"),
     ("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.", _env_speed, None,
      "python bench/env_speed.py"),
 ]
