@@ -14,14 +14,18 @@ stages). Here the units come from a memory profile of the module tree instead:
 2. **Choice** (:func:`choose_units`), top-down: start from the root's children (any container
    type, plain named children too); a module called other than exactly once per step is never
    a unit (descend into it; a leaf is dropped), nor one whose output needs no gradient. Then
-   repeatedly split the units holding the most saved bytes into their children while that
-   lowers the estimated peak of recomputing every unit and the count stays within
-   ``max_units``; finally drop units whose removal does not raise that estimate (units that
-   hold nothing worth recomputing, e.g. a final norm whose input is kept anyway).
-3. **Order**: units run in the profile's order (forward 0..n-1, backward n-1..0, see
-   ``env.profile``). A pair of units whose output gradients arrive out of that order (two
-   parallel branches) is repaired by merging them into their common parent when it is a valid
-   unit, else by dropping the smaller.
+   repeatedly split the unit holding the most saved bytes into its children (through
+   single-child wrappers) while the count stays within ``max_units``, and keep the fewest-unit
+   set met on the way whose estimated peak of recomputing every unit (E below) is within 1% of
+   the best, among the sets that hold at least 95% of the saved bytes. Then drop units whose
+   removal barely raises E (a final norm whose input is kept anyway), keeping that coverage.
+3. **Order**: units must run in the profile's order (forward 0..n-1, backward n-1..0, see
+   ``env.profile``). Skip connections keep it: autograd runs the ready node created last
+   first, so a U-Net's down blocks get their gradients after all up blocks, in reverse (checked
+   on diffusers' UNet2DModel and on ``examples/unet_skips.py``). It breaks when a unit's first
+   output was made before the unit ran (a block that passes its skip input through first);
+   such a pair is repaired by merging it into its common parent (when that is a valid unit)
+   or dropping one of the two, whichever gives the lower E.
 
 The estimated peak of recomputing every unit of a set U (bytes above the start of the step)::
 
@@ -105,23 +109,8 @@ class ModuleMemory:
     nbytes: dict[int, int]  # storage key -> bytes
     outside: set[int]  # storages saved while no module ran (loss_fn)
 
-    def subtree(self, name: str) -> set[int]:
-        keys = set(self.modules[name].own)
-        for child in self.children.get(name, ()):
-            keys |= self.subtree(child)
-        return keys
-
     def bytes_of(self, keys: set[int]) -> int:
         return sum(self.nbytes[k] for k in keys)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.nbytes[k] for k in self.outside) + self.bytes_of(self.subtree(""))
-
-    @property
-    def coverable(self) -> set[int]:
-        """Storages saved inside the root's submodules (not by the root's own ops, not outside)."""
-        return self.subtree("") - self.modules[""].own
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -149,7 +138,10 @@ def _state_kept(model: nn.Module) -> Iterator[None]:
     """The model's buffers, gradients and the RNG as before: the instrumented step changes nothing."""
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
-    with torch.random.fork_rng(devices=[]):
+    for p, _ in grads:
+        p.grad = None  # else backward would add into the caller's gradients in place
+    cuda = sorted({p.device.index or 0 for p, _ in grads if p.is_cuda})
+    with torch.random.fork_rng(devices=cuda):
         try:
             yield
         finally:
@@ -236,6 +228,7 @@ def module_memory(workload: Workload) -> ModuleMemory:
 # The choice
 
 SLACK = 0.01  # estimated-peak bytes, as a share of everything saved, not worth more units for
+COVERAGE = 0.95  # units should hold this share of what the submodules save, where the splits allow it
 
 
 class _Tree:
@@ -251,6 +244,7 @@ class _Tree:
             self.sub[name] = keys
         self.saved = {n: mem.bytes_of(k) for n, k in self.sub.items()}
         self.everything = mem.outside | self.sub[""]
+        self.coverable_bytes = mem.bytes_of(self.sub[""] - mem.modules[""].own)
 
     def is_unit(self, name: str) -> bool:
         st = self.mem.modules[name]
@@ -278,6 +272,10 @@ class _Tree:
         kept = (self.everything - covered).union(*(self.mem.modules[u].inputs for u in units))
         return self.mem.bytes_of(kept) + max(self.mem.bytes_of(self.sub[u] - kept) for u in units)
 
+    def coverage(self, units: Sequence[str]) -> float:
+        """Share of the bytes the model's submodules save that ``units`` hold."""
+        return sum(self.saved[u] for u in units) / self.coverable_bytes if self.coverable_bytes else 0.0
+
     def ordered(self, units: Sequence[str]) -> list[str]:
         return sorted(units, key=lambda u: self.mem.modules[u].first_call)
 
@@ -299,12 +297,16 @@ def _trajectory(tree: _Tree, units: list[str], max_units: int) -> list[list[str]
         sets.append(units)
 
 
-def _prune(tree: _Tree, units: list[str], slack: int) -> list[str]:
-    """Drop units whose removal raises E by at most ``slack`` bytes in all (nothing worth recomputing)."""
+def _prune(tree: _Tree, units: list[str], slack: int, floor: float) -> list[str]:
+    """Drop units whose removal raises E by at most ``slack`` bytes in all (nothing worth recomputing),
+    keeping the coverage at ``floor`` or above."""
     budget = slack
     while len(units) > 1:
         e = tree.peak(units)
-        costs = [(tree.peak(rest) - e, u) for u in units for rest in [[v for v in units if v != u]]]
+        costs = [(tree.peak(rest) - e, u) for u in units for rest in [[v for v in units if v != u]]
+                 if tree.coverage(rest) >= floor]
+        if not costs:
+            return units
         cost, drop = min(costs, key=lambda c: (c[0], tree.saved[c[1]]))
         if cost > budget:
             return units
@@ -337,9 +339,8 @@ def _repair_order(tree: _Tree, units: list[str]) -> list[str]:
         units = min(options, key=tree.peak)
 
 
-def out_of_order(tree_or_mem: "_Tree | ModuleMemory", units: Sequence[str]) -> tuple[str, str] | None:
-    """A pair of units (in forward order) whose output gradients arrive in forward order, or None."""
-    mem = tree_or_mem.mem if isinstance(tree_or_mem, _Tree) else tree_or_mem
+def out_of_order(mem: ModuleMemory, units: Sequence[str]) -> tuple[str, str] | None:
+    """The first pair (a, b) of units, a running first in forward, whose gradients arrive a first; or None."""
     ordered = sorted(units, key=lambda u: mem.modules[u].first_call)
     for a, b in zip(ordered, ordered[1:]):
         if mem.modules[a].grad_order <= mem.modules[b].grad_order:
@@ -348,10 +349,9 @@ def out_of_order(tree_or_mem: "_Tree | ModuleMemory", units: Sequence[str]) -> t
 
 
 def _record(tree: _Tree, units: Sequence[str], mode: str) -> UnitChoice:
-    coverable = tree.mem.bytes_of(tree.mem.coverable)
-    saved = [tree.saved[u] for u in units]
-    return UnitChoice(units=list(units), saved_bytes=saved, total_saved_bytes=tree.mem.total_bytes,
-                      coverable_bytes=coverable, coverage=sum(saved) / coverable if coverable else 0.0, mode=mode)
+    return UnitChoice(units=list(units), saved_bytes=[tree.saved[u] for u in units],
+                      total_saved_bytes=tree.mem.bytes_of(tree.everything), coverable_bytes=tree.coverable_bytes,
+                      coverage=tree.coverage(units), mode=mode)
 
 
 def choose_units(mem: ModuleMemory, max_units: int = MAX_UNITS) -> UnitChoice:
@@ -363,15 +363,17 @@ def choose_units(mem: ModuleMemory, max_units: int = MAX_UNITS) -> UnitChoice:
     if not units:
         raise UnitError("no submodule of the model runs exactly once per step on the gradient path and saves "
                         "activations for backward; name the units yourself (e.g. --units 'layers.*')")
-    while len(units) > max_units:  # more top-level modules than allowed: keep the largest
-        units.remove(min(units, key=lambda u: tree.saved[u]))
+    # more top-level units than max_units (a deep stack): all are kept, as the old rule would;
+    # max_units bounds the splits, and pruning drops only those not worth a decision
     # the fewest units whose estimate is within SLACK of the best met: a finer split that gains
     # less than that adds decisions to the search for no memory
     slack = int(SLACK * tree.mem.bytes_of(tree.everything))
     sets = _trajectory(tree, units, max_units)
-    best = min(tree.peak(u) for u in sets)
-    units = next(u for u in sets if tree.peak(u) <= best + slack)
-    units = _repair_order(tree, _prune(tree, units, slack // 2))
+    covering = [u for u in sets if tree.coverage(u) >= COVERAGE] or sets
+    best = min(tree.peak(u) for u in covering)
+    units = next(u for u in covering if tree.peak(u) <= best + slack)
+    floor = COVERAGE if tree.coverage(units) >= COVERAGE else 0.0
+    units = _repair_order(tree, _prune(tree, units, slack // 2, floor))
     return _record(tree, units, AUTO)
 
 
@@ -385,11 +387,12 @@ def _check_given(tree: _Tree, units: Sequence[str]) -> None:
         if st.grad_order < 0:
             raise UnitError(f"unit '{u}' has an output that needs no gradient (or is not used by the loss); "
                             "checkpointing it saves nothing; leave it out, or use --units auto")
-    pair = out_of_order(tree, units)
+    pair = out_of_order(tree.mem, units)
     if pair:
-        raise UnitError(f"units '{pair[0]}' and '{pair[1]}' run in parallel (the gradient of '{pair[1]}' arrives "
-                        f"before that of '{pair[0]}' in backward), which the profile cannot order; name their common "
-                        "parent as one unit, or use --units auto")
+        a, b = pair
+        raise UnitError(f"units '{a}' and '{b}' are out of the profile's order: '{a}' runs first in forward but "
+                        f"backward reaches its output first too (does '{b}' return a tensor made before it ran?); "
+                        "name their common parent as one unit, leave one out, or use --units auto")
 
 
 def resolve_units(workload: Workload, spec: Sequence[str] = (AUTO,), max_units: int = MAX_UNITS) -> UnitChoice:

@@ -144,6 +144,10 @@ def test_the_instrumented_step_leaves_weights_buffers_grads_and_rng_as_they_were
     assert all(torch.equal(v, state[k]) for k, v in w.model.state_dict().items())
     assert all(p.grad is None for p in w.model.parameters())
     assert torch.equal(torch.get_rng_state(), rng)
+    w.loss().backward()
+    before = {n: p.grad.clone() for n, p in w.model.named_parameters()}
+    module_memory(w)  # in the middle of gradient accumulation: the gradients stay as they were
+    assert all(torch.equal(p.grad, before[n]) for n, p in w.model.named_parameters())
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in w.model.modules())
 
 
@@ -216,14 +220,21 @@ def test_units_out_of_the_profiles_order_are_repaired_or_refused_when_given() ->
     assert profile(w, choice.units, repeats=1, baseline=False).units == choice.units
     with pytest.raises(UnitError) as e:
         resolve_units(w, given)
-    one_line_error(e, "units 'a' and 'b' run in parallel", "common parent")
+    one_line_error(e, "units 'a' and 'b' are out of the profile's order", "common parent", "--units auto")
 
 
-def test_splitting_stops_at_max_units() -> None:
-    w = load_workload(UNET)
-    assert len(resolve_units(w, max_units=3).units) <= 3
+def test_max_units_bounds_the_splits() -> None:
+    torch.manual_seed(0)
+    body = nn.Sequential(*[MLPBlock(16) for _ in range(6)])
+    w = Workload("test:wrapped", nn.Sequential(body, nn.Linear(16, 1)), (torch.randn(32, 16, generator=g()),),
+                 loss_fn=lambda m, x: m(*x).pow(2).mean())
+    assert resolve_units(w).units == [f"0.{i}" for i in range(6)]  # the wrapper split into its blocks
+    assert len(resolve_units(w, max_units=3).units) <= 3  # six blocks would not fit: no split
     with pytest.raises(UnitError, match="max_units=0 must be at least 1"):
         resolve_units(w, max_units=0)
+    # a stack deeper than max_units keeps every block (as the old rule): the budget bounds splits only
+    deep = load_workload("gpt/tiny?n_layer=40")
+    assert resolve_units(deep, max_units=32).units == find_units(deep.model)
 
 
 def test_the_old_rules_and_patterns_through_one_entry_point() -> None:
