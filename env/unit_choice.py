@@ -52,6 +52,7 @@ import torch
 import torch.nn as nn
 from pydantic import BaseModel
 
+from env.apply import _restore_buffers
 from env.errors import UnitError
 from env.timeline import _first_grad_tensor
 from env.units import GRANULARITIES, find_units
@@ -136,18 +137,14 @@ def _storage(t: torch.Tensor) -> tuple[int, int] | None:
 @contextlib.contextmanager
 def _state_kept(model: nn.Module) -> Iterator[None]:
     """The model's buffers, gradients and the RNG as before: the instrumented step changes nothing."""
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     grads = [(p, p.grad) for p in model.parameters()]
     for p, _ in grads:
         p.grad = None  # else backward would add into the caller's gradients in place
     cuda = sorted({p.device.index or 0 for p, _ in grads if p.is_cuda})
-    with torch.random.fork_rng(devices=cuda):
+    with torch.random.fork_rng(devices=cuda), _restore_buffers(model):
         try:
             yield
         finally:
-            with torch.no_grad():
-                for b, value in buffers:
-                    b.copy_(value)
             for p, g in grads:
                 p.grad = g
 

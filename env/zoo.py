@@ -69,13 +69,9 @@ def _library(name: str, spec: str) -> Any:
 
 
 def _ints(o: dict[str, Any], key: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in str(o[key]).split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise WorkloadError(f"option {key}={o[key]} must be positive integers separated by commas, e.g. {key}=2,2")
-    return values
+    from env.workloads import _int_list  # the built-ins' parser (env.workloads imports this module)
+
+    return _int_list(o, key)
 
 
 def _hf_loss(model: nn.Module, inputs: Any) -> torch.Tensor:

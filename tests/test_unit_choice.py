@@ -25,25 +25,12 @@ from env.profile import profile
 from env.unit_choice import MAX_UNITS, UnitChoice, choose_units, module_memory, out_of_order, resolve_units
 from env.units import find_units
 from env.workloads import Workload, load_workload
-from env.zoo import zoo_available
 from tests.test_workloads import one_line_error
+from tests.test_zoo import SMALL as SMALL_ZOO
+from tests.test_zoo import needs_zoo, small
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_zoo = pytest.mark.skipif(not zoo_available(), reason="transformers/diffusers are not installed")
 UNET = "examples/unet_skips.py:build?batch_size=1&image_size=32&width=8"
-# every zoo model at a size that runs in a fraction of a second
-SMALL_ZOO = {
-    "hf/llama": "batch_size=1&seq_len=32",
-    "hf/gpt2": "batch_size=1&seq_len=32",
-    "hf/bert": "batch_size=1&seq_len=32",
-    "hf/t5": "batch_size=1&seq_len=32&target_len=16",
-    "hf/resnet50": "batch_size=1&image_size=64",
-    "diffusers/unet2d": "batch_size=1&image_size=32",
-}
-
-
-def small(spec: str) -> Workload:
-    return load_workload(f"{spec}?{SMALL_ZOO[spec]}")
 
 
 class MLPBlock(nn.Module):
