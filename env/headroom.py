@@ -56,15 +56,16 @@ def nothing_to_save(profile: "ModelProfile", threshold: float = THRESHOLD) -> st
     head = (f"nothing to save: no plan over the {n} units lowers the predicted peak by more than {threshold:.0%} "
             f"(at best {saving:.1%}: {_mib(keep)} -> {_mib(lowest)}); ")
     what = (f"{before / keep:.0%} of the peak is live before the step (weights, optimizer state, batch: "
-            f"{_mib(before)}) and activations are {_mib(activations)}")
+            f"{_mib(before)}) and the step adds {_mib(activations)} (gradients, activations, temporaries)")
     if top is not None:
-        what += f", of which the units keep {_mib(in_units)} ('{profile.units[top]}' the most: {_mib(kept[top])})"
+        what += (f", of which the units keep {_mib(in_units)} for backward ('{profile.units[top]}' the most: "
+                 f"{_mib(kept[top])})")
     if before >= activations:
         fix = ("checkpointing cannot lower what is live before the step, nor will a smaller batch: shard weights, "
                "gradients and optimizer state (FSDP/ZeRO), use a lighter optimizer (SGD, Adafactor, 8-bit Adam) "
                "or lower precision")
     elif in_units < activations / 2:
-        fix = ("most activations are outside the units: choose more or finer units (--units auto, or name them), "
+        fix = ("most of it is outside the units: choose more or finer units (--units auto, or name them), "
                "or a smaller batch")
     else:
         fix = ("the unit that keeps the most sets the peak when it is recomputed: choose finer units "

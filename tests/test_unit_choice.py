@@ -304,6 +304,13 @@ def test_nothing_to_save_names_the_weights_when_they_hold_the_peak() -> None:
     assert 0 <= 1 - lowest / keep <= 0.05
 
 
+def test_nothing_to_save_points_at_the_units_when_activations_are_outside_them() -> None:
+    w = load_workload("gpt/tiny?batch_size=16&seq_len=64")
+    msg = nothing_to_save(profile(w, ["blocks.0.ln_1"], repeats=1, baseline=False))
+    assert msg is not None and "'blocks.0.ln_1' the most" in msg
+    assert "most of it is outside the units" in msg and "finer units" in msg and "FSDP" not in msg
+
+
 def test_nothing_to_save_is_silent_when_a_plan_saves() -> None:
     w = load_workload("gpt/tiny")
     prof = profile(w, find_units(w.model), repeats=1, baseline=False)
