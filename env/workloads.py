@@ -237,6 +237,9 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
             "or give path/to/file.py:factory or package.module:factory"
         )
     opts = dict(BUILTIN_DEFAULTS[spec.target])
+    if spec.preset is None and not opts:  # a library target (hf, diffusers): its presets are the models
+        choices = ", ".join(f"{spec.target}/{p}" for p in PRESETS[spec.target])
+        raise WorkloadError(f"workload '{spec.target}' needs a model preset; choose one of {choices}")
     if spec.preset is not None:
         presets = PRESETS[spec.target]
         if spec.preset not in presets:

@@ -50,7 +50,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                        dropout=0.1),
     },
 }
-DEFAULTS: dict[str, dict[str, Any]] = {target: {} for target in PRESETS}  # a zoo spec names its model
+# no defaults: a zoo spec names its model (env.workloads.builtin_options asks for a preset)
+DEFAULTS: dict[str, dict[str, Any]] = {target: {} for target in PRESETS}
 
 
 def zoo_specs() -> list[str]:
@@ -160,16 +161,9 @@ HF_MODELS: dict[str, Callable[[Any, dict[str, Any], torch.Generator], Built]] = 
 }
 
 
-def _model_of(target: str, o: dict[str, Any]) -> str:
-    if "model" not in o:
-        choices = ", ".join(f"{target}/{p}" for p in PRESETS[target])
-        raise WorkloadError(f"workload '{target}' needs a model preset; choose one of {choices}")
-    return str(o["model"])
-
-
 def build_hf(o: dict[str, Any], g: torch.Generator) -> Built:
     """A transformers model from a config, one batch, the model's own loss (``hf/<model>``)."""
-    name = _model_of("hf", o)
+    name = str(o["model"])
     if name not in HF_MODELS:
         raise WorkloadError(f"unknown hf model '{name}'; choose one of {', '.join(HF_MODELS)}")
     tf = _library("transformers", f"hf/{name}")
@@ -179,7 +173,7 @@ def build_hf(o: dict[str, Any], g: torch.Generator) -> Built:
 
 def build_diffusers(o: dict[str, Any], g: torch.Generator) -> Built:
     """A diffusers model from a config, one noisy batch with timesteps, a denoising loss."""
-    name = _model_of("diffusers", o)
+    name = str(o["model"])
     if name != "unet2d":
         raise WorkloadError(f"unknown diffusers model '{name}'; choose one of unet2d")
     return _unet2d(o, g)
