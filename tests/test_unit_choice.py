@@ -141,6 +141,13 @@ def test_the_instrumented_step_leaves_weights_buffers_grads_and_rng_as_they_were
 # ---------------------------------------------------------------------------------------------
 # The choice
 
+@pytest.mark.parametrize("spec", ["gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny"])
+def test_on_the_builtins_auto_units_are_the_repeated_blocks(spec: str) -> None:
+    """Where the old rule was right (stacks of blocks), the automatic choice agrees with it."""
+    w = load_workload(spec)
+    assert resolve_units(w).units == find_units(w.model)
+
+
 def test_user_unet_with_skips_gets_its_blocks_and_never_the_shared_pool() -> None:
     choice = resolve_units(load_workload(UNET))
     assert choice.units == ["down1", "down2", "down3", "bottom", "dec3", "dec2", "dec1"]
