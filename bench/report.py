@@ -232,6 +232,11 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      _table("measured_table", "rows"), fig_measured_table, "python bench/measured_table.py"),
     ("fidelity", "Cost-model fidelity", "Predicted against measured peak and step time on random plans.",
      _table("fidelity", "workloads"), fig_fidelity, "python bench/fidelity.py"),
+    ("units_table", "Decision units on library models",
+     "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "
+     "choice (env.unit_choice), each measured as all-recompute against all-keep: units, share of the saved "
+     "activation bytes they hold, saving of the step's whole peak.",
+     _table("units_table", "rows"), None, "python bench/units_table.py"),
     ("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.", _env_speed, None,
      "python bench/env_speed.py"),
 ]

@@ -4,6 +4,8 @@ A workload is named by a spec string:
 
 - a built-in: ``gpt``, ``cnn``, ``lstm``, ``mlp``, optionally with a preset and options:
   ``gpt/tiny``, ``gpt?n_layer=12``, ``cnn/tiny?batch_size=4``;
+- a library model built from its config (``env.zoo``; optional extra ``hf``): ``hf/llama``,
+  ``hf/gpt2``, ``hf/bert``, ``hf/t5``, ``hf/resnet50``, ``diffusers/unet2d``, options as above;
 - a user's factory: ``path/to/file.py:factory`` or ``package.module:factory``, options passed
   to the factory as keyword arguments (``my.py:make?width=64``).
 
@@ -26,7 +28,7 @@ from urllib.parse import parse_qsl, urlencode
 import torch
 import torch.nn as nn
 
-from env import models
+from env import models, zoo
 from env.errors import WorkloadError
 
 Inputs = tuple[Any, ...] | dict[str, Any]
@@ -163,9 +165,15 @@ def _build_mlp(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs
     return model, (x, torch.randn(o["batch_size"], generator=g))
 
 
-BUILDERS: dict[str, Callable[[dict[str, Any], torch.Generator], tuple[nn.Module, Inputs]]] = {
+BUILDERS: dict[str, Callable[[dict[str, Any], torch.Generator], tuple[Any, ...]]] = {
     "gpt": _build_gpt, "cnn": _build_cnn, "lstm": _build_lstm, "mlp": _build_mlp,
 }
+CORE_BUILTINS: tuple[str, ...] = tuple(BUILDERS)
+# Library models (hf/llama, diffusers/unet2d, ...): a builder per library, the models are its presets.
+# Their builders return (model, inputs, loss_fn).
+BUILDERS.update(zoo.BUILDERS)
+BUILTIN_DEFAULTS.update(zoo.DEFAULTS)
+PRESETS.update(zoo.PRESETS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,12 +208,22 @@ class WorkloadSpec:
         return s + (f"?{urlencode(self.options)}" if self.options else "")
 
 
-def _coerce(value: str, like: Any) -> Any:
+_BOOLS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _coerce(key: str, value: str, like: Any) -> Any:
+    """``value`` as the type of the option's default ``like``; a bad value fails on one line."""
     if isinstance(like, bool):
-        return value.lower() in ("1", "true", "yes")
+        if value.lower() not in _BOOLS:
+            raise WorkloadError(f"option {key}={value} must be true or false (also 1/0, yes/no), e.g. {key}=true")
+        return _BOOLS[value.lower()]
     for kind in (int, float):
         if isinstance(like, kind):
-            return kind(value)
+            try:
+                return kind(value)
+            except ValueError:
+                raise WorkloadError(f"option {key}={value} must be {'an integer' if kind is int else 'a number'}, "
+                                    f"e.g. {key}={like}") from None
     return value
 
 
@@ -222,10 +240,14 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
     """The resolved options of a built-in spec (defaults, then preset, then explicit options)."""
     if spec.target not in BUILDERS:
         raise WorkloadError(
-            f"unknown workload '{spec.target}'; choose one of {', '.join(BUILDERS)}, "
+            f"unknown workload '{spec.target}'; choose one of {', '.join(CORE_BUILTINS)}, "
+            f"a library model ({', '.join(zoo.zoo_specs())}), "
             "or give path/to/file.py:factory or package.module:factory"
         )
     opts = dict(BUILTIN_DEFAULTS[spec.target])
+    if spec.preset is None and not opts:  # a library target (hf, diffusers): its presets are the models
+        choices = ", ".join(f"{spec.target}/{p}" for p in PRESETS[spec.target])
+        raise WorkloadError(f"workload '{spec.target}' needs a model preset; choose one of {choices}")
     if spec.preset is not None:
         presets = PRESETS[spec.target]
         if spec.preset not in presets:
@@ -238,7 +260,7 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
             raise WorkloadError(
                 f"unknown option '{key}' for workload '{spec.target}'; valid options: {', '.join(sorted(opts))}"
             )
-        opts[key] = _coerce(value, opts[key])
+        opts[key] = _coerce(key, value, opts[key])
     return opts
 
 
@@ -282,8 +304,9 @@ def load_workload(spec: str | WorkloadSpec, seed: int = 0, device: str | torch.d
         g = torch.Generator().manual_seed(seed)
         if parsed.is_builtin:
             opts = builtin_options(parsed)
-            model, inputs = BUILDERS[parsed.target](opts, g)
-            workload = Workload(str(parsed), model, inputs, meta={"options": opts, "seed": seed})
+            model, inputs, *loss_fn = BUILDERS[parsed.target](opts, g)
+            workload = Workload(str(parsed), model, inputs, loss_fn=loss_fn[0] if loss_fn else None,
+                                meta={"options": opts, "seed": seed})
         else:
             workload = _call_factory(parsed, seed)
     return workload.to(device)
@@ -320,4 +343,5 @@ def _call_factory(parsed: WorkloadSpec, seed: int) -> Workload:
 
 
 def workload_names() -> list[str]:
-    return list(BUILDERS)
+    """The core built-ins (each has a ``tiny`` preset); library models: ``env.zoo.zoo_specs()``."""
+    return list(CORE_BUILTINS)

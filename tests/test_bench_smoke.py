@@ -6,6 +6,7 @@ folder; the checks are on the numbers each result must hold whatever the machine
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -99,6 +100,19 @@ def test_evaluator_pool_quick(tmp_path: Path) -> None:
         assert sum(row["per_evaluator"].values()) == 4 and len(row["per_evaluator"]) == row["evaluators"]
     assert r["speedup_2_over_1"] == pytest.approx(r["measurements_per_minute_median"]["2"]
                                                   / r["measurements_per_minute_median"]["1"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("diffusers") is None, reason="needs the hf extra")
+def test_units_table_quick(tmp_path: Path) -> None:
+    out = tmp_path / "units_table.json"
+    run_bench("units_table.py", "--quick", "--rows", "examples/unet_skips.py:build", "hf/t5", "--out", str(out))
+    rows = load(out)["rows"]
+    assert [r["workload"].split("?")[0] for r in rows] == ["examples/unet_skips.py:build", "hf/t5"]
+    for r in rows:
+        assert r["auto"]["coverage"] >= 0.95 and r["auto"]["n_units"] >= 2
+        assert r["blocks"]["coverage"] < r["auto"]["coverage"]
+        assert r["auto"]["peak_mb"] <= r["peak_mb_keep"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
