@@ -169,7 +169,7 @@ def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: 
 
 def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
-    ev = Evaluator(spec, args.seed, [], "block", ["keep", "recompute", "selective"], args.repeats, args.device,
+    ev = Evaluator(spec, args.seed, [], ["keep", "recompute", "selective"], args.repeats, args.device,
                    args.threads)
     prof = ModelProfile.model_validate(ev.profile())
     ledger = Ledger(ev.evaluate, prof.actions)

@@ -145,7 +145,7 @@ def measurements_per_second(specs: dict[str, str], count: int, repeats: int, thr
     rows = []
     plans = [["keep"], ["recompute"], ["selective"], ["recompute", "keep"]]
     for label, spec in specs.items():
-        ev = Evaluator(spec, 0, [], "block", ["keep", "recompute", "selective"], repeats, "cpu", threads)
+        ev = Evaluator(spec, 0, [], ["keep", "recompute", "selective"], repeats, "cpu", threads)
         n = len(ev.units)
         chosen = [(p * n)[:n] for p in plans[:count]]
         t0 = time.perf_counter()

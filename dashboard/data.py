@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile
+from env.records import MeasuredPlan, ModelProfile, UnitChoice
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -74,6 +74,8 @@ class RunData:
     batch_size: int | None
     progress: pd.DataFrame
     snapshots: pd.DataFrame
+    unit_choice: UnitChoice | None  # the decision units with the bytes each saves for backward
+    headroom: str | None  # set when no plan over the units can lower the peak by more than 5%
     peers: pd.DataFrame  # measured peers (env.peers): peer, peak_bytes, step_seconds, peak_rel, time_rel, note
     started_at: float | None = None
     finished_at: float | None = None
@@ -249,7 +251,9 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
         frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),
         batch_scaling=dict(meta.get("batch_scaling") or {}), batch_size=meta.get("batch_size"),
-        progress=progress, snapshots=snapshots, peers=peers, started_at=meta.get("started_at"),
+        progress=progress, snapshots=snapshots, peers=peers, headroom=meta.get("headroom"),
+        unit_choice=UnitChoice.model_validate(meta["unit_choice"]) if meta.get("unit_choice") else None,
+        started_at=meta.get("started_at"),
         finished_at=meta.get("finished_at"), workload=str(config.get("workload", profile.workload if profile else "")),
         notes=notes,
     )

@@ -94,6 +94,8 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
     if budget_bytes is not None:
         bx = budget_bytes / run.baseline_peak_bytes if relative else budget_bytes / MIB
         fig.add_vline(x=bx, line=dict(dash="dash", color="#666"), annotation_text="budget")
+    if run.headroom:  # nothing to save: show the memory axis from zero, not zoomed into noise
+        fig.update_xaxes(rangemode="tozero")
     fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=520,
                       margin=dict(l=10, r=10, t=30, b=10),
                       legend=dict(orientation="h", y=1.08), clickmode="event+select", dragmode="select")

@@ -42,6 +42,9 @@ def _apply_click(run: RunData, fig_for_lookup: Callable[[], object]) -> None:
 
 
 def frontier_page(run: RunData) -> None:
+    if run.headroom:  # a frontier whose points differ by noise is no result: say so before showing it
+        st.warning(run.headroom)
+    units_explained(run)
     if run.frontier.empty:
         st.info(f"Run '{run.run_id}' has no measured plans yet; the frontier appears with the first measurement.")
         return
@@ -69,6 +72,15 @@ def frontier_page(run: RunData) -> None:
                                 clock=run.clock)
     st.dataframe(shown[["summary", "peak_mib", "peak_rel", "step_ms", "clock", "time_rel", "source", "digest"]],
                  hide_index=True, width="stretch")
+
+
+def units_explained(run: RunData) -> None:
+    """The decision units, each with the bytes it saves for backward and its share, and the coverage."""
+    if run.unit_choice is None:
+        return
+    lines = run.unit_choice.lines()
+    with st.expander(f"Decision units: {lines[-1]}"):
+        st.code("\n".join(lines[:-1]), language=None)
 
 
 def _plan_picker(run: RunData, selected: str | None) -> None:

@@ -50,10 +50,10 @@ from typing import Any, Iterator, Sequence
 
 import torch
 import torch.nn as nn
-from pydantic import BaseModel
 
 from env.apply import _restore_buffers
 from env.errors import UnitError
+from env.records import UnitChoice
 from env.timeline import _first_grad_tensor
 from env.units import GRANULARITIES, find_units
 from env.workloads import Workload
@@ -61,30 +61,6 @@ from env.workloads import Workload
 MAX_UNITS = 32  # see the module docstring
 AUTO = "auto"
 MODES = (AUTO, "blocks", "sub-blocks")  # besides FQNs/globs
-MIB = 2 ** 20
-
-
-class UnitChoice(BaseModel):
-    """The decision units of a workload and how much of the activation memory they hold."""
-
-    units: list[str]  # FQNs, in forward execution order
-    saved_bytes: list[int]  # per unit: bytes its subtree saves for backward
-    total_saved_bytes: int  # everything saved for backward in one step, also outside any module
-    coverable_bytes: int  # saved inside the model's submodules: what units can hold
-    coverage: float  # sum(saved_bytes) / coverable_bytes (0.0 when not measured)
-    mode: str  # auto, blocks, sub-blocks or patterns
-
-    def lines(self) -> list[str]:
-        """Human-readable: each unit with its saved MiB and share, then the coverage."""
-        width = max((len(u) for u in self.units), default=0)
-        share = [b / self.coverable_bytes if self.coverable_bytes else 0.0 for b in self.saved_bytes]
-        out = [f"{u:<{width}}  {b / MIB:8.2f} MiB  {s:6.1%}"
-               for u, b, s in zip(self.units, self.saved_bytes, share)]
-        outside = self.total_saved_bytes - self.coverable_bytes
-        out.append(f"{len(self.units)} units ({self.mode}) hold {self.coverage:.1%} of the "
-                   f"{self.coverable_bytes / MIB:.1f} MiB the model's modules save for backward"
-                   + (f"; {outside / MIB:.1f} MiB more is saved outside them (loss, top-level ops)" if outside else ""))
-        return out
 
 
 # ---------------------------------------------------------------------------------------------

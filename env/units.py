@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
-from typing import Literal, Sequence
+from typing import Sequence
 
 import torch.nn as nn
 
 from env.errors import UnitError
 
-Granularity = Literal["block", "sub-block"]
 GRANULARITIES: tuple[str, ...] = ("block", "sub-block")
 
 

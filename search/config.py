@@ -29,9 +29,11 @@ class SearchConfig:
     workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
                                     "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory. The "
                                     "default, a 6-block GPT at d=128, searches in minutes on 2 CPU cores")
-    units: list[str] = _f([], "decision units as FQNs or globs (default: the repeated blocks of the largest "
-                              "ModuleList/Sequential)", nargs="*")
-    granularity: str = _f("block", "automatic unit granularity: block or sub-block", choices=("block", "sub-block"))
+    units: list[str] = _f(["auto"], "decision units: auto (non-overlapping modules, each run once a step, holding "
+                                    ">= 95%% of the bytes saved for backward, found from one instrumented step), "
+                                    "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
+                                    "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
+    max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
     actions: list[str] = _f(["keep", "recompute", "selective"], "actions searched per unit (offload needs CUDA)",
                             nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
@@ -83,7 +85,7 @@ class SearchConfig:
                                   "relative to; add keep")
         if self.devices < 0:
             raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
-        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps", "evaluators"):
+        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps", "evaluators", "max_units"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from agents.baselines import baseline_rules
 from agents.exact import exact_frontier
 from env.codec import Indices
+from env.headroom import nothing_to_save
 from env.plan import Action
 from env.records import MeasuredPlan, ModelProfile, RewardMode
 from search import ray_session
@@ -41,11 +42,14 @@ RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "
 def prepare(store: RunStore, pool: EvaluatorPool) -> SearchSetup:
     """The run's profile (measured now, or as a resumed run stored it) and what is made from it."""
     store.set_meta("evaluators", pool.describe())
+    if store.get_meta("unit_choice") is None:
+        store.set_meta("unit_choice", pool.slots[0].info["unit_choice"])
     prof_json = store.get_meta("profile")
     if prof_json is None:
         prof_json = ray_session.get(pool.first.profile.remote())
         store.set_meta("profile", prof_json)
     setup = SearchSetup.from_profile(ModelProfile.model_validate(prof_json))
+    store.set_meta("headroom", nothing_to_save(setup.profile))  # None, or why no plan can save much
     store.set_meta("units", setup.profile.units)
     store.set_meta("fingerprint", setup.profile.fingerprint)
     return setup

@@ -23,7 +23,7 @@ from env.peers import Peer, measure_peer, peers_for
 from env.plan import Action, parse_action
 from env.profile import profile
 from env.records import MeasuredPlan, ModelProfile
-from env.units import find_units
+from env.unit_choice import MAX_UNITS, resolve_units
 from env.workloads import Workload, WorkloadSpec, load_workload
 
 
@@ -34,15 +34,16 @@ def resolve_device(name: str) -> str:
 
 
 class Evaluator:
-    def __init__(self, workload_spec: str, seed: int, units: Sequence[str], granularity: str, actions: Sequence[str],
-                 repeats: int, device: str = "auto", threads: int | None = None, name: str = "evaluator_0",
-                 compile: bool = False) -> None:
+    def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
+                 device: str = "auto", threads: int | None = None, name: str = "evaluator_0", compile: bool = False,
+                 max_units: int = MAX_UNITS) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
         self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
-        self.units = find_units(self.workload.model, granularity, list(units) or None)
+        self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        self.units = list(self.unit_choice.units)
         self.actions = [parse_action(a) for a in actions]
         self.node = _node_name()
         self.label = f"{name}@{self.node}"
@@ -53,7 +54,8 @@ class Evaluator:
         self._other_batch: Workload | None = None
 
     def info(self) -> dict[str, Any]:
-        return {"units": self.units, "device": self.device, "pid": os.getpid(), "node": self.node,
+        return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
+                "device": self.device, "pid": os.getpid(), "node": self.node,
                 "batch_shape": self.workload.batch_shape, "evaluator": self.label,
                 "device_model": device_model(self.workload.device)}
 

@@ -62,12 +62,18 @@ class EvaluatorPool:
             self._start(slot)
         self._check_device_models()
 
+    @property
+    def units(self) -> list[str]:
+        """The decision units, as the first Evaluator chose them; the others are given these FQNs."""
+        return list(self.slots[0].info["units"]) if self.slots and self.slots[0].info else []
+
     def _start(self, slot: EvaluatorSlot) -> None:
         cfg = self.cfg
         threads = None if slot.gpu else (cfg.measure_threads or None)
         actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy="SPREAD")
-        slot.handle = actor.remote(cfg.workload, cfg.seed, cfg.units, cfg.granularity, cfg.actions, cfg.repeats,
-                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile)
+        units = self.units or cfg.units  # one choice of units for every Evaluator
+        slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units)
         slot.info = ray_session.get(slot.handle.info.remote())
 
     def _check_device_models(self) -> None:

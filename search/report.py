@@ -62,6 +62,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "agents": store.progress(), "evaluators": store.get_meta("evaluators", []),
         "measurement_mode": store.get_meta("measurement_mode", ""),
         "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
+        "unit_choice": store.get_meta("unit_choice"), "headroom": store.get_meta("headroom"),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -92,8 +93,10 @@ def to_markdown(rep: dict[str, Any]) -> str:
     lines = [f"# Search report: {rep['workload']}", "",
              f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
              f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MB:.1f} MB, "
-             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}.", "",
-             "## Measured frontier", "",
+             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}.", ""]
+    if rep.get("headroom"):
+        lines += [f"**{rep['headroom']}**", ""]
+    lines += ["## Measured frontier", "",
              "| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
@@ -120,6 +123,10 @@ def to_markdown(rep: dict[str, Any]) -> str:
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
               f"- measured frontier: {hv['frontier']:.4f}", f"- agents' plans only: {hv['agents_only']:.4f}",
               f"- exact solver's plans, measured: {hv['exact_measured']:.4f}", f"- agents / exact: {ratio}"]
+    if rep.get("unit_choice"):
+        from env.records import UnitChoice
+
+        lines += ["", "## Decision units", ""] + [f"- {line}" for line in UnitChoice.model_validate(rep["unit_choice"]).lines()]
     lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", "",
               "| evaluator | node | device | restarts | baseline ms |", "|---|---|---|---:|---:|"]
     by_label = rep["baseline_by_evaluator"]

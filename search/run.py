@@ -55,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ray_session.start_ray(cfg.address)
         pool = EvaluatorPool(cfg)
         ledger = Ledger(prepare(store, pool), store)
+        explain_units(store.get_meta("unit_choice"), store.get_meta("headroom"))
         driver = Driver(cfg, run_dir, ledger, pool, on_round=view.update)
         with view:
             driver.run()
@@ -82,6 +83,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         store.close()
     print(run_dir)
     return 0
+
+
+def explain_units(choice: dict | None, headroom: str | None) -> None:
+    """The decision units on stderr, each with the bytes it saves for backward, and the coverage;
+    then, when no plan can save much, the one line that says so."""
+    if choice:
+        from env.records import UnitChoice
+
+        for line in UnitChoice.model_validate(choice).lines():
+            print(f"units: {line}", file=sys.stderr)
+    if headroom:
+        print(f"note: {headroom}", file=sys.stderr)
 
 
 if __name__ == "__main__":
