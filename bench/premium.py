@@ -12,9 +12,12 @@ For each workload, through one ``search.evaluator.Evaluator`` in this process: t
 search's hybrid mode does, the exact frontier on the profile corrected by all those measurements
 (``env.correction``: per-unit times fitted to the measured plans), each measured. For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
 activation memory (``--saving activation``) the searched plan is the fastest measured
-exact-frontier plan reaching at least that saving (or "unreachable"). The plans the
-tables quote are then measured once more, interleaved, and the numbers come from all their
-timed steps. Savings are of the total peak and of the activation part (peak minus what is live
+exact-frontier plan reaching at least that saving (or "unreachable"), chosen on those
+selection measurements. The tables quote none of them: every quoted plan (the baseline, the
+uniform plans, every rule and the searched plan per target) is then measured ``--rounds``
+times afresh, interleaved (the order rotates each round), and every quoted number comes from
+these quoting measurements alone, so the searched plan has exactly as many as each rule it is
+compared with (``check_equal_measurements``) and is not the luckiest of many noisy samples. Savings are of the total peak and of the activation part (peak minus what is live
 before the step: parameters, gradients, AdamW state, inputs), which is what checkpointing acts on.
 
 Beside them, the commonly cited figures (CITED below) and whether each holds here; at 50%
@@ -135,29 +138,39 @@ def measure_corrected(ledger: Ledger, prof: ModelProfile, max_exact: int, kind: 
     return plans
 
 
-def remeasure(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int, kind: str) -> None:
-    """Interleaved repeats of the plans the tables quote: the baseline, the uniform plans, the rules
-    and the three fastest frontier candidates per target."""
-    base = ledger.records[rules["none"]]
-    quoted = [rules["none"], *rules.values()]
-    for t in TARGETS:
-        quoted += fastest_reaching(ledger, exact, base, t, kind, k=3)
-    for _ in range(rounds):
-        for p in dict.fromkeys(quoted):
-            ledger.measure(p, "remeasure", again=True)
+def quote(selection: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: int,
+          kind: str) -> tuple[Ledger, dict[str, Plan]]:
+    """A fresh ledger of the quoted plans (baseline, rules, the searched plan per target, chosen on
+    the selection measurements), each measured ``rounds`` times anew, interleaved."""
+    base = selection.records[rules["none"]]
+    searched = {t: best[0] for t in TARGETS if (best := fastest_reaching(selection, exact, base, t, kind))}
+    quoted = list(dict.fromkeys([rules["none"], *rules.values(), *searched.values()]))
+    fresh = Ledger(selection._evaluate, selection.actions)  # records of quoting measurements only
+    for r in range(rounds):
+        for p in quoted[r % len(quoted):] + quoted[:r % len(quoted)]:
+            fresh.measure(p, "quote", again=True)
+    return fresh, {f"{round(100 * t)}%": p for t, p in searched.items()}
 
 
-def at_targets(ledger: Ledger, rules: dict[str, Plan], exact: list[Plan], base: MeasuredPlan, kind: str) -> dict[str, Any]:
-    """Per target: the searched plan, or why there is none, and the rules against it."""
-    reach = max(saving_of(ledger, p, base, kind) for p in exact)
+def check_equal_measurements(row: dict[str, Any]) -> None:
+    """Refuse a result whose quoted searched plan has fewer measurements than a rule it is compared with."""
+    rules = {name: r["n_measurements"] for name, r in row["rules"].items()}
+    for key, t in row["targets"].items():
+        if t["reachable"] and t["searched"]["n_measurements"] < max(rules.values()):
+            raise ValueError(f"{row['label']}: the searched plan at {key} has {t['searched']['n_measurements']} "
+                             f"measurements, the rules up to {max(rules.values())}; quote plans measured alike")
+
+
+def at_targets(ledger: Ledger, rules: dict[str, Plan], searched: dict[str, Plan], reach: float,
+               base: MeasuredPlan, kind: str) -> dict[str, Any]:
+    """Per target: the searched plan (quoting measurements), or why there is none, and the rules against it."""
     out: dict[str, Any] = {}
     for t in TARGETS:
-        best = fastest_reaching(ledger, exact, base, t, kind)
         key = f"{round(100 * t)}%"
-        if not best:
+        if key not in searched:
             out[key] = {"reachable": False, "max_searched_saving": reach}
             continue
-        row = point_row(ledger, best[0], base)
+        row = point_row(ledger, searched[key], base)
         versus = {}
         for name, p in rules.items():
             r = point_row(ledger, p, base)
@@ -175,7 +188,11 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
     ledger = Ledger(ev.evaluate, prof.actions)
     rules, exact = measure_all(ledger, prof, args.max_exact, args.seed, args.saving)
     exact = list(dict.fromkeys(exact + measure_corrected(ledger, prof, args.max_exact, args.saving)))
-    remeasure(ledger, rules, exact, args.rounds, args.saving)
+    selection_base = ledger.records[rules["none"]]
+    reach = max(saving_of(ledger, p, selection_base, args.saving) for p in exact)
+    frontier = [point_row(ledger, p, selection_base) for p in exact]  # selection measurements
+    selection_measurements = ledger.new_measurements
+    ledger, searched = quote(ledger, rules, exact, args.rounds, args.saving)
     base = ledger.records[rules["none"]]
     uniform = {name: point_row(ledger, rules[name], base) for name in ("none", "all", "all_selective")}
     arch = ARCHITECTURE.get(label)
@@ -186,11 +203,12 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
     return {
         "label": label, "architecture": arch or label, "workload": spec, "batch_shape": prof.batch_shape,
         "n_units": len(prof.units), "device": ev.device, "baseline": uniform["none"],
-        "saving": args.saving, "uniform": uniform, "targets": at_targets(ledger, rules, exact, base, args.saving),
-        "cited": cited,
-        "searched_frontier": [point_row(ledger, p, base) for p in exact],
+        "saving": args.saving, "uniform": uniform,
+        "targets": at_targets(ledger, rules, searched, reach, base, args.saving), "cited": cited,
+        "searched_frontier_selection": frontier,
         "rules": {name: point_row(ledger, p, base) for name, p in rules.items()},
-        "new_measurements": ledger.new_measurements, "wall_seconds": time.perf_counter() - t0,
+        "selection_measurements": selection_measurements, "quoting_measurements": ledger.new_measurements,
+        "quoting_rounds": args.rounds, "clock": base.clock, "wall_seconds": time.perf_counter() - t0,
     }
 
 
@@ -250,7 +268,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="what the 30/50/70%% targets save: the whole peak, or the activation memory")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement")
-    ap.add_argument("--rounds", type=int, default=1, help="interleaved re-measurements of the quoted plans")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="fresh interleaved measurements of every quoted plan (selection measurements are not quoted)")
     ap.add_argument("--max-exact", type=int, default=12,
                     help="exact-frontier plans measured spread over the frontier (plus 4 near each target)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring (CPU)")
@@ -273,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         row = premium_row(label, spec, args)
         print(f"{label} ({spec}): all recompute saves {row['uniform']['all']['activation_saving']:.0%} of activations "
               f"for {row['uniform']['all']['slowdown']:+.0%}", file=sys.stderr)
+        check_equal_measurements(row)
         rows.append(row)
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     device = rows[0]["device"] if rows else "cpu"

@@ -26,6 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
+from bench.readme_numbers import update_readme  # noqa: E402
 
 Result = dict[str, Any]
 METHOD_COLORS = {"agents (search run)": "tab:blue", "agents' own plans": "tab:cyan", "random": "tab:orange",
@@ -96,7 +97,7 @@ def fig_premium(r: Result, plots: Path, name: str = "premium") -> list[str]:
     wl = r["workloads"]
     fig, axes = _grid(len(wl))
     for ax, w in zip(axes, wl):
-        front, kind = w["searched_frontier"], w["saving"] + "_saving"
+        front, kind = w.get("searched_frontier_selection", w.get("searched_frontier")), w["saving"] + "_saving"
         ax.plot([100 * p[kind] for p in front], [100 * p["slowdown"] for p in front], "o",
                 color="0.6", ms=4, label="searched (exact frontier, measured)")
         for rule, p in w["rules"].items():
@@ -198,7 +199,49 @@ def _env_speed(r: Result) -> str:
             f"| {r['steps_per_second_with_masks']} |\n")
 
 
+def _default_run(r: Result) -> str:
+    b = r["baseline"]
+    out = [f"`{r['command']}` on `{r['workload']}` ({r['units']} units): {r['wall_seconds']:.0f} s by the wall clock, "
+           f"{r['evaluations']} plans evaluated, {r['measured']} measured; step times by the {r['clock']} clock. "
+           f"{r.get('measurement_mode', '')}.", "",
+           "| peak MiB | saving | step ms | slowdown | found by |", "|---:|---:|---:|---:|---|"]
+    for p in r["frontier"]:
+        out.append(f"| {p['peak_bytes'] / 2**20:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
+                   f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | "
+                   f"{', '.join(p['found_by'])} |")
+    if r.get("peers"):
+        out += ["", "| peer (same run) | peak MiB | step ms | our fastest plan at no more memory, ms | peer / ours |",
+                "|---|---:|---:|---:|---:|"]
+        for p in r["peers"]:
+            if p["oom"]:
+                continue
+            ours = f"{p['ours_step_seconds'] * 1e3:.1f}" if p["ours_step_seconds"] else "none"
+            ratio = f"{p['time_ratio_peer_over_ours']:.2f}x" if p["time_ratio_peer_over_ours"] else "-"
+            out.append(f"| {p['peer']} | {p['peak_bytes'] / 2**20:.1f} | {p['step_seconds'] * 1e3:.1f} | {ours} | {ratio} |")
+    return "\n".join(out) + "\n"
+
+
+def _evaluator_pool(r: Result) -> str:
+    out = ["| round | Evaluators | plans | wall s | measurements/min | per Evaluator | load |",
+           "|---:|---:|---:|---:|---:|---|---:|"]
+    for row in r["rounds"]:
+        out.append(f"| {row['round']} | {row['evaluators']} | {row['plans']} | {row['wall_seconds']:.1f} | "
+                   f"{row['measurements_per_minute']:.1f} | {', '.join(f'{v}' for v in row['per_evaluator'].values())} | "
+                   f"{row['load_average_1']:.1f} |")
+    med = r["measurements_per_minute_median"]
+    out += ["", f"Median: {med['1']:.1f} measurements/min with one Evaluator, {med['2']:.1f} with two "
+                f"({r['speedup_2_over_1']:.2f}x)."]
+    for s in r.get("default_search", []):
+        out.append(f"Default search with `--evaluators {s['evaluators']}`: {s['wall_seconds']:.0f} s ({s['summary']}).")
+    return "\n".join(out) + "\n"
+
+
 SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[str]] | None, str]] = [
+    ("default_run", "The default run", "The README's first command, defaults only, with the peers it measures "
+     "beside the search.", _default_run, None, "python bench/default_run.py"),
+    ("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
+     "(alternating rounds, wall clock), and the default search's wall time with each.", _evaluator_pool, None,
+     "python bench/evaluator_pool.py"),
     ("search_quality", "Search quality at equal measurement budgets",
      "Hypervolume (search.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
      "measured frontier each method finds with the same number of measured plans, every plan measured through "
@@ -214,15 +257,10 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "python bench/search_quality.py --workloads gpt cnn --seed 1 --out bench/results/search_quality_seed1.json"),
     ("premium", "The checkpointing premium", "Memory saved and step time paid, measured, per architecture. "
      "\"Searched\" plans are the fastest measured exact-frontier plan reaching the saving (of the whole peak unless "
-     "the table says activation). The cited figures are the commonly quoted ranges, of activation memory; "
+     "the table says activation), chosen on selection measurements; every quoted plan, searched and rule alike, is "
+     "then measured afresh the same number of times, interleaved, and only those measurements are quoted. The cited figures are the commonly quoted ranges, of activation memory; "
      "\"holds\" means the measured plan is at least as good on both.",
      _table("premium", None), fig_premium, "python bench/premium.py"),
-    ("premium_cnn_rounds3", "The CNN's premium, with more repeats", "The CNN of the table above again, each "
-     "quoted plan measured four times, interleaved (12 timed steps): the searched plan against the rules at 50% "
-     "is decided by a few percent, which two measurements of each do not settle on this machine.",
-     _table("premium", None), None,
-     "python bench/premium.py --workloads \"cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6\" "
-     "--rounds 3 --out bench/results/premium_cnn_rounds3.json"),
     ("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
      "solver and the env with the number of decision units (synthetic profiles).",
      _table("search_cost", None), fig_search_cost, "python bench/search_cost.py"),
@@ -351,10 +389,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, default=RESULTS_DIR, help="folder of result JSON files")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md", help="markdown file to write")
     ap.add_argument("--plots", type=Path, default=PLOTS_DIR, help="folder for the PNG figures")
+    ap.add_argument("--readme", type=Path, default=ROOT / "README.md",
+                    help="README whose generated numbers block is rewritten from the same results ('-': none)")
     args = ap.parse_args(argv)
-    text = build(read_results(args.results), args.plots, args.out)
+    results = read_results(args.results)
+    text = build(results, args.plots, args.out)
     args.out.write_text(text)
     print(args.out)
+    if str(args.readme) != "-":
+        update_readme(args.readme, results)
+        print(args.readme)
 
 
 if __name__ == "__main__":

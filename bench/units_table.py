@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
 from env.apply import plan_for  # noqa: E402
-from env.measure import Measurement, measure  # noqa: E402
+from env.measure import measure  # noqa: E402
+from env.records import MeasuredPlan as Measurement  # noqa: E402
 from env.plan import Action  # noqa: E402
 from env.unit_choice import resolve_units  # noqa: E402
 from env.workloads import Workload, load_workload  # noqa: E402

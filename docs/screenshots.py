@@ -2,8 +2,9 @@
 
     python docs/screenshots.py [RUNS_DIR]
 
-Without RUNS_DIR it first builds a small real run folder (gpt/tiny, measured on this machine,
-tests/fixtures_runs.py). Writes docs/frontier.png, docs/plan.png, docs/pricing.png,
+Without RUNS_DIR it first runs a real search (``python -m search.run`` on ``gpt/tiny?n_layer=8``
+with its default agents and reward: every point on the pictures was proposed and measured by
+that search, nothing is scripted). Writes docs/frontier.png, docs/plan.png, docs/pricing.png,
 docs/live.png and docs/new_search.png. Needs /usr/bin/chromium (apt-get install chromium)
 and the playwright Python package; it never downloads a browser.
 """
@@ -66,10 +67,11 @@ def main() -> None:
     if len(sys.argv) > 1:
         runs = Path(sys.argv[1])
     else:
-        from tests.fixtures_runs import build_run
+        import subprocess
 
         runs = Path(tempfile.mkdtemp(prefix="ckpt-screens-"))
-        build_run(runs, "gpt-tiny-demo", "gpt/tiny?n_layer=8", n_random=12)
+        subprocess.run([sys.executable, "-m", "search.run", "--workload", "gpt/tiny?n_layer=8", "--no-progress",
+                        "--out", str(runs), "--name", "gpt-tiny-demo"], cwd=ROOT, check=True)
     for p in shoot(runs):
         print(p)
 

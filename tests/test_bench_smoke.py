@@ -57,6 +57,31 @@ def test_premium_quick(premium_result: Path) -> None:
             if t["reachable"]:  # targets are of the whole peak by default
                 assert t["searched"]["peak_saving"] >= 0.3
         assert w["cited"]["selective"]["cited_saving_pct"] == [50, 60]
+        # every quoted plan comes from the quoting rounds alone, each measured as often as the others
+        quoted = [w["baseline"], *w["rules"].values()] + [t["searched"] for t in w["targets"].values() if t["reachable"]]
+        assert {q["n_measurements"] for q in quoted} == {w["quoting_rounds"]}
+
+
+def test_a_quoted_plan_measured_less_than_the_rules_is_refused() -> None:
+    from bench.premium import check_equal_measurements
+
+    row = {"label": "gpt", "rules": {"all": {"n_measurements": 2}, "sqrt_n": {"n_measurements": 2}},
+           "targets": {"30%": {"reachable": False},
+                       "50%": {"reachable": True, "searched": {"n_measurements": 2}}}}
+    check_equal_measurements(row)
+    row["targets"]["50%"]["searched"]["n_measurements"] = 1  # the luckiest of fewer samples
+    with pytest.raises(ValueError, match="quote plans measured alike"):
+        check_equal_measurements(row)
+
+
+def test_committed_premium_results_quote_plans_measured_alike() -> None:
+    from bench.premium import check_equal_measurements
+
+    path = ROOT / "bench" / "results" / "premium.json"
+    if not path.is_file():
+        pytest.skip("no premium results committed yet: python bench/premium.py")
+    for w in json.loads(path.read_text())["workloads"]:
+        check_equal_measurements(w)
 
 
 @pytest.mark.slow
@@ -113,6 +138,17 @@ def test_units_table_quick(tmp_path: Path) -> None:
         assert r["auto"]["coverage"] >= 0.95 and r["auto"]["n_units"] >= 2
         assert r["blocks"]["coverage"] < r["auto"]["coverage"]
         assert r["auto"]["peak_mb"] <= r["peak_mb_keep"]
+
+
+@pytest.mark.slow
+def test_default_run_quick(tmp_path: Path) -> None:
+    out = tmp_path / "default_run.json"
+    run_bench("default_run.py", "--quick", "--out", str(out))
+    r = load(out)
+    assert r["workload"] == "gpt/tiny" and r["clock"] == "thread-cpu" and r["wall_seconds"] > 0
+    assert 0 < r["measured"] <= 12 and r["frontier"]
+    from bench.readme_numbers import _default_run
+    assert "The default `python -m search.run` took" in _default_run(r)[0]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
