@@ -180,6 +180,32 @@ def fig_frontier_table(r: Result, plots: Path) -> list[str]:
     return [save(fig, plots, "frontier_table")]
 
 
+def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
+    """Per workload: our measured frontier, and torch.compile's peak and time against its memory budget."""
+    wl = r["workloads"]
+    fig, axes = _grid(len(wl))
+    for ax, w in zip(axes, wl):
+        b = w["baseline"]
+        front = [(p["peak_bytes"] / b["peak_bytes"], p["step_seconds"] / b["step_seconds"]) for p in w["frontier"]]
+        ax.step([x for x, _ in front], [y for _, y in front], where="post", marker="o", ms=3, color="black",
+                label="searched frontier")
+        budgets = sorted((float(p["peer"].rsplit("-", 1)[1]), p) for p in w["peers"]
+                         if p["peer"].startswith("compile-budget-") and not p["oom"])
+        xs = [p["peak_bytes"] / b["peak_bytes"] for _, p in budgets]
+        ys = [p["step_seconds"] / b["step_seconds"] for _, p in budgets]
+        ax.plot(xs, ys, "s-", color="tab:purple", ms=4, lw=0.8, label="compile budget (label: budget)")
+        for (budget, _), x, y in zip(budgets, xs, ys):
+            ax.annotate(f"{budget:.1f}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+        others = [p for p in w["peers"] if not p["peer"].startswith("compile-budget-") and not p["oom"]]
+        ax.plot([p["peak_bytes"] / b["peak_bytes"] for p in others], [p["step_seconds"] / b["step_seconds"] for p in others],
+                "x", color="tab:red", label="HF / checkpoint_sequential")
+        ax.set(title=f"{w['workload']} ({'compiled' if w['compiled'] else 'eager'})", xlabel="peak / baseline",
+               ylabel="step time / baseline")
+        ax.legend(fontsize=6)
+    caption(fig, r, name)
+    return [save(fig, plots, name)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Sections: result name -> title, what it shows, its table, its figures, the command behind it
 
@@ -239,6 +265,13 @@ def _evaluator_pool(r: Result) -> str:
 SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[str]] | None, str]] = [
     ("default_run", "The default run", "The README's first command, defaults only, with the peers it measures "
      "beside the search.", _default_run, None, "python bench/default_run.py"),
+    ("peers", "Side by side with what users pick instead", "Peers measured by the search's own Evaluator in the "
+     "same run as the searched plans (eager steps): each peer against our fastest frontier plan at no more memory. "
+     "Compile budgets below 1.0 on models with dropout do not keep the gradients in torch 2.13 (the note says so).",
+     _table("peers", None), fig_peers, "python bench/peers.py"),
+    ("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
+     "compiled; compile time is reported apart.", _table("peers", None),
+     lambda r, p: fig_peers(r, p, "peers_compiled"), "python bench/peers.py --compile"),
     ("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
      "(alternating rounds, wall clock), and the default search's wall time with each.", _evaluator_pool, None,
      "python bench/evaluator_pool.py"),

@@ -45,6 +45,9 @@ class SearchConfig:
                              "gradient checkpointing every 1-4 layers on HF models, checkpoint_sequential on chains); "
                              "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
                     choices=("none", "eager", "all"))
+    peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
+                                   "torch.compile activation_memory_budget values measured with --peers all",
+                                   nargs="+")
     compile: bool = _f(False, "measure compiled training steps: each plan applied, then the model compiled "
                               "(fullgraph); compile time is reported apart. The profile stays eager")
     max_measurements: int = _f(30, "most plans measured in one run (model/hybrid modes), rules and baseline included")
@@ -83,6 +86,10 @@ class SearchConfig:
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
+        bad = [b for b in self.peer_budgets if not 0.0 <= b <= 1.0]
+        if bad:
+            raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "
+                                  "between 0.0 (recompute all it can) and 1.0 (save all)")
         if self.devices < 0:
             raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
         for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps", "evaluators", "max_units"):
@@ -92,7 +99,7 @@ class SearchConfig:
 
 
 def _arg_type(f: dataclasses.Field) -> Any:
-    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "RewardMode": RewardMode})
+    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "float": float, "RewardMode": RewardMode})
     t = get_args(t)[0] if get_origin(t) is list else t
     return str if isinstance(t, type) and issubclass(t, RewardMode) else t  # choices check; validate() converts
 
@@ -107,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + f.name.replace("_", "-")
         kind = _arg_type(f)
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        shown = " ".join(default) if isinstance(default, list) else default
+        shown = " ".join(map(str, default)) if isinstance(default, list) else default
         kw: dict[str, Any] = {"help": f"{f.metadata['doc']} (default: {shown!s})" if shown not in ("", []) else f.metadata["doc"],
                               "default": argparse.SUPPRESS}
         if kind is bool:

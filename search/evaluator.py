@@ -87,9 +87,9 @@ class Evaluator:
         self.journal.append(m)
         return m
 
-    def peers(self, kinds: Sequence[str]) -> list[Peer]:
-        """The peers of ``env.peers`` that apply to this workload, of the given kinds."""
-        return [p for p in peers_for(self.workload) if p.kind.value in kinds]
+    def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
+        """The peers of ``env.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
+        return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
 
     def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""

@@ -151,6 +151,19 @@ def test_default_run_quick(tmp_path: Path) -> None:
     assert "The default `python -m search.run` took" in _default_run(r)[0]
 
 
+@pytest.mark.slow
+def test_peers_quick(tmp_path: Path) -> None:
+    out = tmp_path / "peers.json"
+    run_bench("peers.py", "--quick", "--out", str(out))
+    w = load(out)["workloads"][0]
+    names = {p["peer"] for p in w["peers"]}
+    assert {"compile-budget-0.0", "compile-budget-1.0"} <= names and any(n.startswith("checkpoint-sequential") for n in names)
+    for p in w["peers"]:
+        if not p["oom"] and p["ours_step_seconds"]:
+            assert p["ours_peak_bytes"] <= p["peak_bytes"]  # ours at no more memory
+            assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours_step_seconds"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
 def test_gpu_without_cuda_says_so() -> None:
     proc = run_bench("gpu.py", check=False)
