@@ -144,8 +144,17 @@ class EvaluatorPool:
 
     def on_each(self, names: Sequence[str], source: str) -> list[MeasuredPlan]:
         """The same plan measured once on every live Evaluator (the baseline: a slow device shows)."""
-        refs = [s.handle.evaluate.remote(list(names), source, True) for s in self.live]
-        return [m for m in self._gather(refs)]
+        out = []
+        for slot in list(self.live):
+            for _ in range(2):  # a restarted Evaluator measures it too
+                try:
+                    out.append(ray_session.get(slot.handle.evaluate.remote(list(names), source, True)))
+                    break
+                except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+                    self._died(slot, e)
+                    if not slot.alive:
+                        break
+        return out
 
     def drain(self) -> list[MeasuredPlan]:
         """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
