@@ -77,6 +77,8 @@ class AgentConfig:
     of what the teacher's plans cost over the baseline)"""
     time_scale: float = 0.002
     """step-time ratio below which a plan's cost over the baseline counts as this much (regret, weights)"""
+    clone_patience: int = 3
+    """cloning stops after this many checks (every 200 updates) without a better regret"""
     clone_lr: float = 3e-3
     """Adam step size of cloning"""
     report_budgets: int = 32
@@ -159,7 +161,7 @@ class PPOAgent:
         demos = demonstrations(self.env, frontier, budgets, self.cfg.time_scale)
         checked = _spread(budgets, self.cfg.regret_budgets)
         stats = clone(self.model, demos, lambda: self.regret(frontier, checked), self.cfg.clone_updates,
-                      self.cfg.clone_tolerance, self.cfg.clone_lr, 256, self.rng)
+                      self.cfg.clone_tolerance, self.cfg.clone_lr, 256, self.rng, patience=self.cfg.clone_patience)
         self.teacher_stale = False
         self.clone_stats.append({"teacher_points": len(frontier), "budgets": len(budgets), **dataclasses.asdict(stats)})
         if self.tb_dir:

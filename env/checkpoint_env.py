@@ -30,6 +30,7 @@ is what ``action_masks`` and the exact solver's pruning use.
 from __future__ import annotations
 
 import bisect
+import math
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -48,7 +49,8 @@ PlanCallback = Callable[[list[int], dict], None]
 REWARD_MODES = ("model", "measured")
 OBS_BOUND = 1e6  # observations are ratios of order 1; clipped here so the Box is finite
 N_UNIT_OBS = 10  # observations per enabled action
-N_GLOBAL_OBS = 8  # observations after the per-action ones and the action counts
+N_FOURIER = 8  # sin and cos of the budget's place at frequencies 1, 2, 4, .. 2^(N_FOURIER-1) half-turns
+N_GLOBAL_OBS = 8 + 2 * N_FOURIER  # observations after the per-action ones and the action counts
 SLACK_BOUND = 4.0  # slack features are clipped to +-this: past it, only the sign matters
 
 
@@ -94,7 +96,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Observation Space
 
-    ``Box(-1e6, 1e6, (11A + 8,), float32)`` (values clipped to the bounds). Every entry is a
+    ``Box(-1e6, 1e6, (11A + 24,), float32)`` (values clipped to the bounds). Every entry is a
     ratio to the whole model, the budget, the baseline or the bytes still to save, not tied to
     the unit's position, so what a policy learns on one stretch of the model carries to the
     others. "Baseline" is the all-``keep`` plan on the cost model, "activation" its peak minus
@@ -131,6 +133,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     | 11A+6     | extra seconds of the plan so far / baseline seconds                        |
     | 11A+7     | (peak if every unit from here keeps - budget) / savable: the share of what |
     |           | can still be saved that must be (<= 0: nothing)                            |
+    | 11A+8 ..  | sin, cos of pi 2^j x for the budget's place x, j = 0..7: which plan is best |
+    |           | changes at many budgets a few bytes apart; these let a policy's decisions  |
+    |           | change as sharply (at 10 units, 3 rather than 67 of 110 frontier budgets   |
+    |           | off the teacher's plan after cloning)                                      |
 
     Peaks are scaled by the mean measured/predicted peak ratio. After the last unit the unit
     features are 0 and the peaks are the plan's own.
@@ -187,9 +193,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     ## Version History
 
     * v1: budget ranges drawn per episode; observations relative to the model and the budget
-      (efficiency rank, lowest peak after each action, all-keep completion, budget's place,
-      extra seconds so far); the ``hybrid`` mode left to the driver (``model`` plus
-      ``add_measurements``).
+      (efficiency rank, peaks after each action, slack in units of what is still savable,
+      one-unit lookahead, budget's place and its Fourier code, extra seconds so far); time
+      features follow the measured corrections; the ``hybrid`` mode left to the driver
+      (``model`` plus ``add_measurements``).
     * v0: initial version.
     """
 
@@ -324,6 +331,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     # -- the walk ---------------------------------------------------------------------------
 
     def _reset_walk(self) -> None:
+        place = self._budget_place
+        self._budget_code = [f(math.pi * 2**j * place) for j in range(N_FOURIER) for f in (math.sin, math.cos)]
         self._i = 0
         self._plan: list[int] = []  # enabled-action indices
         self._counts = [0] * len(self._act)
@@ -366,13 +375,13 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
                 unit[N_UNIT_OBS * k + 8] = 1.0 if k == first else 0.0
                 gap = 0.0 if price == best else (price - best) / (1e-3 * self._base_seconds)  # inf - inf: equal
                 unit[N_UNIT_OBS * k + 9] = min(gap, SLACK_BOUND)
-        span = max(1.0, (self.baseline_peak - self.lowest_reachable) * ratio)
         obs = unit + [i * inv_n] + [c * inv_n for c in self._counts]
         # the only features a tiny budget can blow up
         obs += [min(self._state[1] * per_budget, OBS_BOUND), min(low_here * per_budget, OBS_BOUND),
                 min(all_keep * per_budget, OBS_BOUND), min(self.budget_bytes / (self.baseline_peak * ratio), OBS_BOUND),
-                min(max((self.budget_bytes - self.lowest_reachable * ratio) / span, -OBS_BOUND), OBS_BOUND),
+                min(max(self._budget_place, -OBS_BOUND), OBS_BOUND),
                 self._extra_seconds / self._base_seconds, _clip((all_keep - limit) * per_savable)]
+        obs += self._budget_code
         return np.array(obs, dtype=np.float32)
 
     def reset(self, *, seed: int | None = None,
@@ -388,6 +397,13 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             self.budget_bytes = low if low == high else int(self.np_random.integers(low, high, endpoint=True))
         self._reset_walk()
         return self._obs(), {"budget_bytes": self.budget_bytes}
+
+    @property
+    def _budget_place(self) -> float:
+        """The budget between the lowest reachable peak (0) and the baseline's (1)."""
+        ratio = self.correction.peak_ratio
+        span = max(1.0, (self.baseline_peak - self.lowest_reachable) * ratio)
+        return (self.budget_bytes - self.lowest_reachable * ratio) / span
 
     def step(self, action: int | np.integer) -> tuple[np.ndarray, float, bool, bool, dict]:
         a = int(action)

@@ -13,7 +13,7 @@ import torch
 
 import env  # noqa: F401  (registers CkptSearch-v1)
 from agents.exact import exact_frontier
-from env.checkpoint_env import N_GLOBAL_OBS, N_UNIT_OBS, CheckpointEnv
+from env.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, CheckpointEnv
 from env.cost_model import CostModel
 from env.plan import Action
 from env.profile import ModelProfile
@@ -63,7 +63,7 @@ def test_make_builds_the_registered_env() -> None:
     e = gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=10**6)
     obs, _ = e.reset(seed=0)
     assert isinstance(e.unwrapped, CheckpointEnv)
-    assert obs.shape == ((N_UNIT_OBS + 1) * 3 + N_GLOBAL_OBS,) == (41,) and e.action_space.n == 3
+    assert obs.shape == ((N_UNIT_OBS + 1) * 3 + N_GLOBAL_OBS,) == (57,) and e.action_space.n == 3
     assert e.get_wrapper_attr("action_masks")().shape == (3,)
 
 
@@ -142,7 +142,7 @@ def test_action_subset_and_observation_features() -> None:
     assert obs[g + 6] == -4.0  # nothing needs saving: the slack, clipped
     assert obs[8] == 1.0 and obs[u + 8] == 0.0  # lookahead: keep is cheapest when nothing is needed
     for a in [1, 1, 0, 1]:
-        obs, _, done, _, info = e.step(a)
+        obs, _, _, _, info = e.step(a)
     assert info["plan"] == ["selective", "selective", "keep", "selective"]
     assert info["plan_indices"] == [2, 2, 0, 2] and info["budget_bytes"] == budget
     assert obs[:g - 3].tolist() == [0.0] * (g - 3) and obs[g - 3] == 1.0 and obs[g - 2:g].tolist() == [0.25, 0.75]
@@ -169,7 +169,7 @@ def test_slack_and_lookahead_point_at_the_one_unit_that_fits_a_budget_just_below
         if i <= cheapest:  # keeping every unit from here does not fit; keeping this one, then the cheapest does
             assert obs[7] == 0.0 and obs[8] == float(i < cheapest)
         obs, *_ = e.step(1 if i == cheapest else 0)
-    assert obs[-1] == -4.0  # after the cheapest: nothing left to save (clipped slack)
+    assert obs[(N_UNIT_OBS + 1) * 2 + 1 + 6] == -4.0  # after the cheapest: nothing left to save (clipped slack)
 
 
 def test_efficiency_rank_orders_units_by_bytes_saved_per_extra_second() -> None:
@@ -202,7 +202,12 @@ def test_budget_range_draws_one_budget_per_episode() -> None:
         assert info["budget_bytes"] == budget == e.budget_bytes
         g = (N_UNIT_OBS + 1) * 3 + 1
         assert obs[g + 3] == pytest.approx(budget / e.baseline_peak, rel=1e-6)
-        assert obs[g + 4] == pytest.approx((budget - e.lowest_reachable) / (high - e.lowest_reachable), abs=1e-6)
+        place = (budget - e.lowest_reachable) / (high - e.lowest_reachable)
+        assert obs[g + 4] == pytest.approx(place, abs=1e-6)
+        code = obs[g + 7:]  # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        assert code.shape == (2 * N_FOURIER,)
+        assert code[0::2] == pytest.approx(np.sin(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
+        assert code[1::2] == pytest.approx(np.cos(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
         for a in [0] * 5:
             _, _, done, _, info = e.step(a)
         assert done and info["budget_bytes"] == budget and info["feasible"] == (high <= budget)
