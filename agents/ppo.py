@@ -40,12 +40,11 @@ from stable_baselines3.common.utils import configure_logger
 
 from agents.exact import FrontierPoint, pareto_points
 from agents.imitation import clone, demo_budgets, demonstrations, teacher_frontier
-from env.checkpoint_env import CheckpointEnv, reward_mode_name
+from env.checkpoint_env import Budget, BudgetShare, CheckpointEnv, reward_mode_name
 from env.plan import Action
 from env.profile import ModelProfile
 
 Measure = Callable[[list[int]], tuple[int, float]]
-Budget = int | tuple[int, int] | None  # one budget, a (low, high) range, or None: the whole reachable range
 
 
 @dataclass
@@ -235,3 +234,12 @@ def _spread(values: Sequence[int], count: int) -> list[int]:
     if len(values) <= count:
         return list(values)
     return [values[round(j)] for j in np.linspace(0, len(values) - 1, count)]
+
+
+def budget_slices(n_agents: int, overlap: float = 0.02) -> list[BudgetShare]:
+    """``n_agents`` slices of the reachable budgets, lowest first, each overlapping its
+    neighbours by ``overlap`` of the range: one per agent, so that together they cover it."""
+    if n_agents < 1:
+        raise ValueError(f"n_agents={n_agents}: give at least one agent")
+    return [BudgetShare(max(0.0, k / n_agents - overlap), min(1.0, (k + 1) / n_agents + overlap))
+            for k in range(n_agents)]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Sequence
 
@@ -52,6 +53,19 @@ N_UNIT_OBS = 10  # observations per enabled action
 N_FOURIER = 8  # sin and cos of the budget's place at frequencies 1, 2, 4, .. 2^(N_FOURIER-1) half-turns
 N_GLOBAL_OBS = 8 + 2 * N_FOURIER  # observations after the per-action ones and the action counts
 SLACK_BOUND = 4.0  # slack features are clipped to +-this: past it, only the sign matters
+
+
+@dataclass(frozen=True)
+class BudgetShare:
+    """Budgets as shares of the reachable range: 0 is the lowest reachable peak, 1 the all-keep
+    baseline's (in measured bytes once plans are measured: both scale with the mean measured/
+    predicted peak ratio). ``BudgetShare(0.5, 1.0)``: the upper half of the frontier."""
+
+    low: float = 0.0
+    high: float = 1.0
+
+
+Budget = int | tuple[int, int] | BudgetShare | None  # one budget, a (low, high) range in bytes, a share, or all
 
 
 def reward_mode_name(mode: str | Enum) -> str:
@@ -180,8 +194,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     | Argument      | Meaning                                                                  |
     |---------------|--------------------------------------------------------------------------|
     | profile       | ``ModelProfile`` of the workload (must include ``keep``: the baseline)   |
-    | budget_bytes  | the memory budget (peak bytes of the whole step), a (low, high) range,   |
-    |               | or None: from the lowest reachable peak to the baseline's                |
+    | budget_bytes  | the memory budget (peak bytes of the whole step), a (low, high) range in |
+    |               | bytes, a ``BudgetShare`` of the reachable range, or None: all of it      |
     | reward_mode   | ``model`` or ``measured`` (str or str-valued Enum)                       |
     | evaluator     | ``f(profile action indices) -> (peak_bytes, step_seconds)``; needed by   |
     |               | ``measured``                                                             |
@@ -202,7 +216,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     metadata: dict[str, Any] = {"render_modes": [], "deterministic_reward_modes": ("model",)}
 
-    def __init__(self, profile: ModelProfile, budget_bytes: int | tuple[int, int] | None, reward_mode: str | Enum = "model",
+    def __init__(self, profile: ModelProfile, budget_bytes: Budget, reward_mode: str | Enum = "model",
                  evaluator: Evaluator | None = None, actions: Sequence[Action] | None = None,
                  on_plan: PlanCallback | None = None, render_mode: str | None = None) -> None:
         mode = reward_mode_name(reward_mode)
@@ -239,26 +253,31 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     @property
     def budget_range(self) -> tuple[int, int]:
-        """(low, high) bytes the episodes' budgets are drawn from; for ``budget_bytes=None``, the
-        lowest reachable peak and the baseline's, scaled by the measured/predicted peak ratio."""
-        if self._budget_arg is not None:
+        """(low, high) bytes the episodes' budgets are drawn from; for a ``BudgetShare`` (None: the
+        whole range), between the lowest reachable peak and the baseline's, both scaled by the
+        measured/predicted peak ratio."""
+        if not isinstance(self._budget_arg, BudgetShare):
             return self._budget_arg
-        ratio = self.correction.peak_ratio
-        return round(self.lowest_reachable * ratio), round(self.baseline_peak * ratio)
+        ratio, share = self.correction.peak_ratio, self._budget_arg
+        low, span = self.lowest_reachable * ratio, (self.baseline_peak - self.lowest_reachable) * ratio
+        return max(1, round(low + share.low * span)), max(1, round(low + share.high * span))
 
     @staticmethod
-    def _check_args(profile: ModelProfile, budget_bytes: int | tuple[int, int] | None, reward_mode: str,
-                    evaluator: Evaluator | None, actions: Sequence[Action] | None) -> tuple[int, int] | None:
+    def _check_args(profile: ModelProfile, budget_bytes: Budget, reward_mode: str, evaluator: Evaluator | None,
+                    actions: Sequence[Action] | None) -> tuple[int, int] | BudgetShare:
         if reward_mode != "model" and evaluator is None:
             raise ValueError(f"reward_mode '{reward_mode}' needs an evaluator (plan indices -> (peak_bytes, "
                              "step_seconds)); pass evaluator= or use reward_mode='model'")
-        if budget_bytes is None:
-            budget_range = None
+        if budget_bytes is None or isinstance(budget_bytes, BudgetShare):
+            budget_range: tuple[int, int] | BudgetShare = budget_bytes or BudgetShare()
+            if not 0.0 <= budget_range.low <= budget_range.high <= 1.0:
+                raise ValueError(f"budget_bytes={budget_bytes} must have 0 <= low <= high <= 1 (0: the lowest "
+                                 "reachable peak, 1: the baseline's)")
         else:
             low, high = (budget_bytes, budget_bytes) if np.isscalar(budget_bytes) else tuple(budget_bytes)  # type: ignore[arg-type]
             if int(low) <= 0 or int(high) < int(low):
                 raise ValueError(f"budget_bytes={budget_bytes} must be a positive number of bytes, a (low, high) "
-                                 "range with 0 < low <= high, or None for the whole reachable range")
+                                 "range with 0 < low <= high, a BudgetShare, or None for the whole reachable range")
             budget_range = (int(low), int(high))
         if Action.KEEP not in profile.actions:
             raise ValueError("the profile has no 'keep' action, which the baseline needs; profile with keep")
