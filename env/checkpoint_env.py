@@ -84,9 +84,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     Choose an activation-checkpointing action for each decision unit of a model, in execution
     order, so that one training step fits a memory budget as fast as possible. The model is
     seen only through its ``ModelProfile`` (per unit and action: bytes kept, backward rise,
-    seconds). The budget is one number, or a range from which each episode draws its own: the
-    observation carries the budget, so one policy can serve every budget of the range and trace
-    the memory/time Pareto frontier alone. A budget constraint finds every frontier point,
+    seconds). The budget is one number, or a range from which each episode draws its own (in
+    bytes, or a ``BudgetShare`` of the reachable range): the observation carries the budget, so
+    one policy can serve every budget of the range and trace that stretch of the memory/time
+    Pareto frontier alone. A budget constraint finds every frontier point,
     including those in non-convex stretches of the frontier; maximising a weighted sum
     ``-(w * memory + (1 - w) * time)`` over any set of weights only finds the points on the
     frontier's convex hull.
@@ -179,8 +180,9 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Episode Start
 
-    ``reset`` draws the episode's budget uniformly from ``budget_bytes`` when that is a range
-    (from ``self.np_random``); ``reset(options={"budget_bytes": b})`` sets it instead.
+    ``reset`` draws the episode's budget uniformly from ``budget_range`` (from ``self.np_random``;
+    one number when ``budget_bytes`` is); ``reset(options={"budget_bytes": b})`` sets it instead.
+    ``info`` holds ``budget_bytes``.
 
     ## Episode End
 

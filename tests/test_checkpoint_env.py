@@ -13,7 +13,7 @@ import torch
 
 import env  # noqa: F401  (registers CkptSearch-v1)
 from agents.exact import exact_frontier
-from env.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, CheckpointEnv
+from env.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, BudgetShare, CheckpointEnv
 from env.cost_model import CostModel
 from env.plan import Action
 from env.profile import ModelProfile
@@ -297,3 +297,18 @@ def test_maskable_ppo_beats_random_plans_on_gpt_tiny(gpt_tiny: ModelProfile) -> 
     random_rewards = [_rollout(e, rng.integers(0, 3, size=e.n_units).tolist())[0] for _ in range(200)]
     assert info["feasible"] and reward > np.mean(random_rewards)
     assert reward >= np.percentile(random_rewards, 90)
+
+
+def test_budget_share_spans_the_reachable_range_in_measured_bytes() -> None:
+    prof = layered_profile(6, seed=5)
+    cm = CostModel(prof)
+    e = CheckpointEnv(prof, BudgetShare(0.25, 0.5))
+    lowest, base = exact_frontier(cm)[0].peak_bytes, cm.peak_bytes([0] * 6)
+    assert e.lowest_reachable == lowest
+    assert e.budget_range == (round(lowest + 0.25 * (base - lowest)), round(lowest + 0.5 * (base - lowest)))
+    assert CheckpointEnv(prof, None).budget_range == (lowest, base)
+    e.add_measurements([([0] * 6, int(1.1 * base), 1.0)])  # measured peaks 10% above the profile's
+    assert e.budget_range == pytest.approx((1.1 * (lowest + 0.25 * (base - lowest)),
+                                            1.1 * (lowest + 0.5 * (base - lowest))), abs=2)
+    with pytest.raises(ValueError, match="0 <= low <= high <= 1"):
+        CheckpointEnv(prof, BudgetShare(0.5, 1.5))
