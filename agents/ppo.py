@@ -11,9 +11,9 @@ budget of its range rather than for one. A chunk (``train(timesteps)``):
    changes, until the policy's own plans are as fast as the solver's (``regret``);
 2. PPO trains ``timesteps`` more steps on the env's reward (the corrected cost model in
    ``model``/``hybrid`` mode, measurements in ``measured`` mode), budgets drawn per episode;
-3. the report lists the policy's deterministic plan at every budget where the solver's best
-   plan changes and at ``report_budgets`` evenly spread ones, after cloning and after PPO,
-   plus the non-dominated plans of PPO's episodes. Every chunk lists them all again: the
+3. the report lists the non-dominated plans among the policy's deterministic plans at every
+   budget where the solver's best plan changes and at ``report_budgets`` evenly spread ones
+   (after cloning and after PPO) and PPO's episodes. Every chunk lists them all again: the
    driver keeps a plan's first proposer.
 
 Why, measured on the cost model by ``bench/agents_scale.py`` (48 units of varied sizes, 1649
@@ -141,9 +141,12 @@ class PPOAgent:
     # -- training -------------------------------------------------------------------------------
 
     def train(self, timesteps: int) -> dict[str, Any]:
-        """Clone the teacher if the correction changed, train PPO ``timesteps`` steps, report plans:
-        ``{name, timesteps, episodes, best_reward, plans: [{actions, peak_bytes, step_seconds,
-        measured}], clone}``."""
+        """Clone the teacher if the correction changed, train PPO ``timesteps`` steps (0: none),
+        report: ``{name, timesteps, episodes, best_reward, budget_range: [low, high] bytes, clone:
+        the last cloning's stats or None, plans: [{actions, peak_bytes, step_seconds, measured}]}``.
+        ``plans`` are the non-dominated ones, by the env's numbers (measured, else the corrected
+        prediction), among the policy's plans at the report budgets (after cloning and after
+        PPO) and PPO's episodes."""
         self.seen = {}
         budgets = self._clone_teacher() if self.teacher_stale else self._report_budgets()
         plans = self.plans_at(budgets)
@@ -152,12 +155,13 @@ class PPOAgent:
             plans.update(self.plans_at(budgets))
         if self.save_path:
             self.model.save(self.save_path)
-        front = {p.plan for p in pareto_points([(v["peak_bytes"], v["step_seconds"], k) for k, v in self.seen.items()])}
-        plans.update({k: v for k, v in self.seen.items() if k in front})
+        for k, v in self.seen.items():
+            plans.setdefault(k, v)
+        front = pareto_points([(v["peak_bytes"], v["step_seconds"], k) for k, v in plans.items()])
         return {"name": self.name, "timesteps": int(self.model.num_timesteps), "episodes": self.episodes,
-                "best_reward": float(self.best_reward),
-                "plans": [{"actions": list(k), **v} for k, v in plans.items()],
-                "clone": self.clone_stats[-1] if self.clone_stats else None}
+                "best_reward": float(self.best_reward), "budget_range": list(self.env.budget_range),
+                "clone": self.clone_stats[-1] if self.clone_stats else None,
+                "plans": [{"actions": list(p.plan), **plans[p.plan]} for p in front]}
 
     def _clone_teacher(self) -> list[int]:
         """Clone the exact solver's plans on the corrected cost model; the budgets demonstrated."""
