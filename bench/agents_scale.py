@@ -7,7 +7,12 @@
 Profiles: ``tests.profiles.layered_profile(n, 0)`` (units of random kinds and sizes: the exact
 frontier has hundreds to thousands of points) and ``bench/profiles/gpt_small_12_subblock.json``
 (``env.profile.profile`` of ``gpt/small?n_layer=12`` at sub-block units, 48 units, recorded on
-this machine's CPU). For each: ``--agents`` agents (``agents.ppo.PPOAgent``), agent k covering
+this machine's CPU with one torch thread by::
+
+    w = load_workload("gpt/small?n_layer=12")
+    profile(w, find_units(w.model, "sub-block"), repeats=3, baseline=False).model_dump_json(indent=1)
+
+). For each: ``--agents`` agents (``agents.ppo.PPOAgent``), agent k covering
 the k-th slice of the budgets from the lowest reachable peak to the baseline's, each trained
 ``--chunks`` chunks of ``--chunk-episodes`` episodes of PPO after cloning the exact solver's
 plans (as the driver would run them, one after another here; on 2 cores the driver runs two
