@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from env.checkpoint_env import CheckpointEnv  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.profile import ModelProfile  # noqa: E402
+from env.records import ModelProfile  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.json"
 

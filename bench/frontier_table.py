@@ -26,7 +26,7 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import FrontierPoint, exact_frontier  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.profile import ModelProfile  # noqa: E402
+from env.records import ModelProfile  # noqa: E402
 from search.pareto import REFERENCE, hypervolume, normalise  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "frontier_table.json"

@@ -47,7 +47,7 @@ from agents.exact import exact_frontier  # noqa: E402
 from env.correction import MeasuredCorrection  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.profile import ModelProfile  # noqa: E402
+from env.records import ModelProfile  # noqa: E402
 from search.evaluator import Evaluator  # noqa: E402
 
 Plan = tuple[int, ...]

@@ -37,7 +37,7 @@ from bench.common import RESULTS_DIR, set_threads, workload_specs, write_result 
 from env.checkpoint_env import CheckpointEnv  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.profile import ModelProfile, Segment, UnitCost  # noqa: E402
+from env.records import ModelProfile, Segment, UnitCost  # noqa: E402
 
 MB = 1_000_000
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from env.profile import ModelProfile
+    from env.records import ModelProfile
 
 THRESHOLD = 0.05  # a search that can save less than this share of the peak is not worth running
 MIB = 2 ** 20

@@ -182,3 +182,16 @@ def test_report_renders_results_and_names_missing_ones(premium_result: Path, tmp
     png = plots / "premium.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "](plots/premium.png)" in text
+
+
+def test_agents_scale_quick(tmp_path: Path) -> None:
+    out = tmp_path / "agents_scale.json"
+    run_bench("agents_scale.py", "--quick", "--out", str(out))
+    result = load(out)
+    assert [r["n_units"] for r in result["rows"]] == [6, 12]
+    for r in result["rows"]:
+        assert r["reference"] == "exact" and r["hv_ratio"] >= 0.99 and r["rules_beyond"] == {}
+        assert len(r["coverage"]) == 20 and 1.0 <= r["coverage_mean"] <= 1.01
+    hybrid = result["hybrid"]
+    assert [r["measured"] for r in hybrid["rounds"]][0] == 1 and hybrid["rounds"][-1]["measured"] > 1
+    assert hybrid["final"]["hv_ratio"] >= 0.98

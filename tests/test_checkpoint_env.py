@@ -1,22 +1,23 @@
-"""CheckpointEnv: API checks, same-seed determinism, rewards, exact masks, reward modes, PPO."""
+"""CheckpointEnv: API checks, same-seed determinism, rewards, exact masks, budgets, reward modes, PPO."""
 
 from __future__ import annotations
 
 import itertools
 import warnings
+from enum import Enum
 
 import gymnasium
 import numpy as np
 import pytest
 import torch
 
-import env  # noqa: F401  (registers CkptSearch-v0)
+import env  # noqa: F401  (registers CkptSearch-v1)
 from agents.exact import exact_frontier
-from env.checkpoint_env import CheckpointEnv
+from env.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, BudgetShare, CheckpointEnv
 from env.cost_model import CostModel
 from env.plan import Action
-from env.profile import ModelProfile
-from tests.profiles import synthetic_profile
+from env.records import ModelProfile
+from tests.profiles import layered_profile, synthetic_profile
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +53,17 @@ def test_checkers_pass_in_model_mode(which: str, request: pytest.FixtureRequest)
     prof = synthetic_profile(6, 3, seed=11) if which == "synthetic" else request.getfixturevalue(which)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        gym_check(gymnasium.make("CkptSearch-v0", profile=prof, budget_bytes=_mid_budget(prof)).unwrapped)
+        gym_check(gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=_mid_budget(prof)).unwrapped)
         sb3_check(CheckpointEnv(prof, _mid_budget(prof)))
     assert [str(w.message) for w in record] == []
 
 
 def test_make_builds_the_registered_env() -> None:
     prof = synthetic_profile(5, 3, seed=1)
-    e = gymnasium.make("CkptSearch-v0", profile=prof, budget_bytes=10**6)
+    e = gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=10**6)
     obs, _ = e.reset(seed=0)
     assert isinstance(e.unwrapped, CheckpointEnv)
-    assert obs.shape == (4 * 3 + 4,) and e.action_space.n == 3
+    assert obs.shape == ((N_UNIT_OBS + 1) * 3 + N_GLOBAL_OBS,) == (57,) and e.action_space.n == 3
     assert e.get_wrapper_attr("action_masks")().shape == (3,)
 
 
@@ -122,13 +123,105 @@ def test_masks_allow_exactly_the_actions_some_completion_fits() -> None:
 
 def test_action_subset_and_observation_features() -> None:
     prof = synthetic_profile(4, 3, seed=6)
-    e = CheckpointEnv(prof, 10**9, actions=[Action.KEEP, Action.SELECTIVE])
-    obs, _ = e.reset()
-    assert e.action_space.n == 2 and obs.shape == (12,)
-    _, info = _rollout(e, [1, 1, 0, 1])
+    cm = CostModel(prof)
+    budget = 10**9
+    e = CheckpointEnv(prof, budget, actions=[Action.KEEP, Action.SELECTIVE])
+    obs, info = e.reset()
+    u, g = N_UNIT_OBS, 2 * (N_UNIT_OBS + 1) + 1  # per-action block; first entry after position and counts
+    assert e.action_space.n == 2 and obs.shape == (g + N_GLOBAL_OBS - 1,) and info == {"budget_bytes": budget}
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product((0, 2), repeat=4)}
+    keep_all = cm.peak_bytes([0] * 4)
+    for k, a in enumerate((0, 2)):  # the first unit under each action
+        assert obs[u * k] == pytest.approx(cm.f_delta[0, a] / (e.baseline_peak - prof.base_bytes), rel=1e-6)
+        assert obs[u * k + 2] == pytest.approx((cm.seconds[0, a] - cm.seconds[0, 0]) / e.baseline_seconds, abs=1e-7)
+        assert obs[u * k + 4] == pytest.approx(min(v for p, v in peaks.items() if p[0] == a) / budget, rel=1e-6)
+        after_k_keep = cm.peak_bytes([a, 0, 0, 0])
+        assert obs[u * k + 7] == float(after_k_keep <= budget) == 1.0  # a budget that everything fits
+    assert obs[g + 2] == pytest.approx(keep_all / budget, rel=1e-6)  # every unit keeps
+    assert obs[g + 3] == pytest.approx(budget / e.baseline_peak, rel=1e-6)
+    assert obs[g + 6] == -4.0  # nothing needs saving: the slack, clipped
+    assert obs[8] == 1.0 and obs[u + 8] == 0.0  # lookahead: keep is cheapest when nothing is needed
+    for a in [1, 1, 0, 1]:
+        obs, _, _, _, info = e.step(a)
     assert info["plan"] == ["selective", "selective", "keep", "selective"]
-    assert info["plan_indices"] == [2, 2, 0, 2]
-    assert obs[6] == 0.0 and obs[-1] == pytest.approx(10**9 / e.baseline_peak)
+    assert info["plan_indices"] == [2, 2, 0, 2] and info["budget_bytes"] == budget
+    assert obs[:g - 3].tolist() == [0.0] * (g - 3) and obs[g - 3] == 1.0 and obs[g - 2:g].tolist() == [0.25, 0.75]
+    own = cm.peak_bytes([2, 2, 0, 2])
+    assert obs[g + 1] == pytest.approx(own / budget, rel=1e-6) and obs[g + 2] == pytest.approx(own / budget, rel=1e-6)
+    extra = cm.step_seconds([2, 2, 0, 2]) - cm.step_seconds([0] * 4)
+    assert obs[g + 5] == pytest.approx(extra / e.baseline_seconds, rel=1e-5)
+
+
+def test_slack_and_lookahead_point_at_the_one_unit_that_fits_a_budget_just_below_the_baseline() -> None:
+    prof = layered_profile(8, seed=1)
+    cm = CostModel(prof)
+    e = CheckpointEnv(prof, 10**9, actions=[Action.KEEP, Action.RECOMPUTE])
+    plans = {j: [1 if i == j else 0 for i in range(8)] for j in range(8)}
+    saves = {j: e.baseline_peak - cm.peak_bytes(p) for j, p in plans.items()}
+    fits = [j for j in range(8) if saves[j] > 0]
+    cheapest = min(fits, key=lambda j: cm.step_seconds(plans[j]))
+    assert len(fits) > 2 and cheapest != min(fits, key=lambda j: -saves[j])  # not simply the biggest saving
+    budget = e.baseline_peak - min(saves[j] for j in fits)  # every unit that saves anything alone fits
+    obs, _ = e.reset(options={"budget_bytes": budget})
+    u = N_UNIT_OBS
+    for i in range(8):
+        assert obs[u + 8] == float(i == cheapest), f"unit {i}"  # the lookahead recomputes the cheapest unit
+        if i <= cheapest:  # keeping every unit from here does not fit; keeping this one, then the cheapest does
+            assert obs[7] == 0.0 and obs[8] == float(i < cheapest)
+        obs, *_ = e.step(1 if i == cheapest else 0)
+    assert obs[(N_UNIT_OBS + 1) * 2 + 1 + 6] == -4.0  # after the cheapest: nothing left to save (clipped slack)
+
+
+def test_efficiency_rank_orders_units_by_bytes_saved_per_extra_second() -> None:
+    prof = synthetic_profile(8, 3, seed=3)
+    cm = CostModel(prof)
+    e = CheckpointEnv(prof, 10**9)
+    saved = cm.f_delta[:, 0] - cm.f_delta[:, 1]
+    extra = np.maximum(cm.seconds[:, 1] - cm.seconds[:, 0], 1e-9)
+    ranks = []
+    obs, _ = e.reset()
+    for i in range(8):
+        ranks.append(float(obs[N_UNIT_OBS * 1 + 3]))
+        obs, *_ = e.step(0)
+    saving = [i for i in range(8) if saved[i] > 0]
+    assert all(ranks[i] == 0.0 for i in range(8) if saved[i] <= 0)
+    assert sorted(saving, key=lambda i: ranks[i]) == sorted(saving, key=lambda i: saved[i] / extra[i])
+    assert max(ranks) == 1.0 and min(ranks[i] for i in saving) > 0
+
+
+def test_budget_range_draws_one_budget_per_episode() -> None:
+    prof = synthetic_profile(5, 3, seed=7)
+    cm = CostModel(prof)
+    low, high = _mid_budget(prof), cm.peak_bytes([0] * 5)
+    envs = [CheckpointEnv(prof, (low, high)) for _ in range(2)]
+    drawn = [[e.reset(seed=s)[1]["budget_bytes"] for s in range(30)] for e in envs]
+    assert drawn[0] == drawn[1] and all(low <= b <= high for b in drawn[0]) and len(set(drawn[0])) > 20
+    e = envs[0]
+    for budget in (low, high):
+        obs, info = e.reset(options={"budget_bytes": budget})
+        assert info["budget_bytes"] == budget == e.budget_bytes
+        g = (N_UNIT_OBS + 1) * 3 + 1
+        assert obs[g + 3] == pytest.approx(budget / e.baseline_peak, rel=1e-6)
+        place = (budget - e.lowest_reachable) / (high - e.lowest_reachable)
+        assert obs[g + 4] == pytest.approx(place, abs=1e-6)
+        code = obs[g + 7:]  # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        assert code.shape == (2 * N_FOURIER,)
+        assert code[0::2] == pytest.approx(np.sin(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
+        assert code[1::2] == pytest.approx(np.cos(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
+        for a in [0] * 5:
+            _, _, done, _, info = e.step(a)
+        assert done and info["budget_bytes"] == budget and info["feasible"] == (high <= budget)
+
+
+def test_reward_mode_accepts_a_str_valued_enum() -> None:
+    class Reward(str, Enum):
+        MODEL = "model"
+        HYBRID = "hybrid"
+
+    prof = synthetic_profile(3, 3, seed=0)
+    assert CheckpointEnv(prof, 10**6, reward_mode=Reward.MODEL).reward_mode == "model"
+    with pytest.raises(ValueError, match="'hybrid' is not one of model, measured"):
+        CheckpointEnv(prof, 10**6, reward_mode=Reward.HYBRID)
 
 
 def test_measured_mode_calls_the_evaluator_once_per_plan() -> None:
@@ -152,31 +245,6 @@ def test_measured_mode_calls_the_evaluator_once_per_plan() -> None:
     assert seen == [[1, 0, 1, 0], [1, 0, 1, 0], [0, 0, 0, 1]]
 
 
-def test_hybrid_mode_corrects_the_model_with_measurements() -> None:
-    prof = synthetic_profile(4, 2, seed=9)
-    cm = CostModel(prof)
-    calls: list[tuple[int, ...]] = []
-
-    def evaluator(plan: list[int]) -> tuple[int, float]:
-        calls.append(tuple(plan))
-        pred = cm.predict(plan)
-        return int(pred.peak_bytes * 1.5), pred.step_seconds * 1.25
-
-    e = CheckpointEnv(prof, 10**9, reward_mode="hybrid", evaluator=evaluator)
-    plans = sorted(itertools.product(range(2), repeat=4), key=cm.step_seconds, reverse=True)
-    infos = [_rollout(e, list(p))[1] for p in plans]  # slowest first
-    # measured: the baseline, then every plan faster than the fastest measured one (all fit)
-    expected = [p for p in plans if cm.step_seconds(p) < cm.step_seconds((0, 0, 0, 0))]
-    assert calls == [(0, 0, 0, 0)] + expected
-    assert [i["measured"] for i in infos] == [p in calls for p in plans]
-    assert 0 < len(expected) < len(plans) - 1
-    e2 = CheckpointEnv(prof, 10**9, reward_mode="hybrid", evaluator=evaluator)
-    _rollout(e2, list(plans[-1]))  # the fastest: measured, after which nothing beats it
-    reward, info = _rollout(e2, list(plans[0]))
-    assert not info["measured"] and info["step_seconds"] == pytest.approx(cm.step_seconds(plans[0]) * 1.25)
-    assert abs(info["peak_bytes"] - cm.peak_bytes(plans[0]) * 1.5) <= 1
-
-
 def test_model_mode_after_measurements_answers_from_the_correction() -> None:
     prof = synthetic_profile(5, 2, seed=4)
     cm = CostModel(prof)
@@ -194,6 +262,8 @@ def test_model_mode_after_measurements_answers_from_the_correction() -> None:
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(reward_mode="fast"), "reward_mode 'fast'"),
+    (dict(reward_mode="hybrid"), "reward_mode 'hybrid'"),
+    (dict(budget_bytes=(10, 5)), "0 < low <= high"),
     (dict(reward_mode="measured"), "needs an evaluator"),
     (dict(budget_bytes=0), "budget_bytes=0"),
     (dict(actions=[Action.OFFLOAD]), "among the profiled"),
@@ -227,3 +297,18 @@ def test_maskable_ppo_beats_random_plans_on_gpt_tiny(gpt_tiny: ModelProfile) -> 
     random_rewards = [_rollout(e, rng.integers(0, 3, size=e.n_units).tolist())[0] for _ in range(200)]
     assert info["feasible"] and reward > np.mean(random_rewards)
     assert reward >= np.percentile(random_rewards, 90)
+
+
+def test_budget_share_spans_the_reachable_range_in_measured_bytes() -> None:
+    prof = layered_profile(6, seed=5)
+    cm = CostModel(prof)
+    e = CheckpointEnv(prof, BudgetShare(0.25, 0.5))
+    lowest, base = exact_frontier(cm)[0].peak_bytes, cm.peak_bytes([0] * 6)
+    assert e.lowest_reachable == lowest
+    assert e.budget_range == (round(lowest + 0.25 * (base - lowest)), round(lowest + 0.5 * (base - lowest)))
+    assert CheckpointEnv(prof, None).budget_range == (lowest, base)
+    e.add_measurements([([0] * 6, int(1.1 * base), 1.0)])  # measured peaks 10% above the profile's
+    assert e.budget_range == pytest.approx((1.1 * (lowest + 0.25 * (base - lowest)),
+                                            1.1 * (lowest + 0.5 * (base - lowest))), abs=2)
+    with pytest.raises(ValueError, match="0 <= low <= high <= 1"):
+        CheckpointEnv(prof, BudgetShare(0.5, 1.5))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
 from env.cost_model import CostModel
 from env.plan import Action
-from tests.profiles import synthetic_profile
+from tests.profiles import layered_profile, synthetic_profile
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 
@@ -58,3 +58,21 @@ def test_restricted_actions_only_use_them() -> None:
     plans = itertools.product([0, 2], repeat=6)
     ref = pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans])
     assert _values(points) == _values(ref)
+
+
+def test_relative_steps_keep_the_frontier_within_a_tenth_of_a_percent() -> None:
+    from search.pareto import hypervolume, normalise
+
+    prof = layered_profile(24, seed=0)
+    cm = CostModel(prof)
+    keep = [0] * 24
+    base = (cm.peak_bytes(keep), cm.step_seconds(keep))
+    exact, approx = exact_frontier(cm), exact_frontier(cm, relative=0.005)
+    assert len(approx) < len(exact)
+    for p in approx:  # real plans, with their own numbers
+        assert (p.peak_bytes, p.step_seconds) == (cm.peak_bytes(p.plan), pytest.approx(cm.step_seconds(p.plan)))
+    ratio = hypervolume(normalise([(p.peak_bytes, p.step_seconds) for p in approx], *base)) / hypervolume(
+        normalise([(p.peak_bytes, p.step_seconds) for p in exact], *base))
+    assert 0.999 <= ratio <= 1.0
+    assert approx[0].peak_bytes == exact[0].peak_bytes and approx[-1].step_seconds == exact[-1].step_seconds
+    assert _values(exact_frontier(cm, relative=0.0)) == _values(exact)
