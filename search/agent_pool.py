@@ -20,8 +20,10 @@ from search.ledger import Ledger
 @dataclass
 class AgentSlot:
     name: str
-    budget_bytes: int
+    budget_bytes: int  # the memory budget its plan is exported for (plans/budget_<N>MB.json)
     seed: int
+    share: Any = None  # env.checkpoint_env.BudgetShare: the slice of reachable budgets it learns plans for
+    budget_range: tuple[int, int] | None = None  # that slice in bytes, as the agent reports it
     handle: Any = None
     timesteps: int = 0
     restarts: int = 0
@@ -54,8 +56,11 @@ class AgentPool:
         store = self.ledger.store
         done = {p["agent"]: p for p in store.progress()}
         store.set_meta("agents", [{"name": f"agent_{i}", "budget_bytes": b} for i, b in enumerate(budgets)])
+        from agents.ppo import budget_slices
+
+        shares = budget_slices(len(budgets))  # one budget-conditioned agent per slice of the frontier
         for i, b in enumerate(budgets):
-            slot = AgentSlot(f"agent_{i}", b, self.cfg.seed + i)
+            slot = AgentSlot(f"agent_{i}", b, self.cfg.seed + i, shares[i])
             prev = done.get(slot.name)
             if prev:
                 slot.timesteps, slot.restarts, slot.episodes = prev["timesteps"], prev["restarts"], prev["episodes"]
@@ -74,7 +79,7 @@ class AgentPool:
         # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
         cpus = self.ray.cluster_resources().get("CPU", 1.0)
         remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(PPOAgent)
-        slot.handle = remote.remote(slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.budget_bytes,
+        slot.handle = remote.remote(slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
                                     slot.seed + 1000 * slot.restarts, self.cfg.reward,
                                     self.measure_for(slot.name) if self.measure_for else None,
                                     str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
@@ -83,6 +88,7 @@ class AgentPool:
         self.ledger.store.set_progress(
             slot.name, budget_bytes=slot.budget_bytes, timesteps=slot.timesteps, total_timesteps=self.cfg.timesteps,
             episodes=slot.episodes, best_reward=None if math.isinf(slot.best_reward) else slot.best_reward,
+            budget_low_bytes=slot.budget_range[0] if slot.budget_range else None,
             status=slot.status, restarts=slot.restarts)
 
     def train_round(self) -> list[dict[str, Any]]:
@@ -97,6 +103,8 @@ class AgentPool:
                 self._died(slot, e)
                 continue
             slot.timesteps, slot.episodes, slot.best_reward = rep["timesteps"], rep["episodes"], rep["best_reward"]
+            if rep.get("budget_range"):
+                slot.budget_range = tuple(int(b) for b in rep["budget_range"])
             if slot.timesteps >= self.cfg.timesteps:
                 slot.status = "finished"
             self._save_progress(slot)

@@ -43,10 +43,12 @@ class ProgressView:
 
     def update(self, status: RoundStatus) -> None:
         table = Table(title=f"ckpt-search: {status.workload}")
-        for col in ("agent", "budget MB", "steps", "episodes", "best reward", "status"):
+        for col in ("agent", "budgets MB", "steps", "episodes", "best reward", "status"):
             table.add_column(col)
         for s in status.agents:
-            table.add_row(s.name, f"{s.budget_bytes / MB:.1f}", f"{s.timesteps}/{status.timesteps_per_agent}",
+            budgets = (f"{s.budget_range[0] / MB:.1f}-{s.budget_range[1] / MB:.1f}" if s.budget_range
+                       else f"{s.budget_bytes / MB:.1f}")
+            table.add_row(s.name, budgets, f"{s.timesteps}/{status.timesteps_per_agent}",
                           str(s.episodes), "-" if s.best_reward == float("-inf") else f"{s.best_reward:.3f}", s.status)
         last = status.snapshot
         table.caption = (f"evaluations {last['n_evaluations']} (measured {last['n_measured']}), "

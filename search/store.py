@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS evaluations (
     created_at REAL NOT NULL, updated_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS progress (
-    agent TEXT PRIMARY KEY, budget_bytes INTEGER, timesteps INTEGER NOT NULL DEFAULT 0,
+    agent TEXT PRIMARY KEY, budget_bytes INTEGER, budget_low_bytes INTEGER, timesteps INTEGER NOT NULL DEFAULT 0,
     total_timesteps INTEGER, episodes INTEGER NOT NULL DEFAULT 0, best_reward REAL,
     status TEXT NOT NULL DEFAULT 'running', restarts INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL
 );
