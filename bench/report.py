@@ -247,6 +247,17 @@ def _default_run(r: Result) -> str:
     return "\n".join(out) + "\n"
 
 
+def _agents_scale(r: Result) -> str:
+    out = ["| profile | units | reference | HV / reference | cloning only | step time at 20 budgets vs reference "
+           "(mean / max) | rules beyond | training s |", "|---|---:|---|---:|---:|---|---|---:|"]
+    for x in r["rows"]:
+        beyond = ", ".join(x["rules_beyond"]) if x.get("rules_beyond") else "none"
+        out.append(f"| {x['profile']} | {x['n_units']} | {x['reference']}, {x['reference_points']} points | "
+                   f"{x['hv_ratio']:.4f} | {x['clone_only_hv_ratio']:.4f} | {x['coverage_mean']:.5f} / "
+                   f"{x['coverage_max']:.4f} | {beyond} | {x['train_seconds']:.1f} |")
+    return "\n".join(out) + "\n"
+
+
 def _evaluator_pool(r: Result) -> str:
     out = ["| round | Evaluators | plans | wall s | measurements/min | per Evaluator | load |",
            "|---:|---:|---:|---:|---:|---|---:|"]
@@ -272,6 +283,13 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
     ("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
      "compiled; compile time is reported apart.", _table("peers", None),
      lambda r, p: fig_peers(r, p, "peers_compiled"), "python bench/peers.py --compile"),
+    ("agents_search", "The agents in the real search", "Each row one `python -m search.run` (hybrid reward, 4 "
+     "agents; warm start measures the exact solver's plans beside theirs): hypervolume of the agents' own measured "
+     "plans over the exact plans', measured, and the rules no agent plan dominates.", _table("agents_search", None),
+     None, "python bench/agents_search.py"),
+    ("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact solver, "
+     "then PPO, against the exact frontier on the cost model.", _agents_scale, None,
+     "python bench/agents_scale.py"),
     ("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
      "(alternating rounds, wall clock), and the default search's wall time with each.", _evaluator_pool, None,
      "python bench/evaluator_pool.py"),

@@ -164,6 +164,15 @@ def test_peers_quick(tmp_path: Path) -> None:
             assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours_step_seconds"])
 
 
+@pytest.mark.slow
+def test_agents_search_quick(tmp_path: Path) -> None:
+    out = tmp_path / "agents_search.json"
+    run_bench("agents_search.py", "--quick", "--out", str(out))
+    row = load(out)["rows"][0]
+    assert row["units"] == 4 and row["measured"] <= 12 and row["hv_agents_own"] > 0
+    assert row["agents_over_exact"] == pytest.approx(row["hv_agents_own"] / row["hv_exact_measured"])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
 def test_gpu_without_cuda_says_so() -> None:
     proc = run_bench("gpu.py", check=False)
