@@ -288,3 +288,19 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
         assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"
         if digest not in remeasured:
             assert after[digest] == samples, "a plan measured before the kill was measured again"
+
+
+def test_run_ids_are_readable() -> None:
+    from search.runs import run_id
+
+    at = time.mktime((2026, 12, 1, 12, 0, 0, 0, 0, -1))
+    assert run_id("models/unet.py:build", at) == "unet-build-20261201-120000"
+    assert run_id("pkg.models:make?width=64", at) == "models-make-20261201-120000"
+    assert run_id("gpt/tiny?n_layer=2", at) == "gpt-tiny-n_layer-2-20261201-120000"
+
+
+def test_a_bad_option_value_is_one_line(tmp_path):
+    done = _run_cli(["--workload", "gpt?n_layer=abc", "--out", str(tmp_path)])
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "n_layer" in done.stderr and "abc" in done.stderr
+    assert not any(tmp_path.iterdir()), "no run folder for a bad spec"
