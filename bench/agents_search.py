@@ -14,18 +14,14 @@ Writes ``bench/results/agents_search.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, write_result  # noqa: E402
+from bench.common import run_search, write_result  # noqa: E402
 
 ROWS: list[list[str]] = [
     ["--workload", "gpt/small"],
@@ -46,15 +42,7 @@ def beyond_agents(report: dict[str, Any]) -> list[str]:
 
 
 def run(flags: Sequence[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="agents_search_") as out:
-        cmd = [sys.executable, "-m", "search.run", "--no-progress", "--no-batch-scaling", "--peers", "none",
-               "--out", out, "--name", "run", *flags]
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(flags)}: search.run failed: {done.stderr.strip()[-800:]}")
-        rep = json.loads((Path(out) / "run" / "report.json").read_text())
+    rep, wall = run_search(["--no-batch-scaling", "--peers", "none", *flags])
     hv = rep["hypervolume"]
     row = {"flags": " ".join(flags), "workload": rep["workload"], "units": rep["units"], "measured": rep["measured"],
            "evaluations": rep["evaluations"], "wall_seconds": wall, "clock": rep["clock"],

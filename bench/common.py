@@ -203,3 +203,19 @@ def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> dict[s
             "peak_saving": 1 - r.peak_bytes / base.peak_bytes,
             "activation_saving": 1 - r.activation_bytes / base.activation_bytes,
             "slowdown": r.step_seconds / base.step_seconds - 1}
+
+
+def run_search(flags: Sequence[str]) -> tuple[dict[str, Any], float]:
+    """``python -m search.run`` with ``flags`` into a temporary folder: its report.json and the wall
+    seconds it took (the clock a user waits by). Exits with the CLI's last lines when it fails."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench_search_") as out:
+        cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", out, "--name", "run", *flags]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"search.run {' '.join(flags)} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
+        return json.loads((Path(out) / "run" / "report.json").read_text()), wall

@@ -11,33 +11,22 @@ Writes ``bench/results/default_run.json``; the README's numbers quote it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, write_result  # noqa: E402
+from bench.common import run_search, write_result  # noqa: E402
 
 QUICK = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
          "--max-measurements", "12", "--repeats", "1", "--no-batch-scaling"]
 
 
 def run(extra: Sequence[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="default_run_") as out:
-        cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", out, "--name", "default", *extra]
-        load_before = os.getloadavg()
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise SystemExit(f"search.run failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
-        report = json.loads((Path(out) / "default" / "report.json").read_text())
+    load_before = os.getloadavg()
+    report, wall = run_search(extra)
     keep = ("workload", "batch_shape", "device", "clock", "units", "evaluations", "measured", "baseline", "frontier",
             "hypervolume", "rules", "peers", "events", "measurement_mode", "unit_choice", "headroom")
     return {"command": "python -m search.run " + " ".join(extra), "wall_seconds": wall,

@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -30,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, write_result  # noqa: E402
+from bench.common import run_search, write_result  # noqa: E402
 from search import ray_session  # noqa: E402
 from search.config import SearchConfig  # noqa: E402
 
@@ -76,17 +74,11 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
 
 def default_search(evaluators: int, extra: Sequence[str]) -> dict[str, Any]:
     """Wall time of ``python -m search.run`` with its defaults and ``--evaluators``."""
-    with tempfile.TemporaryDirectory(prefix="evaluator_pool_") as out:
-        cmd = [sys.executable, "-m", "search.run", "--evaluators", str(evaluators), "--no-progress",
-               "--out", out, "--name", f"e{evaluators}", *extra]
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if done.returncode != 0:
-            raise RuntimeError(f"search.run --evaluators {evaluators} failed: {done.stderr.strip()[-500:]}")
-        report = (Path(out) / f"e{evaluators}" / "report.md").read_text()
-    measured = next((line for line in report.splitlines() if "plans measured" in line), "")
-    return {"evaluators": evaluators, "wall_seconds": wall, "command": " ".join(cmd[1:]), "summary": measured}
+    flags = ["--evaluators", str(evaluators), *extra]
+    report, wall = run_search(flags)
+    return {"evaluators": evaluators, "wall_seconds": wall, "command": "python -m search.run " + " ".join(flags),
+            "summary": f"{report['measured']} plans measured of {report['evaluations']} evaluated",
+            "measurement_mode": report.get("measurement_mode")}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -15,36 +15,26 @@ faster). Writes ``bench/results/peers.json`` (``peers_compiled.json`` with ``--c
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, write_result  # noqa: E402
+from bench.common import run_search, write_result  # noqa: E402
+from search.report import peers_markdown  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 
 
 def run(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="peers_") as out:
-        cmd = [sys.executable, "-m", "search.run", "--workload", workload, "--peers", "all", "--peer-budgets",
-               *map(str, budgets), "--no-progress", "--no-batch-scaling", "--out", out, "--name", "run", *extra]
-        if compiled:
-            cmd.append("--compile")
-        t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"{workload}: search.run failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
-        report = json.loads((Path(out) / "run" / "report.json").read_text())
-    print(f"{workload}: {len(report['peers'])} peers, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return {"workload": workload, "compiled": compiled, "command": " ".join(cmd[2:]),
-            "wall_seconds": time.perf_counter() - t0, "clock": report["clock"], "baseline": report["baseline"],
+    flags = ["--workload", workload, "--peers", "all", "--peer-budgets", *map(str, budgets), "--no-batch-scaling",
+             *extra, *(["--compile"] if compiled else [])]
+    report, wall = run_search(flags)
+    print(f"{workload}: {len(report['peers'])} peers, {wall:.0f} s", file=sys.stderr)
+    return {"workload": workload, "compiled": compiled, "command": "python -m search.run " + " ".join(flags),
+            "wall_seconds": wall, "clock": report["clock"], "baseline": report["baseline"],
             "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
 
 
@@ -54,18 +44,7 @@ def markdown(result: dict[str, Any]) -> str:
         b = w["baseline"]
         out += [f"**`{w['workload']}`** ({'compiled' if w['compiled'] else 'eager'} steps, {w['clock']} clock; baseline "
                 f"{b['peak_bytes'] / 2**20:.1f} MiB, {b['step_seconds'] * 1e3:.1f} ms)", "",
-                "| peer | peak MiB | step ms | our fastest plan at no more memory: MiB / ms | peer / ours | note |",
-                "|---|---:|---:|---|---:|---|"]
-        for p in w["peers"]:
-            if p["oom"]:
-                out.append(f"| {p['peer']} | out of memory | | | | |")
-                continue
-            ours = (f"{p['ours_peak_bytes'] / 2**20:.1f} / {p['ours_step_seconds'] * 1e3:.1f}" if p["ours_peak_bytes"]
-                    else "none: no plan of ours measured this low")
-            ratio = f"{p['time_ratio_peer_over_ours']:.2f}x" if p["time_ratio_peer_over_ours"] else "-"
-            wins = " (peer faster)" if p["time_ratio_peer_over_ours"] and p["time_ratio_peer_over_ours"] < 1 else ""
-            out.append(f"| {p['peer']} | {p['peak_bytes'] / 2**20:.1f} | {p['step_seconds'] * 1e3:.1f} | {ours} | "
-                       f"{ratio}{wins} | {p['note'][:80]} |")
+                *peers_markdown(w["peers"])]
         out.append("")
     return "\n".join(out)
 

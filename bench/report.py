@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
 from bench.readme_numbers import update_readme  # noqa: E402
+from search.report import peers_markdown  # noqa: E402
 
 Result = dict[str, Any]
 METHOD_COLORS = {"agents (search run)": "tab:blue", "agents' own plans": "tab:cyan", "random": "tab:orange",
@@ -236,14 +237,7 @@ def _default_run(r: Result) -> str:
                    f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | "
                    f"{', '.join(p['found_by'])} |")
     if r.get("peers"):
-        out += ["", "| peer (same run) | peak MiB | step ms | our fastest plan at no more memory, ms | peer / ours |",
-                "|---|---:|---:|---:|---:|"]
-        for p in r["peers"]:
-            if p["oom"]:
-                continue
-            ours = f"{p['ours_step_seconds'] * 1e3:.1f}" if p["ours_step_seconds"] else "none"
-            ratio = f"{p['time_ratio_peer_over_ours']:.2f}x" if p["time_ratio_peer_over_ours"] else "-"
-            out.append(f"| {p['peer']} | {p['peak_bytes'] / 2**20:.1f} | {p['step_seconds'] * 1e3:.1f} | {ours} | {ratio} |")
+        out += ["", *peers_markdown(r["peers"])]
     return "\n".join(out) + "\n"
 
 

@@ -88,6 +88,23 @@ def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
     return rows
 
 
+def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The peers table (rows of ``peers_against``): each peer against our fastest plan at no more memory."""
+    out = ["| peer | peak MiB | step ms | our fastest plan at no more memory: MiB / ms | peer / ours | note |",
+           "|---|---:|---:|---|---:|---|"]
+    for r in rows:
+        if r["oom"]:
+            out.append(f"| {r['peer']} | out of memory | | | | |")
+            continue
+        ours = (f"{r['ours_peak_bytes'] / MB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
+                else "none: no plan of ours measured this low")
+        ratio = r["time_ratio_peer_over_ours"]
+        shown = f"{ratio:.2f}x" + (" (peer faster)" if ratio < 1 else "") if ratio else "-"
+        out.append(f"| {r['peer']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {shown} | "
+                   f"{r['note'][:80]} |")
+    return out
+
+
 def to_markdown(rep: dict[str, Any]) -> str:
     b = rep["baseline"]
     lines = [f"# Search report: {rep['workload']}", "",
@@ -107,17 +124,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     if rep["peers"]:
-        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", "",
-                  "| peer | peak MB | step ms | our fastest plan at no more memory: MB / ms | peer / ours |",
-                  "|---|---:|---:|---|---:|"]
-        for r in rep["peers"]:
-            if r["oom"]:
-                lines.append(f"| {r['peer']} | out of memory | | | |")
-                continue
-            ours = (f"{r['ours_peak_bytes'] / MB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
-                    else "none measured at that memory")
-            ratio = f"{r['time_ratio_peer_over_ours']:.2f}x" if r["time_ratio_peer_over_ours"] else "-"
-            lines.append(f"| {r['peer']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {ratio} |")
+        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
     hv = rep["hypervolume"]
     ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
