@@ -197,7 +197,8 @@ def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> dict[s
     """A plan's measured numbers as a JSON row, with savings and slowdown against ``base``."""
     r = ledger.records[tuple(plan)]
     return {"plan": list(r.actions), "peak_bytes": r.peak_bytes,
-            "activation_bytes": r.activation_bytes, "step_seconds": r.step_seconds, "clock": r.clock,
+            "activation_bytes": r.activation_bytes, "step_seconds": r.step_seconds,
+            "spread_seconds": r.spread_seconds, "clock": r.clock,
             "n_timed_steps": len(r.step_seconds_samples), "n_measurements": r.n_measurements, "peak_ratio": r.peak_bytes / base.peak_bytes,
             "time_ratio": r.step_seconds / base.step_seconds,
             "peak_saving": 1 - r.peak_bytes / base.peak_bytes,

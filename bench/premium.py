@@ -213,8 +213,10 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
 
 
 def _saving_row(name: str, r: dict[str, Any]) -> str:
+    spread = f" (IQR {r['spread_seconds'] * 1e3:.1f}, {r['n_measurements']}x{r['n_timed_steps'] // max(1, r['n_measurements'])})" \
+        if "spread_seconds" in r else ""
     return (f"| {name} | {100 * r['peak_saving']:.0f}% | {100 * r['activation_saving']:.0f}% | "
-            f"{100 * r['slowdown']:+.0f}% | {r['step_seconds'] * 1e3:.1f} |")
+            f"{100 * r['slowdown']:+.0f}% | {r['step_seconds'] * 1e3:.1f}{spread} |")
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -227,7 +229,7 @@ def markdown(result: dict[str, Any]) -> str:
         out += [f"**{w['architecture']}** (`{w['workload']}`, {w['n_units']} units; baseline "
                 f"{b['peak_bytes'] / 1e6:.1f} MB peak of which {b['activation_bytes'] / 1e6:.1f} MB activations, "
                 f"{b['step_seconds'] * 1e3:.1f} ms a step)", "",
-                "| plan | peak saved | activation memory saved | step time | step ms |", "|---|---:|---:|---:|---:|",
+                "| plan | peak saved | activation memory saved | step time | step ms (IQR ms, measurements x timed steps) |", "|---|---:|---:|---:|---:|",
                 _saving_row("every unit recomputed", w["uniform"]["all"]),
                 _saving_row("every unit selective", w["uniform"]["all_selective"])]
         for key, t in w["targets"].items():
