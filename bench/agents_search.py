@@ -54,13 +54,18 @@ def run(flags: Sequence[str]) -> dict[str, Any]:
     return row
 
 
+def _rules(names: list[str]) -> str:
+    """Rule names, the all-keep rule ``none`` spelled as the baseline; no rule at all as such."""
+    return ", ".join("none (the baseline)" if n == "none" else n for n in names) or "no rule"
+
+
 def markdown(result: dict[str, Any]) -> str:
     out = ["| search | units | measured | agents' own HV | exact plans' HV (measured) | agents / exact | rules beyond "
            "the agents' own frontier | wall s |", "|---|---:|---:|---:|---:|---:|---|---:|"]
     for r in result["rows"]:
         ratio = f"{r['agents_over_exact']:.3f}" if r["agents_over_exact"] is not None else "n/a (no warm start)"
         out.append(f"| `{r['flags']}` | {r['units']} | {r['measured']} | {r['hv_agents_own']:.4f} | "
-                   f"{r['hv_exact_measured']:.4f} | {ratio} | {', '.join(r['rules_beyond_agents']) or 'none'} | "
+                   f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} | "
                    f"{r['wall_seconds']:.0f} |")
     return "\n".join(out) + "\n"
 

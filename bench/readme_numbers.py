@@ -100,7 +100,7 @@ def _agents_search(r: Result) -> list[str]:
     for row in r["rows"]:
         ratio = (f"their own plans reach {row['agents_over_exact']:.3f} of the exact plans' measured hypervolume"
                  if row["agents_over_exact"] is not None else "no exact plans measured (no warm start)")
-        beyond = ", ".join(row["rules_beyond_agents"]) or "no rule"
+        beyond = ", ".join("none (the baseline)" if n == "none" else n for n in row["rules_beyond_agents"]) or "no rule"
         out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['wall_seconds']:.0f} s): {ratio}; "
                    f"{beyond} beyond the agents' own frontier {_where('agents_search', r, row['clock'])}.")
     return out
