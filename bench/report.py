@@ -434,16 +434,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--results", type=Path, default=RESULTS_DIR, help="folder of result JSON files")
     ap.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md", help="markdown file to write")
     ap.add_argument("--plots", type=Path, default=PLOTS_DIR, help="folder for the PNG figures")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md",
-                    help="README whose generated numbers block is rewritten from the same results ('-': none)")
+    ap.add_argument("--readme", default=None,
+                    help="README whose generated numbers block is rewritten from the same results (default: this "
+                         "repository's README.md when --results is bench/results, else none; '-': none)")
     args = ap.parse_args(argv)
     results = read_results(args.results)
     text = build(results, args.plots, args.out)
     args.out.write_text(text)
     print(args.out)
-    if str(args.readme) != "-":
-        update_readme(args.readme, results)
-        print(args.readme)
+    readme = args.readme or (str(ROOT / "README.md") if args.results.resolve() == RESULTS_DIR.resolve() else "-")
+    if readme != "-":
+        update_readme(Path(readme), results)
+        print(readme)
 
 
 if __name__ == "__main__":
