@@ -304,3 +304,15 @@ def test_a_bad_option_value_is_one_line(tmp_path):
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "n_layer" in done.stderr and "abc" in done.stderr
     assert not any(tmp_path.iterdir()), "no run folder for a bad spec"
+
+
+@pytest.mark.slow
+def test_overlapped_measurement_records_every_plan_once(tmp_path, ray_session):
+    """--overlap on (what GPU Evaluators do): agents train while the round's plans are measured in a
+    thread; the run finishes, each measurement is recorded once, the report says which mode ran."""
+    from search.run import main
+
+    assert main([*TINY, "--overlap", "on", "--out", str(tmp_path), "--name", "ov"]) == 0
+    records = _every_measurement_once(tmp_path / "ov" / "store.sqlite")
+    assert 0 < len(records) <= 14
+    assert "overlapped: agents train while" in (tmp_path / "ov" / "report.md").read_text()
