@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from env.records import MeasuredPlan, RewardMode
+from search import ray_session
 from search.config import SearchConfig
 from search.ledger import Ledger
 
@@ -99,7 +100,7 @@ class AgentPool:
         for fut, slot in futures.items():
             try:
                 rep = self.ray.get(fut)
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+            except ray_session.actor_gone() as e:
                 self._died(slot, e)
                 continue
             slot.timesteps, slot.episodes, slot.best_reward = rep["timesteps"], rep["episodes"], rep["best_reward"]
@@ -119,8 +120,7 @@ class AgentPool:
 
     def _died(self, slot: AgentSlot, error: Exception) -> None:
         slot.restarts += 1
-        cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
-        slot.last_error = f"{type(error).__name__}: {cause[:200]}"
+        slot.last_error = ray_session.death_cause(error)
         if slot.restarts <= 1:
             self.ledger.events.append(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
             slot.status = "running"

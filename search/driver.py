@@ -141,7 +141,8 @@ class Driver:
         if not kinds:
             return
         done = set(self.ledger.store.get_meta("peers", {}))  # a resumed run measured these already
-        peers = [p for p in ray_session.get(self.pool.first.peers.remote(list(kinds), list(self.cfg.peer_budgets))) if p.name not in done]
+        offered = ray_session.get(self.pool.first.peers.remote(list(kinds), list(self.cfg.peer_budgets)))
+        peers = [p for p in offered if p.name not in done]
         notes = {p.digest: p.note for p in peers}
         self.pool.measure_peers(peers, on_result=lambda m: self.ledger.record_peer(
             m.digest.removeprefix("peer:"), m, notes.get(m.digest, "")))

@@ -131,7 +131,7 @@ class EvaluatorPool:
             slot, k = running.pop(done[0])
             try:
                 out[k] = on_result(ray_session.get(done[0]))
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+            except ray_session.actor_gone() as e:
                 self._died(slot, e)
                 queue.appendleft(k)  # measured by whichever Evaluator is free next
         return [out[k] for k in range(len(jobs))]
@@ -150,7 +150,7 @@ class EvaluatorPool:
                 try:
                     out.append(ray_session.get(slot.handle.evaluate.remote(list(names), source, True)))
                     break
-                except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+                except ray_session.actor_gone() as e:
                     self._died(slot, e)
                     if not slot.alive:
                         break
@@ -165,14 +165,13 @@ class EvaluatorPool:
         for slot, ref in zip(list(self.live), refs):
             try:
                 out.append(ray_session.get(ref))
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.WorkerCrashedError) as e:
+            except ray_session.actor_gone() as e:
                 self._died(slot, e)
         return out
 
     def _died(self, slot: EvaluatorSlot, error: Exception) -> None:
         slot.restarts += 1
-        cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
-        what = f"{type(error).__name__}: {cause[:160]}"
+        what = ray_session.death_cause(error, limit=160)
         if slot.restarts <= 1:
             self.events.append(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
             self._start(slot)

@@ -50,3 +50,16 @@ def get(ref: Any) -> Any:
             raise CkptSearchError(found[-1]) from None
         raise
 
+
+
+def actor_gone() -> tuple[type[BaseException], ...]:
+    """The errors a call raises when its actor's process died (killed, crashed): catch these to restart it."""
+    import ray
+
+    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+
+
+def death_cause(error: BaseException, limit: int = 200) -> str:
+    """``Type: first line naming an error`` of a dead actor's exception, for the run's events."""
+    cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
+    return f"{type(error).__name__}: {cause[:limit]}"
