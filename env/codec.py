@@ -55,9 +55,6 @@ class PlanCodec:
             raise PlanError(f"{len(idx)} actions for {len(self.units)} units; give one action per unit")
         return plan_digest(self.fingerprint, dict(zip(self.units, self.names(idx))))
 
-    def digest_of(self, names: Sequence[str]) -> str:
-        return self.digest(self.indices(names))
-
     def plan(self, idx: Sequence[int]) -> Plan:
         return Plan.from_list(self.units, self.names(idx), self.fingerprint)
 

@@ -94,9 +94,6 @@ class Ledger:
     def peers(self) -> dict[str, MeasuredPlan]:
         return {k: MeasuredPlan.model_validate(v["record"]) for k, v in self.store.get_meta("peers", {}).items()}
 
-    def is_measured(self, idx: Indices) -> bool:
-        return self.codec.digest(idx) in self.archive.measured
-
     def proposers(self, idx: Indices) -> list[str]:
         with self.lock:
             row = self.store.get(self.codec.digest(idx))

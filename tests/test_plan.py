@@ -94,3 +94,22 @@ def test_a_missing_plan_file(tmp_path: Path) -> None:
     with pytest.raises(PlanError) as e:
         Plan.load(tmp_path / "none.json")
     one_line_error(e, "none.json' does not exist")
+
+
+def test_the_codec_converts_plans_without_changing_their_digest() -> None:
+    from env.codec import PlanCodec
+
+    units, fp = ["blocks.0", "blocks.1", "blocks.2"], "abc123"
+    codec = PlanCodec(units, ["keep", "recompute", "selective"], fp)
+    idx = (1, 0, 2)
+    assert codec.names(idx) == ("recompute", "keep", "selective")
+    assert codec.indices(codec.names(idx)) == idx
+    assert codec.digest(idx) == Plan.from_list(units, list(codec.names(idx)), fp).digest == codec.plan(idx).digest
+    assert codec.digest([1, 0, 2]) == codec.digest(idx)  # lists and tuples alike
+    assert codec.uniform("keep") == (0, 0, 0)
+    with pytest.raises(PlanError) as e:
+        codec.indices(["keep", "offload", "keep"])
+    one_line_error(e, "action 'offload' is not one this run searches", "keep, recompute, selective")
+    with pytest.raises(PlanError) as e:
+        codec.digest((0, 1))
+    one_line_error(e, "2 actions for 3 units")
