@@ -136,14 +136,10 @@ def _cpuinfo() -> list[str]:
 
 def _node_name() -> str:
     """The Ray node this process runs on (short id and IP), or the host name outside Ray."""
-    try:
-        import ray
+    import ray
 
-        if ray.is_initialized():
-            ctx = ray.get_runtime_context()
-            return f"{ctx.get_node_id()[:8]}/{ray.util.get_node_ip_address()}"
-    except Exception:  # outside a Ray worker: no runtime context
-        pass
+    if ray.is_initialized():  # a Ray actor, or a process that joined Ray: its node has a runtime context
+        return f"{ray.get_runtime_context().get_node_id()[:8]}/{ray.util.get_node_ip_address()}"
     return socket.gethostname()
 
 
