@@ -113,8 +113,7 @@ class Driver:
     def drain(self) -> None:
         """Record what the Evaluators measured for agents directly (measured mode), or on Ctrl-C."""
         for m in self.pool.drain():
-            self.ledger.propose(self.ledger.codec.indices(m.actions), m.source)
-            self.ledger.record(m)
+            self.ledger.record(m)  # proposes the plan first when it is new to the store
 
     def measure_baselines(self) -> None:
         codec = self.ledger.codec

@@ -316,3 +316,16 @@ def test_overlapped_measurement_records_every_plan_once(tmp_path, ray_session):
     records = _every_measurement_once(tmp_path / "ov" / "store.sqlite")
     assert 0 < len(records) <= 14
     assert "overlapped: agents train while" in (tmp_path / "ov" / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_measured_reward_records_what_the_agents_measured(tmp_path, ray_session):
+    """--reward measured: each agent measures its new plans through an Evaluator itself; the driver
+    drains them into the store, credited to the agent that measured them, each once."""
+    from search.run import main
+
+    assert main([*TINY, "--reward", "measured", "--timesteps", "128",
+                 "--out", str(tmp_path), "--name", "m"]) == 0
+    records = _every_measurement_once(tmp_path / "m" / "store.sqlite")
+    assert any(s.startswith("agent_") for m in records for s in m.sources), "the agents' own measurements are in"
+    assert json.loads((tmp_path / "m" / "frontier.json").read_text())["points"]
