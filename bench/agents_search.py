@@ -1,57 +1,248 @@
-"""The agents in the real search, measured: their own plans against the exact solver's plans.
+"""The agents in the real search, quoted on fresh measurements: their own plans against the exact
+solver's, the rules, and recomputing every unit an expert would name.
 
-    python bench/agents_search.py                # the rows below, ~25 min on 2 cores
+    python bench/agents_search.py                # every row below, ~80 min on 2 cores
+    python bench/agents_search.py --rows 0 2     # some rows (indices into ROWS)
     python bench/agents_search.py --quick        # gpt/tiny only, for the smoke test
 
-Each row is one ``python -m search.run`` with its defaults (hybrid reward, 4 agents, warm start
-on so that the exact solver's plans are measured beside the agents', unless the row says
-``--no-warm-start``), timed by the wall clock. From its ``report.json``: the hypervolume of the
-agents' own measured plans over the exact plans' measured hypervolume (baseline-normalised), the
-rules that no plan of the agents weakly dominates (measured), units, measurements and wall time.
-Writes ``bench/results/agents_search.json``.
+Each row is one ``python -m search.run`` with its defaults (hybrid reward, 4 agents, 4,096
+timesteps each, 30 measurements) plus the row's flags, timed by the wall clock. Most rows run
+``--no-warm-start``: the exact solver's plans are then never proposed or measured in the search,
+and every plan the agents measure is their own find. Then, apart from the search (selection and
+quote never share a measurement), one fresh Evaluator in this process measures, in ``--rounds``
+interleaved rounds (rotated order, ``repeats`` timed steps each, the same for every plan):
+
+- the agents' own frontier: the non-dominated measured plans of the search that an agent proposed;
+- as many of the exact solver's plans (on the profiled cost model, as a planner that trusts the
+  estimate would pick them), evenly spread over its frontier;
+- the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
+- ``recompute every expert unit``: all-recompute over the units a person who read the model would
+  name (every block; the zoo's expert sets of ``bench/units_table.py``).
+
+From the quote: the hypervolume of the agents' frontier over the exact plans' (baseline-normalised,
+``search.pareto``), the rules that no agent plan weakly dominates (and those faster than every agent
+plan at no more memory by more than both plans' spreads of step times), at 20 budgets evenly from the
+lowest quoted peak to the baseline's the agents' fastest fitting plan against the exact plans'
+(ratio; where one is faster by more than both plans' spreads), and at the expert plan's memory the
+agents' fastest fitting plan against it. Writes ``bench/results/agents_search.json`` after each row.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import run_search, write_result  # noqa: E402
+from agents.baselines import baseline_rules  # noqa: E402
+from agents.exact import exact_frontier  # noqa: E402
+from bench.common import Ledger, hv_of, machine_info, run_search, write_result  # noqa: E402
+from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
+from bench.units_table import USER_UNET  # noqa: E402
+from env.apply import plan_for  # noqa: E402
+from env.codec import PlanCodec  # noqa: E402
+from env.cost_model import CostModel  # noqa: E402
+from env.measure import measure  # noqa: E402
+from env.plan import Action  # noqa: E402
+from env.records import MeasuredPlan, ModelProfile  # noqa: E402
+from env.unit_choice import resolve_units  # noqa: E402
+from search.archive import frontier_of, spread_picks  # noqa: E402
+from search.driver import EXACT_UNITS, RULES_MEASURED  # noqa: E402
+from search.evaluator import Evaluator  # noqa: E402
+from search.pareto import fastest_within  # noqa: E402
+from search.store import RunStore  # noqa: E402
 
-ROWS: list[list[str]] = [
-    ["--workload", "gpt/small"],
-    ["--workload", "gpt/small?n_layer=12", "--units", "sub-blocks"],
-    ["--workload", "gpt/small?n_layer=12", "--units", "sub-blocks", "--no-warm-start"],
-    ["--workload", "gpt/small?n_layer=24", "--units", "sub-blocks"],
-    ["--workload", "hf/t5"],
-    ["--workload", "diffusers/unet2d"],
-]
-QUICK: list[list[str]] = [["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--max-measurements", "12"]]
+Plan = tuple[int, ...]
+GPT_EXPERT = ("blocks.*",)
 
 
-def beyond_agents(report: dict[str, Any]) -> list[str]:
-    """Rules (measured) that no agent-proposed frontier plan weakly dominates."""
-    mine = [p for p in report["frontier"] if any(s.startswith("agent") for s in p["found_by"])]
-    return [r["rule"] for r in report["rules"]
-            if not any(p["peak_bytes"] <= r["peak_bytes"] and p["step_seconds"] <= r["step_seconds"] for p in mine)]
+@dataclass(frozen=True)
+class Row:
+    flags: tuple[str, ...]
+    expert: tuple[str, ...]  # globs of the units an expert would recompute
 
 
-def run(flags: Sequence[str]) -> dict[str, Any]:
-    rep, wall = run_search(["--no-batch-scaling", "--peers", "none", *flags])
+ROWS: tuple[Row, ...] = (
+    Row(("--workload", "gpt/small", "--no-warm-start"), GPT_EXPERT),
+    Row(("--workload", "gpt/small?n_layer=12", "--units", "sub-blocks"), GPT_EXPERT),
+    Row(("--workload", "gpt/small?n_layer=12", "--units", "sub-blocks", "--no-warm-start"), GPT_EXPERT),
+    Row(("--workload", "gpt/small?n_layer=24", "--units", "sub-blocks", "--no-warm-start"), GPT_EXPERT),
+    *(Row(("--workload", r.spec, "--no-warm-start"), r.expert) for r in UNIT_ROWS if r.spec != USER_UNET),
+)
+QUICK: tuple[Row, ...] = (
+    Row(("--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--max-measurements", "12", "--no-warm-start"),
+        GPT_EXPERT),
+)
+COVERAGE_BUDGETS = 20
+
+
+@dataclass
+class SearchOutcome:
+    """What the quote needs from a finished search (read from its folder before it is removed)."""
+    spec: str
+    seed: int
+    repeats: int
+    threads: int
+    profile: ModelProfile
+    agents_front: list[Plan]  # the agents' own measured frontier, by the search's measurements
+    lowest_peak: int  # lowest measured peak of the search (any plan)
+
+
+def read_search(run_dir: Path) -> SearchOutcome:
+    cfg = json.loads((run_dir / "config.json").read_text())
+    with RunStore(run_dir, readonly=True) as store:
+        prof = ModelProfile.model_validate(store.get_meta("profile"))
+        measured = [m for m in store.measured() if not m.oom]
+    codec = PlanCodec(prof.units, prof.actions, prof.fingerprint)
+    mine = frontier_of([m for m in measured if any(s.startswith("agent") for s in m.sources)])
+    return SearchOutcome(cfg["workload"], int(cfg["seed"]), int(cfg["repeats"]), int(cfg["measure_threads"]), prof,
+                         [tuple(codec.indices(m.actions)) for m in mine], min(m.peak_bytes for m in measured))
+
+
+def exact_picks(prof: ModelProfile, k: int) -> list[Plan]:
+    """``k`` plans evenly spread over the exact frontier of the profiled cost model, as the search solves it."""
+    relative = 0.0 if len(prof.units) <= EXACT_UNITS else 0.005
+    return spread_picks([tuple(p.plan) for p in exact_frontier(CostModel(prof), relative=relative)], k)
+
+
+def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[str, Any]:
+    """Fresh interleaved measurements of the agents' frontier, the exact picks, the rules and the expert plan."""
+    prof = out.profile
+    ev = Evaluator(out.spec, out.seed, prof.units, prof.actions, out.repeats, "cpu", out.threads, name="quote")
+    if list(ev.units) != list(prof.units):
+        raise SystemExit(f"{out.spec}: the quoting Evaluator resolved other units than the search's")
+    ledger = Ledger(ev.evaluate, [Action(a) for a in prof.actions])
+    rules = {k: tuple(v) for k, v in baseline_rules(len(prof.units), ledger.actions, seed=out.seed).items()
+             if k in RULES_MEASURED}
+    exact = exact_picks(prof, len(out.agents_front))
+    expert = resolve_units(ev.workload, list(expert_globs))
+    expert_plan = plan_for(ev.workload.model, expert.units, [Action.RECOMPUTE] * len(expert.units))
+    got: dict[str, MeasuredPlan] = {}
+
+    def expert_once() -> None:
+        m = measure(ev.workload, expert_plan, expert.units, repeats=out.repeats, warmup=2, source="expert",
+                    measurement_id=f"expert-{uuid.uuid4().hex[:8]}")
+        got["expert"] = got["expert"].merged(m) if "expert" in got else m
+
+    keep = rules["none"]
+    ledger.measure(keep, "warm-up")  # the process's first steps run slow; this one is not quoted
+    ledger.records.clear()
+    ledger.new_measurements = 0
+    plans = list(dict.fromkeys([keep, *rules.values(), *out.agents_front, *exact]))
+    jobs: list[Callable[[], Any]] = [lambda p=p: ledger.measure(p, "quote", again=True) for p in plans] + [expert_once]
+    for r in range(rounds):
+        for job in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
+            job()
+    base = ledger.records[keep]
+    counts = {len(rec.step_seconds_samples) for rec in ledger.records.values()} | {len(got["expert"].step_seconds_samples)}
+    if len(counts) != 1:
+        raise SystemExit(f"{out.spec}: quoted plans were timed {sorted(counts)} times; they must be timed alike")
+    return {"ledger": ledger, "base": base, "rules": rules, "exact": exact, "expert": got["expert"],
+            "expert_units": expert.units, "samples_per_plan": counts.pop()}
+
+
+def rule_beyond(rule: MeasuredPlan, agents: Sequence[MeasuredPlan]) -> bool | None:
+    """None when an agent plan weakly dominates the rule (no more memory, no more time); else
+    whether the rule is faster than every agent plan at no more memory by more than both plans'
+    spreads (True also when no agent plan fits the rule's memory at all)."""
+    fits = [a for a in agents if a.peak_bytes <= rule.peak_bytes]
+    if any(a.step_seconds <= rule.step_seconds for a in fits):
+        return None
+    if not fits:
+        return True
+    best = min(fits, key=lambda a: a.step_seconds)
+    return best.step_seconds - rule.step_seconds > best.spread_seconds + rule.spread_seconds
+
+
+def _fastest(ledger: Ledger, plans: Sequence[Plan], budget: int) -> MeasuredPlan | None:
+    recs = [ledger.records[p] for p in plans]
+    k = fastest_within([r.peak_bytes for r in recs], [r.step_seconds for r in recs], budget)
+    return None if k is None else recs[k]
+
+
+def coverage(ledger: Ledger, agents: Sequence[Plan], exact: Sequence[Plan], low: int, high: int) -> list[dict[str, Any]]:
+    """At evenly spread budgets: the agents' and the exact plans' fastest fitting plan (quote medians)."""
+    rows = []
+    for b in np.linspace(low, high, COVERAGE_BUDGETS).round().astype(int).tolist():
+        a, e = _fastest(ledger, agents, b), _fastest(ledger, exact, b)
+        row: dict[str, Any] = {"budget_bytes": b, "agents_seconds": a.step_seconds if a else None,
+                               "exact_seconds": e.step_seconds if e else None}
+        if a and e:
+            row["agents_over_exact"] = a.step_seconds / e.step_seconds
+            margin = a.step_seconds - e.step_seconds
+            row["beyond_spread"] = abs(margin) > a.spread_seconds + e.spread_seconds
+        rows.append(row)
+    return rows
+
+
+def run_row(row: Row, rounds: int) -> dict[str, Any]:
+    flags = list(row.flags)
+    with tempfile.TemporaryDirectory(prefix="bench_agents_") as tmp:
+        rep, wall = run_search(["--no-batch-scaling", "--peers", "none", *flags], out=Path(tmp))
+        outcome = read_search(Path(tmp) / "run")
+    t0 = time.perf_counter()
+    q = quote(outcome, row.expert, rounds)
+    ledger, base, rules = q["ledger"], q["base"], q["rules"]
+    agents, exact = outcome.agents_front, q["exact"]
+    hv_a, hv_e = hv_of(ledger, agents, base), hv_of(ledger, exact, base)
+    recs = {p: ledger.records[p] for p in agents}
+    beyond = {name: rule_beyond(ledger.records[p], list(recs.values())) for name, p in rules.items()}
+    low = min(r.peak_bytes for r in ledger.records.values())
+    cov = coverage(ledger, agents, exact, low, base.peak_bytes)
+    x = q["expert"]
+    at_expert = _fastest(ledger, agents, x.peak_bytes)
+    spreads = [r.spread_seconds / r.step_seconds for r in ledger.records.values()]
     hv = rep["hypervolume"]
-    row = {"flags": " ".join(flags), "workload": rep["workload"], "units": rep["units"], "measured": rep["measured"],
-           "evaluations": rep["evaluations"], "wall_seconds": wall, "clock": rep["clock"],
-           "hv_frontier": hv["frontier"], "hv_agents_own": hv["agents_only"], "hv_exact_measured": hv["exact_measured"],
-           "agents_over_exact": hv["agents_over_exact"], "rules_beyond_agents": beyond_agents(rep),
-           "load_average_1": os.getloadavg()[0]}
-    print(f"{row['flags']}: {row['units']} units, agents/exact {row['agents_over_exact']}, "
-          f"rules beyond {row['rules_beyond_agents']}, {wall:.0f} s", file=sys.stderr)
-    return row
+    out = {
+        "flags": " ".join(flags), "workload": rep["workload"], "units": rep["units"], "measured": rep["measured"],
+        "evaluations": rep["evaluations"], "wall_seconds": wall, "clock": base.clock,
+        "warm_start": "--no-warm-start" not in flags,
+        "search": {"hv_frontier": hv["frontier"], "hv_agents_own": hv["agents_only"],
+                   "agents_over_exact": hv["agents_over_exact"], "lowest_peak_mb": outcome.lowest_peak / 2 ** 20},
+        "baseline": {"peak_mb": base.peak_bytes / 2 ** 20, "step_seconds": base.step_seconds},
+        "quote": {"rounds": rounds, "samples_per_plan": q["samples_per_plan"], "plans": len(ledger.records) + 1,
+                  "agents_plans": len(agents), "exact_plans": len(exact), "wall_seconds": time.perf_counter() - t0,
+                  "median_relative_spread": float(np.median(spreads))},
+        "hv_agents_own": hv_a, "hv_exact_measured": hv_e, "agents_over_exact": hv_a / hv_e if hv_e else None,
+        "lowest_peak_mb": min(r.peak_bytes for r in recs.values()) / 2 ** 20,
+        "rules_beyond_agents": [name for name, b in beyond.items() if b is not None],
+        "rules_beyond_agents_by_more_than_spread": [name for name, b in beyond.items() if b],
+        "rules_beyond_margin": {name: b for name, b in beyond.items() if b is not None},
+        "coverage": cov,
+        "expert": {"units": len(q["expert_units"]), "peak_mb": x.peak_bytes / 2 ** 20, "step_seconds": x.step_seconds,
+                   "spread_seconds": x.spread_seconds,
+                   "agents_peak_mb": at_expert.peak_bytes / 2 ** 20 if at_expert else None,
+                   "agents_seconds": at_expert.step_seconds if at_expert else None,
+                   "agents_spread_seconds": at_expert.spread_seconds if at_expert else None,
+                   "agents_over_expert": at_expert.step_seconds / x.step_seconds if at_expert else None},
+        "load_average_1": os.getloadavg()[0],
+    }
+    print(f"{out['flags']}: {out['units']} units, agents/exact {out['agents_over_exact']}, rules beyond {beyond} "
+          f"(True: by more than the spread), "
+          f"at the expert's memory {out['expert']['agents_over_expert']}, search {wall:.0f} s", file=sys.stderr)
+    return out
+
+
+def coverage_summary(row: dict[str, Any]) -> dict[str, Any]:
+    both = [c for c in row["coverage"] if "agents_over_exact" in c]
+    ratios = [c["agents_over_exact"] for c in both]
+    return {"budgets": len(row["coverage"]), "both_fit": len(both),
+            "agents_only_fit": sum(1 for c in row["coverage"] if c["agents_seconds"] and not c["exact_seconds"]),
+            "exact_only_fit": sum(1 for c in row["coverage"] if c["exact_seconds"] and not c["agents_seconds"]),
+            "mean_ratio": float(np.mean(ratios)) if ratios else None,
+            "worst_ratio": max(ratios) if ratios else None, "best_ratio": min(ratios) if ratios else None,
+            "agents_faster_beyond_spread": sum(1 for c in both if c["beyond_spread"] and c["agents_over_exact"] < 1),
+            "exact_faster_beyond_spread": sum(1 for c in both if c["beyond_spread"] and c["agents_over_exact"] > 1)}
 
 
 def _rules(names: list[str]) -> str:
@@ -60,25 +251,38 @@ def _rules(names: list[str]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    out = ["| search | units | measured | agents' own HV | exact plans' HV (measured) | agents / exact | rules beyond "
-           "the agents' own frontier | wall s |", "|---|---:|---:|---:|---:|---:|---|---:|"]
+    out = ["| search | units | search s | agents' own HV | exact plans' HV | agents / exact | rules beyond the agents' "
+           "frontier (beyond the spread) | 20 budgets: agents' time / exact's (mean, worst) | agents faster / slower beyond spread | "
+           "at the expert plan's memory: agents' time / its |", "|---|---:|---:|---:|---:|---:|---|---|---|---|"]
     for r in result["rows"]:
-        ratio = f"{r['agents_over_exact']:.3f}" if r["agents_over_exact"] is not None else "n/a (no warm start)"
-        out.append(f"| `{r['flags']}` | {r['units']} | {r['measured']} | {r['hv_agents_own']:.4f} | "
-                   f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} | "
-                   f"{r['wall_seconds']:.0f} |")
+        c, x = coverage_summary(r), r["expert"]
+        mean = f"{c['mean_ratio']:.3f}, {c['worst_ratio']:.3f}" if c["mean_ratio"] is not None else "n/a"
+        at_x = (f"{x['agents_over_expert']:.3f} ({x['units']} units, {x['peak_mb']:.1f} MiB)"
+                if x["agents_over_expert"] is not None else f"no agent plan fits {x['peak_mb']:.1f} MiB")
+        ratio = f"{r['agents_over_exact']:.3f}" if r["agents_over_exact"] is not None else "n/a"
+        out.append(f"| `{r['flags']}` | {r['units']} | {r['wall_seconds']:.0f} | {r['hv_agents_own']:.4f} | "
+                   f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} ({_rules(r.get('rules_beyond_agents_by_more_than_spread', []))}) | {mean} | "
+                   f"{c['agents_faster_beyond_spread']} / {c['exact_faster_beyond_spread']} of {c['both_fit']} | "
+                   f"{at_x} |")
     return "\n".join(out) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rows", type=int, nargs="+", help="indices into ROWS (default all)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the plans")
     ap.add_argument("--out", type=Path, help="result file (default bench/results/agents_search.json)")
     args = ap.parse_args(argv)
-    rows = [run(flags) for flags in (QUICK if args.quick else ROWS)]
-    result = {"rows": rows}
+    table = QUICK if args.quick else tuple(ROWS[i] for i in (args.rows or range(len(ROWS))))
+    rounds = 1 if args.quick else args.rounds
+    result: dict[str, Any] = {"rows": [], "load_average_at_start": list(os.getloadavg()),
+                              "machine_at_start": machine_info()}
+    for row in table:
+        result["rows"].append(run_row(row, rounds))
+        path = write_result("agents_search", result, args.out)  # after every row: a long run keeps what it did
     print(markdown(result))
-    print(write_result("agents_search", result, args.out))
+    print(path)
 
 
 if __name__ == "__main__":

@@ -206,17 +206,19 @@ def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> dict[s
             "slowdown": r.step_seconds / base.step_seconds - 1}
 
 
-def run_search(flags: Sequence[str]) -> tuple[dict[str, Any], float]:
-    """``python -m search.run`` with ``flags`` into a temporary folder: its report.json and the wall
-    seconds it took (the clock a user waits by). Exits with the CLI's last lines when it fails."""
+def run_search(flags: Sequence[str], out: Path | None = None) -> tuple[dict[str, Any], float]:
+    """``python -m search.run`` with ``flags`` into ``out/run`` (a temporary folder when None): its
+    report.json and the wall seconds it took (the clock a user waits by). Exits with the CLI's last
+    lines when it fails."""
     import subprocess
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="bench_search_") as out:
-        cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", out, "--name", "run", *flags]
+    with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
+        folder = str(out or tmp)
+        cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", folder, "--name", "run", *flags]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
             raise SystemExit(f"search.run {' '.join(flags)} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
-        return json.loads((Path(out) / "run" / "report.json").read_text()), wall
+        return json.loads((Path(folder) / "run" / "report.json").read_text()), wall

@@ -7,7 +7,11 @@
    ``search.evaluator_pool.EvaluatorPool`` of 1 and of 2 CPU Evaluators (one torch thread each),
    in alternating rounds (1, 2, 1, 2, ...) so that a change of machine load falls on both; each
    round's pool is started before its clock starts (building the workload is not timed).
+   Each Evaluator warms up (``env.measure.warm_up``) as the pool starts, before the clock.
    Reported: measurements per minute by the wall clock, per round and median, and the ratio.
+   Beside it, the ceiling: the same plans in 1 and in 2 plain processes (no Ray, no queue; each
+   warmed up, started together), with the mean seconds of one measurement and of its timed steps:
+   what two measurement streams reach on this machine at all, and the pool's share of it.
 2. The default search (``python -m search.run``, its default workload and budgets) with
    ``--evaluators 1`` and ``--evaluators 2``: wall time of the whole run, as a user sees it.
 
@@ -60,7 +64,8 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
             wall = time.perf_counter() - t0
             per_evaluator = {e: sum(label == e for m in done for label in m.evaluators)
                              for e in {label for m in done for label in m.evaluators}}
-            rows.append({"round": r, "evaluators": k, "plans": len(done), "wall_seconds": wall,
+            rows.append({"round": r, "evaluators": k, "plans": len(done), "wall_seconds": wall, "n_units": n_units,
+                         "warm_up_steps": [w["steps"] for w in pool.warm_ups],
                          "measurements_per_minute": 60 * len(done) / wall, "per_evaluator": per_evaluator,
                          "load_average_1": os.getloadavg()[0]})
             print(f"round {r}, {k} evaluator(s): {rows[-1]['measurements_per_minute']:.1f} measurements/min",
@@ -69,6 +74,60 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
 
             for s in pool.slots:
                 ray.kill(s.handle)
+    return rows
+
+
+def _plain_worker(workload: str, plans: list[list[str]], repeats: int, barrier: Any, out: Any) -> None:
+    """One plain process (no Ray): build and warm up the workload, wait for the others, measure ``plans``."""
+    import torch
+
+    from env.apply import plan_for
+    from env.measure import measure, warm_up
+    from env.plan import Action
+    from env.unit_choice import resolve_units
+    from env.workloads import load_workload
+
+    torch.set_num_threads(1)
+    w = load_workload(workload)
+    units = resolve_units(w, ["auto"]).units
+    warm_up(w)
+    barrier.wait()
+    t0 = time.perf_counter()
+    walls, timed = [], []
+    for p in plans:
+        t1 = time.perf_counter()
+        m = measure(w, plan_for(w.model, units, [Action(a) for a in p[:len(units)]]), units, repeats=repeats, warmup=2)
+        walls.append(time.perf_counter() - t1)
+        timed.append(sum(m.step_seconds_samples))
+    out.put({"wall_seconds": time.perf_counter() - t0, "measurements": len(plans),
+             "mean_measurement_seconds": statistics.mean(walls), "mean_timed_step_seconds": statistics.mean(timed)})
+
+
+def ceiling(workload: str, count: int, repeats: int, rounds: int, seed: int, n_units: int) -> list[dict[str, Any]]:
+    """The same plans in 1 and in 2 plain processes (no Ray, no queue): what two measurement
+    streams can reach on this machine at all, and where one measurement's time goes."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    rows = []
+    for r in range(rounds):
+        plans = random_plans(n_units, count, seed + r)
+        for k in (1, 2) if r % 2 == 0 else (2, 1):
+            barrier, out = ctx.Barrier(k), ctx.Queue()
+            procs = [ctx.Process(target=_plain_worker, args=(workload, plans[i::k], repeats, barrier, out)) for i in range(k)]
+            for p in procs:
+                p.start()
+            got = [out.get() for _ in procs]
+            for p in procs:
+                p.join()
+            wall = max(g["wall_seconds"] for g in got)
+            rows.append({"round": r, "processes": k, "plans": count, "wall_seconds": wall,
+                         "measurements_per_minute": 60 * count / wall,
+                         "mean_measurement_seconds": statistics.mean(g["mean_measurement_seconds"] for g in got),
+                         "mean_timed_step_seconds": statistics.mean(g["mean_timed_step_seconds"] for g in got),
+                         "load_average_1": os.getloadavg()[0]})
+            print(f"round {r}, {k} plain process(es): {rows[-1]['measurements_per_minute']:.1f} measurements/min, "
+                  f"{rows[-1]['mean_measurement_seconds']:.3f} s a measurement", file=sys.stderr)
     return rows
 
 
@@ -108,13 +167,19 @@ def main(argv: Sequence[str] | None = None) -> None:
 
         ray.shutdown()
     med = {k: statistics.median(r["measurements_per_minute"] for r in rows if r["evaluators"] == k) for k in (1, 2)}
+    plain = ceiling(args.workload, args.plans, args.repeats, args.rounds, args.seed, rows[0]["n_units"])
+    plain_med = {k: statistics.median(r["measurements_per_minute"] for r in plain if r["processes"] == k) for k in (1, 2)}
     searches = [] if args.no_search else [default_search(k, []) for k in (1, 2)]
     result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "clock": "wall (perf_counter) around each round of measurements", "rounds": rows,
               "measurements_per_minute_median": med, "speedup_2_over_1": med[2] / med[1],
+              "plain_processes": plain, "plain_measurements_per_minute_median": plain_med,
+              "plain_speedup_2_over_1": plain_med[2] / plain_med[1],
+              "pool_over_plain_with_2": med[2] / plain_med[2],
               "default_search": searches, "load_average_before": load_before,
               "load_average_after": os.getloadavg()}
-    print(f"measurements/min: 1 evaluator {med[1]:.1f}, 2 evaluators {med[2]:.1f} ({med[2] / med[1]:.2f}x)")
+    print(f"measurements/min: 1 evaluator {med[1]:.1f}, 2 evaluators {med[2]:.1f} ({med[2] / med[1]:.2f}x); "
+          f"plain processes without Ray: {plain_med[1]:.1f} and {plain_med[2]:.1f} ({plain_med[2] / plain_med[1]:.2f}x)")
     for s in searches:
         print(f"default search, --evaluators {s['evaluators']}: {s['wall_seconds']:.0f} s")
     print(write_result("evaluator_pool", result, args.out))

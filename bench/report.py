@@ -278,8 +278,11 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "compiled; compile time is reported apart.", _table("peers", None),
      lambda r, p: fig_peers(r, p, "peers_compiled"), "python bench/peers.py --compile"),
     ("agents_search", "The agents in the real search", "Each row one `python -m search.run` (hybrid reward, 4 "
-     "agents; warm start measures the exact solver's plans beside theirs): hypervolume of the agents' own measured "
-     "plans over the exact plans', measured, and the rules no agent plan dominates.", _table("agents_search", None),
+     "agents, mostly `--no-warm-start`: every plan the agents measure is their own find), then a quote apart from "
+     "the search: the agents' own frontier, as many exact-solver plans (profiled cost model), the rules and "
+     "recompute-every-expert-unit, each remeasured alike in interleaved rounds. Agents' frontier hypervolume over "
+     "the exact plans', the rules no agent plan dominates, the fastest fitting plans at 20 budgets, and the "
+     "agents' fastest plan at the expert plan's memory against it.", _table("agents_search", None),
      None, "python bench/agents_search.py"),
     ("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact solver, "
      "then PPO, against the exact frontier on the cost model.", _agents_scale, None,

@@ -93,6 +93,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
     optimizer = workload.optimizer
+    steady_numerics(device)
     clock_name, clock = step_clock(device)
     base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
                 sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
@@ -130,6 +131,43 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
                             live_before_bytes=0, step_seconds_samples=[], oom=True, **compile_fields)
     return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
                         step_seconds_samples=samples, **compile_fields)
+
+
+def steady_numerics(device: torch.device) -> None:
+    """On a CPU, flush denormal numbers to zero (``torch.set_flush_denormal``) before timing steps.
+
+    A CPU computes on denormal floats many times slower than on normal ones, and how many flow
+    through a step depends on where training stands, not on the plan: on gpt/small (one thread)
+    a fresh model's steps took 250 ms and fell to 100 ms over its first 30 training steps, so a
+    plan measured early in a process looked up to 2.5x slower than the same plan measured later.
+    With flushing, every step took 100 ms from the first. GPUs compute on denormals at full speed;
+    nothing changes there. Gradient checks (``tests/test_apply.py``) compare plans under the same
+    setting, so they are unaffected."""
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)
+
+
+def warm_up(workload: Workload, max_steps: int = 24, min_steps: int = 4, tolerance: float = 0.05) -> list[float]:
+    """Training steps of the model as it is until the last three step times lie within
+    ``tolerance`` of their median (at least ``min_steps``, at most ``max_steps``); their seconds.
+
+    A fresh process runs its first steps slower (caches, allocator, lazily built kernels; on a
+    GPU, cuDNN's autotuning); every Evaluator warms up once before it measures, so that the first
+    plan it measures (often the baseline) is not timed on a cold process."""
+    device, optimizer = workload.device, workload.optimizer
+    steady_numerics(device)
+    _, clock = step_clock(device)
+    times: list[float] = []
+    while len(times) < max_steps:
+        sync(device)
+        t0 = clock()
+        train_step(workload, optimizer)
+        sync(device)
+        times.append((clock() - t0) / 1e9)
+        last = sorted(times[-3:])
+        if len(times) >= min_steps and last[-1] - last[0] <= tolerance * last[1]:
+            break
+    return times
 
 
 def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, int, int | None]:

@@ -22,7 +22,7 @@ import torch
 
 from env.apply import apply_actions, plan_for
 from env.errors import MeasurementError
-from env.measure import live_bytes, measure
+from env.measure import live_bytes, measure, steady_numerics
 from env.plan import Action, fingerprint
 from env.cost_model import CostModel
 from env.records import MeasuredPlan, ModelProfile, Segment, UnitCost
@@ -83,6 +83,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     plans match their measured peaks (``check_profile``).
     """
     optimizer = workload.optimizer
+    steady_numerics(workload.device)
     train_step(workload, optimizer)  # optimizer state exists from here on
     units = _execution_order(workload, units, optimizer)
     n = len(units)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from typing import Any, Sequence
 
 import torch
 
 from env.apply import plan_for
-from env.measure import measure
+from env.measure import measure, warm_up
 from env.peers import Peer, measure_peer, peers_for
 from env.plan import Action, parse_action
 from env.profile import profile
@@ -62,6 +63,13 @@ class Evaluator:
     def profile(self) -> dict[str, Any]:
         prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
         return prof.model_dump(mode="json")
+
+    def warm_up(self) -> dict[str, Any]:
+        """Steps until the step time settles (``env.measure.warm_up``), before any measurement."""
+        t0 = time.perf_counter()
+        times = warm_up(self.workload)
+        return {"evaluator": self.label, "steps": len(times), "first_over_last": times[0] / times[-1],
+                "seconds": time.perf_counter() - t0}
 
     def preload(self, records: Sequence[MeasuredPlan]) -> int:
         """Known measurements (from a resumed store): answered from the cache from now on."""

@@ -58,9 +58,11 @@ class EvaluatorPool:
         n, gpu = evaluator_count(cfg, ray.cluster_resources().get("GPU", 0.0))
         self.slots = [EvaluatorSlot(f"evaluator_{i}", gpu) for i in range(n)]
         self.events: list[str] = []
+        self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up (steps, seconds), for the report
         for slot in self.slots:
             self._start(slot)
         self._check_device_models()
+        self._warm_up(self.slots)
 
     @property
     def units(self) -> list[str]:
@@ -75,6 +77,10 @@ class EvaluatorPool:
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
                                    "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units)
         slot.info = ray_session.get(slot.handle.info.remote())
+
+    def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:
+        """Every Evaluator steps until its step time settles, all at once, before the first measurement."""
+        self.warm_ups += ray_session.get([s.handle.warm_up.remote() for s in slots])
 
     def _check_device_models(self) -> None:
         models = {s.info["device_model"] for s in self.slots if s.info}
@@ -98,9 +104,11 @@ class EvaluatorPool:
         return bool(self.slots) and all(s.gpu for s in self.slots)
 
     def describe(self) -> list[dict[str, Any]]:
+        warm = {w["evaluator"]: w for w in self.warm_ups}  # the latest warm-up of each label
         return [{"name": s.name, "label": s.info["evaluator"] if s.info else s.name, "node": (s.info or {}).get("node"),
                  "device": (s.info or {}).get("device_model"), "pid": (s.info or {}).get("pid"),
-                 "restarts": s.restarts, "alive": s.alive} for s in self.slots]
+                 "restarts": s.restarts, "alive": s.alive,
+                 "warm_up_steps": warm.get((s.info or {}).get("evaluator"), {}).get("steps")} for s in self.slots]
 
     def preload(self, records: Sequence[MeasuredPlan]) -> None:
         ray_session.get([s.handle.preload.remote(list(records)) for s in self.live])
@@ -175,6 +183,7 @@ class EvaluatorPool:
         if slot.restarts <= 1:
             self.events.append(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
             self._start(slot)
+            self._warm_up([slot])
         else:
             self.events.append(f"{slot.name} died again ({what}); the run went on without it")
             slot.alive = False

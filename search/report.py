@@ -135,13 +135,12 @@ def to_markdown(rep: dict[str, Any]) -> str:
 
         lines += ["", "## Decision units", ""] + [f"- {line}" for line in UnitChoice.model_validate(rep["unit_choice"]).lines()]
     lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", "",
-              "| evaluator | node | device | restarts | baseline ms |", "|---|---|---|---:|---:|"]
+              "| evaluator | node | device | restarts | warm-up steps | baseline ms |", "|---|---|---|---:|---:|---:|"]
     by_label = rep["baseline_by_evaluator"]
     for e in rep["evaluators"]:
         own = by_label.get(e["label"])
-        lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | "
-                     f"{own['step_seconds'] * 1e3:.1f} |" if own else
-                     f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | - |")
+        lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
+                     + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"

@@ -169,8 +169,12 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     out = tmp_path / "agents_search.json"
     run_bench("agents_search.py", "--quick", "--out", str(out))
     row = load(out)["rows"][0]
-    assert row["units"] == 4 and row["measured"] <= 12 and row["hv_agents_own"] > 0
+    assert row["units"] == 4 and row["measured"] <= 12 and row["hv_agents_own"] > 0 and not row["warm_start"]
     assert row["agents_over_exact"] == pytest.approx(row["hv_agents_own"] / row["hv_exact_measured"])
+    q = row["quote"]  # the quote: fresh measurements, every plan timed alike (one round of 3 steps here)
+    assert q["samples_per_plan"] == 3 and q["agents_plans"] == q["exact_plans"] >= 1
+    assert len(row["coverage"]) == 20 and row["expert"]["units"] == 4
+    assert all(c["budget_bytes"] <= row["baseline"]["peak_mb"] * 2 ** 20 for c in row["coverage"])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")

@@ -16,7 +16,14 @@ KEEP = (0,) * N
 
 
 def _model(seed: int = 4) -> CostModel:
-    return CostModel(synthetic_profile(N, 2, seed=seed))
+    """A random profile made physical: no unit is faster recomputed than kept."""
+    prof = synthetic_profile(N, 2, seed=seed)
+    keep, other = prof.actions
+    slower = []
+    for k, o in zip(prof.costs[keep], prof.costs[other]):
+        lack = (k.fwd.seconds + k.bwd.seconds) - (o.fwd.seconds + o.bwd.seconds)
+        slower.append(o.model_copy(update={"bwd": o.bwd.model_copy(update={"seconds": o.bwd.seconds + max(0.0, lack) + 1e-3})}))
+    return CostModel(prof.model_copy(update={"costs": {keep: prof.costs[keep], other: slower}}))
 
 
 def _slower_plans(cm: CostModel) -> list[tuple[int, ...]]:
@@ -119,3 +126,23 @@ def test_the_corrected_model_predicts_as_the_correction_and_feeds_the_exact_solv
     assert cm.step_seconds(KEEP) == base_t  # the original is untouched
     front = exact_frontier(fixed)
     assert front and all(pt.step_seconds == pytest.approx(fixed.step_seconds(pt.plan)) for pt in front)
+
+
+def test_noise_never_fits_an_action_faster_than_keeping_the_unit() -> None:
+    """Measurements where recomputing units 0 and 1 looks faster than the baseline (noise): the
+    fitted extras stay at or above zero, so the all-keep plan stays the fastest plan the
+    corrected model knows and the exact solver on it keeps the baseline on its frontier."""
+    from agents.exact import exact_frontier
+
+    cm = _model(seed=7)
+    base_t = cm.step_seconds(KEEP)
+    c = MeasuredCorrection(cm)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p, dt in (((1, 0, 0, 0, 0, 0), -0.05), ((0, 1, 0, 0, 0, 0), -0.03), ((1, 1, 0, 0, 0, 0), -0.08)):
+        c.add(p, cm.peak_bytes(p), base_t * (1 + dt))
+    fixed = c.corrected_model()
+    assert (fixed.seconds[:, 1] > 0).all()
+    plans = list(itertools.product(range(2), repeat=N))
+    unmeasured = [p for p in plans if p not in c.measured]
+    assert min(c.predict(p)[1] for p in unmeasured) >= base_t
+    assert any(pt.plan == KEEP for pt in exact_frontier(fixed))

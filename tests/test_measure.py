@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from env.apply import plan_for
 from env.errors import MeasurementError
-from env.measure import measure
+from env.measure import measure, warm_up
 from env.records import MeasuredPlan
 from env.plan import Action
 from env.profile import profile
@@ -147,3 +147,14 @@ def test_a_unit_that_runs_twice_is_named() -> None:
     with pytest.raises(MeasurementError) as e:
         profile(w, ["blocks.0", "blocks.1"], repeats=1, baseline=False)
     one_line_error(e, "fired twice in one step", "a unit ran twice", "each run once per step")
+
+
+def test_warm_up_steps_until_the_step_time_settles() -> None:
+    """At least ``min_steps``; stops once the last three agree within ``tolerance``; never past ``max_steps``."""
+    w = load_workload("gpt/tiny")
+    assert len(warm_up(w, max_steps=8, min_steps=3, tolerance=float("inf"))) == 3
+    never = warm_up(w, max_steps=5, min_steps=3, tolerance=-1.0)
+    assert len(never) == 5 and all(t > 0 for t in never)
+    settled = warm_up(w, max_steps=30, min_steps=4, tolerance=0.5)
+    last = sorted(settled[-3:])
+    assert 4 <= len(settled) <= 30 and (len(settled) == 30 or last[-1] - last[0] <= 0.5 * last[1])
