@@ -3,6 +3,7 @@ solver's, the rules, and recomputing every unit an expert would name.
 
     python bench/agents_search.py                # every row below, ~80 min on 2 cores
     python bench/agents_search.py --rows 0 2     # some rows (indices into ROWS)
+    python bench/agents_search.py --rows 4 5 --append   # and keep the other rows of the result file
     python bench/agents_search.py --quick        # gpt/tiny only, for the smoke test
 
 Each row is one ``python -m search.run`` with its defaults (hybrid reward, 4 agents, 4,096
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import Ledger, hv_of, machine_info, run_search, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, Ledger, hv_of, machine_info, run_search, write_result  # noqa: E402
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -273,11 +274,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, nargs="+", help="indices into ROWS (default all)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the plans")
     ap.add_argument("--out", type=Path, help="result file (default bench/results/agents_search.json)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the rows of the result file that this run does not measure (each row says its load)")
     args = ap.parse_args(argv)
     table = QUICK if args.quick else tuple(ROWS[i] for i in (args.rows or range(len(ROWS))))
     rounds = 1 if args.quick else args.rounds
     result: dict[str, Any] = {"rows": [], "load_average_at_start": list(os.getloadavg()),
                               "machine_at_start": machine_info()}
+    path = args.out or RESULTS_DIR / "agents_search.json"
+    if args.append and path.is_file():  # rows of an earlier run stay, unless this run measures them again
+        earlier = json.loads(path.read_text())
+        mine = {" ".join(r.flags) for r in table}
+        result["rows"] = [r for r in earlier["rows"] if r["flags"] not in mine]
+        result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
+                                                                      "machine": earlier.get("machine")}]
     for row in table:
         result["rows"].append(run_row(row, rounds))
         path = write_result("agents_search", result, args.out)  # after every row: a long run keeps what it did

@@ -34,6 +34,7 @@ from env.records import MeasuredPlan  # noqa: E402
 from search.pareto import REFERENCE, hypervolume, nondominated, normalise  # noqa: E402
 
 USER_MODEL = "bench/user_model.py:make"
+
 # name -> spec measured by default; "small" sizes so that one workload's comparison fits ~5 min
 BENCH_WORKLOADS: dict[str, str] = {
     "gpt": "gpt/small",

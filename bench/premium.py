@@ -1,6 +1,6 @@
 """The checkpointing premium per architecture: memory saved against step time paid, measured.
 
-    python bench/premium.py                    # gpt (default size), a ResNet-style cnn, lstm: ~25 min
+    python bench/premium.py                    # gpt (default size), hf/llama, a ResNet-style cnn, hf/resnet50, lstm
     python bench/premium.py --workloads gpt --device cuda
     python bench/premium.py --saving activation   # targets on activation memory instead of the peak
     python bench/premium.py --quick            # tiny sizes, for the smoke test
@@ -52,9 +52,10 @@ from search.evaluator import Evaluator  # noqa: E402
 
 Plan = tuple[int, ...]
 TARGETS = (0.3, 0.5, 0.7)  # saving (of the peak, or of the activations) the searched plans must reach
-DEFAULT_WORKLOADS = ["gpt=gpt", "cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6", "lstm"]
+DEFAULT_WORKLOADS = ["gpt=gpt", "llama=hf/llama", "cnn=cnn/small?image_size=96&batch_size=32&blocks_per_stage=6",
+                     "resnet50=hf/resnet50", "lstm"]
 QUICK_WORKLOADS = ["gpt", "cnn", "lstm"]
-ARCHITECTURE = {"gpt": "transformer", "cnn": "cnn", "lstm": "rnn"}
+ARCHITECTURE = {"gpt": "transformer", "llama": "transformer", "cnn": "cnn", "resnet50": "cnn", "lstm": "rnn"}
 # (activation memory saved %, step-time cost %), low-high, as commonly cited for checkpointing
 CITED: dict[str, dict[str, Any]] = {
     "transformer": {"plan": "all", "saving_pct": (65, 75), "slowdown_pct": (20, 30)},

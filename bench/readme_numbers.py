@@ -16,14 +16,25 @@ END = "<!-- numbers: end -->"
 MIB = 2**20
 
 Result = dict[str, Any]
+# CPU step times measured before this were taken without flushing denormal floats (env.measure.steady_numerics):
+# a fresh model's steps ran up to 2.5x slower until training moved past them, so such a figure mixes plan
+# and process age. The README and BENCHMARKS.md name every CPU result written before it.
+DENORMALS_FLUSHED_SINCE = "2026-12-01 04:31:00"
+
+
+def timed_before_flushing(result: Result) -> bool:
+    """True for a CPU result whose step times were measured before denormals were flushed."""
+    device = str(result.get("machine", {}).get("device", "cpu"))
+    return device.startswith("cpu") and str(result.get("written_at", "")) < DENORMALS_FLUSHED_SINCE
 
 
 def _where(name: str, r: Result, clock: str | None = None) -> str:
     m = r.get("machine", {})
     load = (m.get("load_average_1_5_15") or ["?"])[0]
     clock = clock or r.get("clock")
+    stale = "; timed before CPU denormals were flushed" if timed_before_flushing(r) else ""
     return (f"(`bench/results/{name}.json`, {m.get('device', '?')} on {m.get('cpu_model', '?')}, "
-            + (f"{clock} clock, " if clock else "") + f"load {load})")
+            + (f"{clock} clock, " if clock else "") + f"load {load}{stale})")
 
 
 def _default_run(r: Result) -> list[str]:
@@ -89,6 +100,10 @@ def _evaluator_pool(r: Result) -> list[str]:
     med = r["measurements_per_minute_median"]
     line = (f"- Measurements per minute through 1 and 2 CPU Evaluators (same plans, alternating rounds): "
             f"{med['1']:.1f} and {med['2']:.1f} ({r['speedup_2_over_1']:.2f}x)")
+    plain = r.get("plain_measurements_per_minute_median")
+    if plain:
+        line += (f"; the same plans in 1 and 2 plain processes without Ray: {plain['1']:.1f} and {plain['2']:.1f} "
+                 f"({r['plain_speedup_2_over_1']:.2f}x)")
     runs = {s["evaluators"]: s["wall_seconds"] for s in r.get("default_search", [])}
     if runs:
         line += f"; the default search took {runs[1]:.0f} s with one and {runs[2]:.0f} s with two"
@@ -115,6 +130,14 @@ def _agents_scale(r: Result) -> list[str]:
             + f" {_where('agents_scale', r, 'wall')}."]
 
 
+def _dynamic(r: Result) -> list[str]:
+    lengths = "/".join(str(n) for n in r["lengths"])
+    return [f"- `{r['workload']}`, {r['steps']} batches of {lengths} tokens under a {r['cap_mb']:.1f} MiB cap: the plan "
+            f"`DynamicPlan` picks per batch shape takes {r['dynamic_over_static']:.3f} of the total step time of the "
+            f"one static plan that fits the longest shape (median of {r['rounds']} interleaved rounds); both stay "
+            f"under the cap: {'yes' if r['both_under_cap'] else 'no'} {_where('dynamic', r, 'thread-cpu')}."]
+
+
 SECTIONS: list[tuple[str, str, Callable[[Result], list[str]]]] = [
     ("default_run", "The default run", _default_run),
     ("search_quality", "Search quality at equal measurements", _search_quality),
@@ -123,6 +146,7 @@ SECTIONS: list[tuple[str, str, Callable[[Result], list[str]]]] = [
     ("evaluator_pool", "Measurements in parallel", _evaluator_pool),
     ("agents_search", "The agents in the real search", _agents_search),
     ("agents_scale", "Agents at 6 to 96 units, on the cost model", _agents_scale),
+    ("dynamic", "Dynamic checkpointing", _dynamic),
 ]
 
 

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
-from bench.readme_numbers import update_readme  # noqa: E402
+from bench.readme_numbers import timed_before_flushing, update_readme  # noqa: E402
 from search.report import peers_markdown  # noqa: E402
 
 Result = dict[str, Any]
@@ -262,6 +262,17 @@ def _evaluator_pool(r: Result) -> str:
     med = r["measurements_per_minute_median"]
     out += ["", f"Median: {med['1']:.1f} measurements/min with one Evaluator, {med['2']:.1f} with two "
                 f"({r['speedup_2_over_1']:.2f}x)."]
+    if r.get("plain_processes"):
+        plain = r["plain_measurements_per_minute_median"]
+        out += ["", "The ceiling: the same plans in plain processes (no Ray, no queue), started together.", "",
+                "| round | processes | wall s | measurements/min | s a measurement | of it timed steps | load |",
+                "|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [f"| {p['round']} | {p['processes']} | {p['wall_seconds']:.1f} | {p['measurements_per_minute']:.1f} | "
+                f"{p['mean_measurement_seconds']:.3f} | {p['mean_timed_step_seconds']:.3f} | {p['load_average_1']:.1f} |"
+                for p in r["plain_processes"]]
+        out += ["", f"Median: {plain['1']:.1f} and {plain['2']:.1f} measurements/min "
+                    f"({r['plain_speedup_2_over_1']:.2f}x); the pool with two Evaluators reaches "
+                    f"{r['pool_over_plain_with_2']:.2f} of two plain processes."]
     for s in r.get("default_search", []):
         out.append(f"Default search with `--evaluators {s['evaluators']}`: {s['wall_seconds']:.0f} s ({s['summary']}).")
     return "\n".join(out) + "\n"
@@ -287,6 +298,9 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
     ("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact solver, "
      "then PPO, against the exact frontier on the cost model.", _agents_scale, None,
      "python bench/agents_scale.py"),
+    ("dynamic", "Dynamic checkpointing", "Batches of varying sequence length under one memory cap: the plan chosen "
+     "per batch shape by `search.DynamicPlan` (one search per shape) against the one static plan that fits the "
+     "longest shape, on the same sequence of batches.", _table("dynamic", None), None, "python bench/dynamic.py"),
     ("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
      "(alternating rounds, wall clock), and the default search's wall time with each.", _evaluator_pool, None,
      "python bench/evaluator_pool.py"),
@@ -401,6 +415,8 @@ def section(name: str, title: str, intro: str, table: Callable[[Result], str], f
     where = (f"Measured on {machine_label(result['machine'])}" if result.get("machine")
              else "This result does not record the machine it ran on (rerun to record it)")
     when = f", {result['written_at']}" if result.get("written_at") else ""
+    if timed_before_flushing(result):
+        when += " (step times taken before CPU denormals were flushed: read them as drifting with process age)"
     out += [intro, "", f"{where}{when}; `{command}`.", ""]
     try:
         out += [table(result).rstrip(), ""]

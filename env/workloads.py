@@ -103,7 +103,7 @@ def _move(v: Any, device: str | torch.device) -> Any:
 # Built-ins. Defaults take about a second a step on 2 CPU cores; ``tiny`` is for tests.
 
 BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gpt": dict(vocab_size=4096, seq_len=256, n_layer=6, d_model=384, n_head=6, dropout=0.1, batch_size=8),
+    "gpt": dict(vocab_size=4096, seq_len=256, n_layer=6, d_model=384, n_head=6, dropout=0.1, batch_size=8, tokens=0),
     "cnn": dict(widths="32,64,128,256", blocks_per_stage="2", image_size=160, n_classes=10, dropout=0.1,
                 batch_size=32),
     "lstm": dict(vocab_size=4096, seq_len=128, n_layer=6, d_model=256, dropout=0.1, batch_size=16),
@@ -123,7 +123,10 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 def _build_gpt(o: dict[str, Any], g: torch.Generator) -> tuple[nn.Module, Inputs]:
     model = models.GPT(o["vocab_size"], o["seq_len"], o["n_layer"], o["d_model"], o["n_head"], o["dropout"])
-    shape = (o["batch_size"], o["seq_len"])
+    tokens = o["tokens"] or o["seq_len"]  # a batch of shorter sequences than the model's context: the same model
+    if not 0 < tokens <= o["seq_len"]:
+        raise WorkloadError(f"option tokens={o['tokens']} must lie between 1 and seq_len={o['seq_len']} (0: seq_len)")
+    shape = (o["batch_size"], tokens)
     idx = torch.randint(0, o["vocab_size"], shape, generator=g)
     return model, (idx, torch.randint(0, o["vocab_size"], shape, generator=g))
 

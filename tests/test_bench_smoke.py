@@ -125,6 +125,9 @@ def test_evaluator_pool_quick(tmp_path: Path) -> None:
         assert sum(row["per_evaluator"].values()) == 4 and len(row["per_evaluator"]) == row["evaluators"]
     assert r["speedup_2_over_1"] == pytest.approx(r["measurements_per_minute_median"]["2"]
                                                   / r["measurements_per_minute_median"]["1"])
+    assert all(len(row["warm_up_steps"]) == row["evaluators"] and min(row["warm_up_steps"]) >= 4 for row in r["rounds"])
+    assert [row["processes"] for row in r["plain_processes"]] == [1, 2, 2, 1]  # the ceiling, without Ray
+    assert all(row["mean_timed_step_seconds"] < row["mean_measurement_seconds"] for row in r["plain_processes"])
 
 
 @pytest.mark.slow
@@ -208,3 +211,17 @@ def test_agents_scale_quick(tmp_path: Path) -> None:
     hybrid = result["hybrid"]
     assert [r["measured"] for r in hybrid["rounds"]][0] == 1 and hybrid["rounds"][-1]["measured"] > 1
     assert hybrid["final"]["hv_ratio"] >= 0.98
+
+
+@pytest.mark.slow
+def test_dynamic_quick(tmp_path: Path) -> None:
+    """Two searches (one per sequence length), then the same batches trained with the static plan
+    of the longest shape and with DynamicPlan's choice per shape; both stay under the cap."""
+    out = tmp_path / "dynamic.json"
+    run_bench("dynamic.py", "--quick", "--out", str(out))
+    r = load(out)
+    assert r["lengths"] == [8, 16] and len(r["order"]) == r["steps"] == 8 and set(r["order"]) <= {8, 16}
+    assert len(r["static"]["totals_seconds"]) == len(r["dynamic"]["totals_seconds"]) == r["rounds"] == 2
+    assert r["both_under_cap"] and all(v <= r["cap_mb"] for v in r["static"]["peaks_mb"].values())
+    assert r["dynamic_over_static"] == pytest.approx(r["median_seconds"]["dynamic"] / r["median_seconds"]["static"])
+
