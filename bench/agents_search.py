@@ -186,11 +186,12 @@ def coverage(ledger: Ledger, agents: Sequence[Plan], exact: Sequence[Plan], low:
     return rows
 
 
-def run_row(row: Row, rounds: int) -> dict[str, Any]:
+def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
     flags = list(row.flags)
     with tempfile.TemporaryDirectory(prefix="bench_agents_") as tmp:
-        rep, wall = run_search(["--no-batch-scaling", "--peers", "none", *flags], out=Path(tmp))
-        outcome = read_search(Path(tmp) / "run")
+        folder = Path(tempfile.mkdtemp(prefix="run_", dir=keep)) if keep else Path(tmp)
+        rep, wall = run_search(["--no-batch-scaling", "--peers", "none", *flags], out=folder)
+        outcome = read_search(folder / "run")
     t0 = time.perf_counter()
     q = quote(outcome, row.expert, rounds)
     ledger, base, rules = q["ledger"], q["base"], q["rules"]
@@ -227,6 +228,7 @@ def run_row(row: Row, rounds: int) -> dict[str, Any]:
                    "agents_spread_seconds": at_expert.spread_seconds if at_expert else None,
                    "agents_over_expert": at_expert.step_seconds / x.step_seconds if at_expert else None},
         "load_average_1": os.getloadavg()[0],
+        "run_dir": str(folder / "run") if keep else None,
     }
     print(f"{out['flags']}: {out['units']} units, agents/exact {out['agents_over_exact']}, rules beyond {beyond} "
           f"(True: by more than the spread), "
@@ -274,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, nargs="+", help="indices into ROWS (default all)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the plans")
     ap.add_argument("--out", type=Path, help="result file (default bench/results/agents_search.json)")
+    ap.add_argument("--keep", type=Path, help="keep each search's run folder under this folder (to inspect it)")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of the result file that this run does not measure (each row says its load)")
     args = ap.parse_args(argv)
@@ -289,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
                                                                       "machine": earlier.get("machine")}]
     for row in table:
-        result["rows"].append(run_row(row, rounds))
+        result["rows"].append(run_row(row, rounds, args.keep))
         path = write_result("agents_search", result, args.out)  # after every row: a long run keeps what it did
     print(markdown(result))
     print(path)
