@@ -1,8 +1,8 @@
 """EvaluatorPool: one Evaluator per device of the Ray cluster, fed from one queue.
 
 - Devices: one Evaluator per GPU the cluster offers (``num_gpus=1`` each, at most ``--devices``),
-  or on CPU-only clusters ``--evaluators N`` CPU Evaluators spread over the nodes, each with its
-  own measuring threads. Each builds the workload itself from the spec; nothing large travels.
+  or on CPU-only clusters ``--evaluators N`` CPU Evaluators placed round-robin over the nodes, each
+  with its own measuring threads. Each builds the workload itself from the spec; nothing large travels.
 - Queue: ``measure(jobs)`` hands each plan to whichever Evaluator is free (``ray.wait``) and
   gives every result to ``on_result`` the moment it arrives, so the store has it at once.
 - Comparable: every Evaluator says its device model; a cluster whose Evaluators differ is
@@ -69,10 +69,25 @@ class EvaluatorPool:
         """The decision units, as the first Evaluator chose them; the others are given these FQNs."""
         return list(self.slots[0].info["units"]) if self.slots and self.slots[0].info else []
 
+    def _placement(self, slot: EvaluatorSlot) -> Any:
+        """Where a slot's Evaluator goes: GPU Evaluators by Ray's SPREAD (one GPU each already places
+        them); CPU Evaluators round-robin over the nodes alive now that offer CPUs, in node order, pinned
+        there (an Evaluator takes no CPU from Ray's accounting, so any node fits it). SPREAD, and a
+        soft affinity too, put both of two CPU Evaluators on one node of a busy two-node cluster in
+        2 of 4 tries here."""
+        if slot.gpu:
+            return "SPREAD"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+        if len(nodes) < 2:
+            return "SPREAD"
+        return NodeAffinitySchedulingStrategy(nodes[self.slots.index(slot) % len(nodes)], soft=False)
+
     def _start(self, slot: EvaluatorSlot) -> None:
         cfg = self.cfg
         threads = None if slot.gpu else (cfg.measure_threads or None)
-        actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy="SPREAD")
+        actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy=self._placement(slot))
         units = self.units or cfg.units  # one choice of units for every Evaluator
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
                                    "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units)
