@@ -74,7 +74,7 @@ class EvaluatorPool:
         them); CPU Evaluators round-robin over the nodes alive now that offer CPUs, in node order, pinned
         there (an Evaluator takes no CPU from Ray's accounting, so any node fits it). SPREAD, and a
         soft affinity too, put both of two CPU Evaluators on one node of a busy two-node cluster in
-        2 of 4 tries here."""
+        3 of 5 tries here."""
         if slot.gpu:
             return "SPREAD"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
