@@ -58,7 +58,7 @@ from env.plan import Action  # noqa: E402
 from env.records import MeasuredPlan, ModelProfile  # noqa: E402
 from env.unit_choice import resolve_units  # noqa: E402
 from search.archive import frontier_of, spread_picks  # noqa: E402
-from search.driver import EXACT_UNITS, RULES_MEASURED  # noqa: E402
+from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
 from search.evaluator import Evaluator  # noqa: E402
 from search.pareto import fastest_within  # noqa: E402
 from search.store import RunStore  # noqa: E402
@@ -112,8 +112,8 @@ def read_search(run_dir: Path) -> SearchOutcome:
 
 def exact_picks(prof: ModelProfile, k: int) -> list[Plan]:
     """``k`` plans evenly spread over the exact frontier of the profiled cost model, as the search solves it."""
-    relative = 0.0 if len(prof.units) <= EXACT_UNITS else 0.005
-    return spread_picks([tuple(p.plan) for p in exact_frontier(CostModel(prof), relative=relative)], k)
+    front = exact_frontier(CostModel(prof), relative=exact_relative(len(prof.units)))
+    return spread_picks([tuple(p.plan) for p in front], k)
 
 
 def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[str, Any]:
@@ -136,9 +136,7 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
         got["expert"] = got["expert"].merged(m) if "expert" in got else m
 
     keep = rules["none"]
-    ledger.measure(keep, "warm-up")  # the process's first steps run slow; this one is not quoted
-    ledger.records.clear()
-    ledger.new_measurements = 0
+    ev.warm_up()  # as the search's Evaluators do: the first steps of a process are not quoted
     plans = list(dict.fromkeys([keep, *rules.values(), *out.agents_front, *exact]))
     jobs: list[Callable[[], Any]] = [lambda p=p: ledger.measure(p, "quote", again=True) for p in plans] + [expert_once]
     for r in range(rounds):

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import run_search, set_threads, write_result  # noqa: E402
 from env.apply import apply_actions  # noqa: E402
-from env.measure import measure, steady_numerics, warm_up  # noqa: E402
+from env.measure import measure, warm_up  # noqa: E402
 from env.plan import Plan  # noqa: E402
 from env.timeline import step_clock, train_step  # noqa: E402
 from env.workloads import Workload, load_workload  # noqa: E402
@@ -106,7 +106,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     inputs = {n: s.inputs for n, s in shapes.items()}
     batch_shape = {n: s.batch_shape for n, s in shapes.items()}
     choices = {n: dyn.select(cap, batch_shape[n]) for n in args.lengths}
-    steady_numerics(w.device)
     warm_up(w)
     order = np.random.default_rng(args.seed).choice(args.lengths, size=args.steps).tolist()
 

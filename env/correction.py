@@ -143,11 +143,10 @@ class MeasuredCorrection:
 
 def _ridge_nonnegative(X: np.ndarray, y: np.ndarray, w0: np.ndarray, ridge: float) -> np.ndarray:
     """argmin |X w - y|^2 + ridge |w - w0|^2 subject to w >= 0, by active sets: solve, pin the
-    negative coordinates to 0, solve for the rest, until none is negative (at most one pass per
-    coordinate; a handful in practice)."""
+    negative coordinates to 0, solve for the rest, until none is negative (each pass pins at least
+    one more; with none free the answer is all zeros)."""
     free = np.ones(len(w0), dtype=bool)
-    w = np.zeros(len(w0))
-    for _ in range(len(w0) + 1):
+    while True:
         Xf = X[:, free]
         w = np.zeros(len(w0))
         w[free] = np.linalg.solve(Xf.T @ Xf + ridge * np.eye(int(free.sum())), Xf.T @ y + ridge * w0[free])
@@ -155,4 +154,3 @@ def _ridge_nonnegative(X: np.ndarray, y: np.ndarray, w0: np.ndarray, ridge: floa
         if not negative.any():
             return w
         free &= ~negative
-    return np.maximum(w, 0.0)

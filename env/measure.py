@@ -19,7 +19,7 @@ what was live before the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -109,13 +109,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
                 for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
                     train_step(workload, optimizer)
             peak, live_before, reserved = _peak(stepped, optimizer)
-            samples = []
-            for _ in range(repeats):
-                sync(device)
-                t0 = clock()
-                train_step(stepped, optimizer)
-                sync(device)
-                samples.append((clock() - t0) / 1e9)
+            samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)]
         except RuntimeError as e:
             if device.type != "cuda" or not _is_oom(e):
                 raise
@@ -154,20 +148,24 @@ def warm_up(workload: Workload, max_steps: int = 24, min_steps: int = 4, toleran
     A fresh process runs its first steps slower (caches, allocator, lazily built kernels; on a
     GPU, cuDNN's autotuning); every Evaluator warms up once before it measures, so that the first
     plan it measures (often the baseline) is not timed on a cold process."""
-    device, optimizer = workload.device, workload.optimizer
-    steady_numerics(device)
-    _, clock = step_clock(device)
+    steady_numerics(workload.device)
+    _, clock = step_clock(workload.device)
     times: list[float] = []
     while len(times) < max_steps:
-        sync(device)
-        t0 = clock()
-        train_step(workload, optimizer)
-        sync(device)
-        times.append((clock() - t0) / 1e9)
+        times.append(_timed_step(workload, workload.optimizer, clock))
         last = sorted(times[-3:])
         if len(times) >= min_steps and last[-1] - last[0] <= tolerance * last[1]:
             break
     return times
+
+
+def _timed_step(workload: Workload, optimizer: torch.optim.Optimizer, clock: Callable[[], int]) -> float:
+    """One training step's seconds by ``clock`` (nanoseconds), the device synchronised around it."""
+    sync(workload.device)
+    t0 = clock()
+    train_step(workload, optimizer)
+    sync(workload.device)
+    return (clock() - t0) / 1e9
 
 
 def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, int, int | None]:

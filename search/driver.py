@@ -37,6 +37,13 @@ from search.progress import RoundStatus
 from search.store import RunStore
 
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
+
+
+def exact_relative(n_units: int) -> float:
+    """The exact solver's ``relative`` step for a search of ``n_units``: exact up to EXACT_UNITS;
+    beyond, labels within 0.5% of each other merge (agents.exact), which kept 0.9997 of the exact
+    hypervolume at 64 units in 1% of the time (bench/agents_scale.py)."""
+    return 0.0 if n_units <= EXACT_UNITS else 0.005
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
 
@@ -150,9 +157,7 @@ class Driver:
     def exact(self) -> list[Indices]:
         """The cost model's optimal frontier. Its plans join the candidates only with warm start,
         so that without it every plan the agents measure is the agents' own find."""
-        # exact up to EXACT_UNITS units; beyond, labels within 0.5% of each other merge (agents.exact), which
-        # kept 0.9997 of the exact hypervolume at 64 units in 1% of the time (bench/agents_scale.py)
-        relative = 0.0 if self.ledger.codec.n_units <= EXACT_UNITS else 0.005
+        relative = exact_relative(self.ledger.codec.n_units)
         points = [tuple(p.plan) for p in exact_frontier(self.ledger.setup.cost_model, relative=relative)]
         self.ledger.store.set_meta("exact_relative", relative)
         self.ledger.store.set_meta("exact", [self.ledger.codec.digest(p) for p in points])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import uuid
 from typing import Any, Sequence
 
@@ -66,10 +65,7 @@ class Evaluator:
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.warm_up``), before any measurement."""
-        t0 = time.perf_counter()
-        times = warm_up(self.workload)
-        return {"evaluator": self.label, "steps": len(times), "first_over_last": times[0] / times[-1],
-                "seconds": time.perf_counter() - t0}
+        return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
 
     def preload(self, records: Sequence[MeasuredPlan]) -> int:
         """Known measurements (from a resumed store): answered from the cache from now on."""

@@ -58,7 +58,7 @@ class EvaluatorPool:
         n, gpu = evaluator_count(cfg, ray.cluster_resources().get("GPU", 0.0))
         self.slots = [EvaluatorSlot(f"evaluator_{i}", gpu) for i in range(n)]
         self.events: list[str] = []
-        self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up (steps, seconds), for the report
+        self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up ({evaluator, steps}), for the report
         for slot in self.slots:
             self._start(slot)
         self._check_device_models()

@@ -22,6 +22,13 @@ def one_line_error(exc: pytest.ExceptionInfo, *words: str) -> str:
     return msg
 
 
+def refused(spec: str, *words: str) -> str:
+    """Loading ``spec`` fails with a one-line WorkloadError naming every word given; the message."""
+    with pytest.raises(WorkloadError) as e:
+        load_workload(spec)
+    return one_line_error(e, *words)
+
+
 def test_every_builtin_has_a_tiny_preset() -> None:
     assert set(workload_names()) == {"gpt", "cnn", "lstm", "mlp"}
     assert all("tiny" in PRESETS[name] for name in workload_names())
@@ -175,3 +182,13 @@ def test_a_module_factory_that_cannot_be_imported() -> None:
     with pytest.raises(WorkloadError) as e:
         load_workload("no_such_package_xyz.models:make")
     one_line_error(e, "cannot import module 'no_such_package_xyz.models'", "PYTHONPATH")
+
+
+def test_gpt_tokens_are_shorter_sequences_on_the_same_model() -> None:
+    """``tokens``: a batch of shorter sequences than the context; the model (and a plan's fingerprint) stays."""
+    from env.plan import fingerprint
+
+    short, full = load_workload("gpt/tiny?tokens=8"), load_workload("gpt/tiny")
+    assert short.inputs[0].shape == (2, 8) and full.inputs[0].shape == (2, 16)
+    assert fingerprint(short.model, ["blocks.0"]) == fingerprint(full.model, ["blocks.0"])
+    assert torch.isfinite(short.loss())

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 from env.apply import plan_for
-from env.errors import PlanError, WorkloadError
+from env.errors import PlanError
 from env.plan import Action
 from env.unit_choice import resolve_units
 from env.workloads import PRESETS, WorkloadSpec, builtin_options, load_workload, workload_names
 from env.zoo import zoo_available, zoo_specs
 from search.integrations import apply_hf_plan
-from tests.test_workloads import one_line_error
+from tests.test_workloads import refused
 
 needs_zoo = pytest.mark.skipif(not zoo_available(), reason="transformers/diffusers are not installed")
 SMALL = {
@@ -79,15 +79,9 @@ def test_zoo_options_work_as_for_the_builtins() -> None:
 
 
 def test_a_zoo_target_needs_a_model_preset() -> None:
-    with pytest.raises(WorkloadError) as e:
-        load_workload("hf")
-    one_line_error(e, "workload 'hf' needs a model preset", "hf/llama", "hf/resnet50")
-    with pytest.raises(WorkloadError) as e:
-        load_workload("hf/mistral")
-    one_line_error(e, "unknown preset 'mistral'", "llama, gpt2, bert, t5, resnet50")
-    with pytest.raises(WorkloadError) as e:
-        load_workload("diffusers/unet2d?layers=3")
-    one_line_error(e, "unknown option 'layers'", "layers_per_block")
+    refused("hf", "workload 'hf' needs a model preset", "hf/llama", "hf/resnet50")
+    refused("hf/mistral", "unknown preset 'mistral'", "llama, gpt2, bert, t5, resnet50")
+    refused("diffusers/unet2d?layers=3", "unknown option 'layers'", "layers_per_block")
 
 
 def test_a_missing_library_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,18 +89,13 @@ def test_a_missing_library_names_the_extra_to_install(monkeypatch: pytest.Monkey
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name in ("transformers", "diffusers") else real(name, *a))
     for spec, library in (("hf/gpt2", "transformers"), ("diffusers/unet2d", "diffusers")):
-        with pytest.raises(WorkloadError) as e:
-            load_workload(spec)
-        one_line_error(e, f"'{spec}' needs {library}", "pip install 'ckpt-search[hf]'")
+        refused(spec, f"'{spec}' needs {library}", "pip install 'ckpt-search[hf]'")
 
 
 def test_a_bad_option_value_fails_on_one_line() -> None:
-    with pytest.raises(WorkloadError) as e:
-        load_workload("gpt?n_layer=abc")
-    one_line_error(e, "option n_layer=abc must be an integer", "n_layer=6")
-    with pytest.raises(WorkloadError) as e:
-        load_workload("gpt/tiny?dropout=lots")
-    one_line_error(e, "option dropout=lots must be a number", "dropout=0.1")
+    refused("gpt?n_layer=abc", "option n_layer=abc must be an integer", "n_layer=6")
+    refused("gpt/tiny?dropout=lots", "option dropout=lots must be a number", "dropout=0.1")
+    refused("gpt/tiny?tokens=17", "option tokens=17 must lie between 1 and seq_len=16", "(0: seq_len)")
     assert PRESETS["gpt"]["tiny"]["n_layer"] == 4  # presets are not changed by a failed parse
 
 
