@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import RESULTS_DIR, Ledger, hv_of, machine_info, run_search, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, Ledger, hv_of, keep_earlier_rows, machine_info, run_search, write_result  # noqa: E402
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -283,12 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     result: dict[str, Any] = {"rows": [], "load_average_at_start": list(os.getloadavg()),
                               "machine_at_start": machine_info()}
     path = args.out or RESULTS_DIR / "agents_search.json"
-    if args.append and path.is_file():  # rows of an earlier run stay, unless this run measures them again
-        earlier = json.loads(path.read_text())
-        mine = {" ".join(r.flags) for r in table}
-        result["rows"] = [r for r in earlier["rows"] if r["flags"] not in mine]
-        result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
-                                                                      "machine": earlier.get("machine")}]
+    if args.append:  # rows of an earlier run stay, unless this run measures them again
+        keep_earlier_rows(path, result, "rows", {" ".join(r.flags) for r in table}, lambda r: r["flags"])
     for row in table:
         result["rows"].append(run_row(row, rounds, args.keep))
         path = write_result("agents_search", result, args.out)  # after every row: a long run keeps what it did

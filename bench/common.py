@@ -110,6 +110,17 @@ def write_result(name: str, payload: dict[str, Any], out: Path | None = None, de
     return path
 
 
+def keep_earlier_rows(path: Path, result: dict[str, Any], key: str, measured: Any, row_key: Any) -> None:
+    """``--append``: the rows of the result file at ``path`` that this run does not measure again stay in
+    ``result[key]`` (each row says its own load); ``row_key(row)`` names a row, ``measured`` holds this run's."""
+    if not path.is_file():
+        return
+    earlier = json.loads(path.read_text())
+    result[key] = [r for r in earlier.get(key, []) if row_key(r) not in measured]
+    result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
+                                                                  "machine": earlier.get("machine")}]
+
+
 def read_results(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:
     """Every ``*.json`` in ``folder`` by file stem; unreadable files are reported, not skipped silently."""
     out: dict[str, dict[str, Any]] = {}

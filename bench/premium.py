@@ -290,17 +290,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     set_threads(args.threads)
-    rows = []
+    settings = {k: v for k, v in vars(args).items() if k != "out"}
+    result: dict[str, Any] = {"settings": settings, "targets": list(TARGETS), "cited": CITED, "workloads": []}
+    path = args.out
     for label, spec in workload_specs(args.workloads, args.quick).items():
         row = premium_row(label, spec, args)
         print(f"{label} ({spec}): all recompute saves {row['uniform']['all']['activation_saving']:.0%} of activations "
               f"for {row['uniform']['all']['slowdown']:+.0%}", file=sys.stderr)
         check_equal_measurements(row)
-        rows.append(row)
-    settings = {k: v for k, v in vars(args).items() if k != "out"}
-    device = rows[0]["device"] if rows else "cpu"
-    result = {"settings": settings, "targets": list(TARGETS), "cited": CITED, "workloads": rows}
-    path = write_result("premium", result, args.out, device=device)
+        result["workloads"].append(row)
+        path = write_result("premium", result, args.out, device=row["device"])  # after every workload
     print(markdown(result))
     print(path)
 

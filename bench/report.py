@@ -282,8 +282,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
     ("default_run", "The default run", "The README's first command, defaults only, with the peers it measures "
      "beside the search.", _default_run, None, "python bench/default_run.py"),
     ("peers", "Side by side with what users pick instead", "Peers measured by the search's own Evaluator in the "
-     "same run as the searched plans (eager steps): each peer against our fastest frontier plan at no more memory. "
-     "Compile budgets below 1.0 on models with dropout do not keep the gradients in torch 2.13 (the note says so).",
+     "same run as the searched plans (eager steps); against each, our fastest frontier plan at no more memory, "
+     "chosen on the search's measurements. The table quotes fresh measurements: one Evaluator apart from the "
+     "search times the baseline, every peer and every chosen plan of ours alike, in interleaved rounds (spread: "
+     "max - min of a plan's samples; a ratio whose difference is within the two spreads says so). The figure "
+     "shows the search's own measurements. Compile budgets below 1.0 on models with dropout do not keep the "
+     "gradients in torch 2.13 (the note says so).",
      _table("peers", None), fig_peers, "python bench/peers.py"),
     ("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
      "compiled; compile time is reported apart.", _table("peers", None),

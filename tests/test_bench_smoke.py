@@ -165,6 +165,42 @@ def test_peers_quick(tmp_path: Path) -> None:
         if not p["oom"] and p["ours_step_seconds"]:
             assert p["ours_peak_bytes"] <= p["peak_bytes"]  # ours at no more memory
             assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours_step_seconds"])
+    q = w["quote"]  # fresh measurements: every quoted plan timed alike, ours selected on the search's
+    assert q["samples_per_plan"] == 1 and q["baseline"]["samples"] == 1
+    assert {p["peer"] for p in q["peers"]} == {p["peer"] for p in w["peers"] if not p["oom"]}
+    for p in q["peers"]:
+        assert p["samples"] == 1
+        if p["ours"] is not None:
+            assert p["ours"]["samples"] == 1 and p["ours"]["fits"]
+            assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours"]["step_seconds"])
+    from bench.peers import markdown
+    assert "compile-budget-0.0" in markdown(load(out))
+
+
+def test_a_peer_quote_timed_unequally_is_refused() -> None:
+    from bench.peers import check_equal_samples
+    from env.records import MeasuredPlan
+
+    def rec(samples: list[float]) -> MeasuredPlan:
+        return MeasuredPlan(workload="w", batch_shape="b", digest="d", actions=["keep"], peak_bytes=1,
+                            live_before_bytes=0, step_seconds_samples=samples, clock="thread-cpu", device="cpu",
+                            torch_version="t")
+
+    assert check_equal_samples({"peer:a": rec([1.0, 1.1]), "ours:b": rec([0.9, 1.0])}, "w") == 2
+    with pytest.raises(ValueError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
+        check_equal_samples({"peer:a": rec([1.0, 1.1]), "ours:b": rec([0.9])}, "w")
+
+
+def test_committed_peer_quotes_time_every_plan_alike() -> None:
+    for name in ("peers", "peers_compiled"):
+        path = ROOT / "bench" / "results" / f"{name}.json"
+        if not path.is_file():
+            continue
+        for w in json.loads(path.read_text())["workloads"]:
+            q = w["quote"]
+            counts = {q["baseline"]["samples"]} | {p["samples"] for p in q["peers"]}
+            counts |= {p["ours"]["samples"] for p in q["peers"] if p["ours"] is not None}
+            assert counts == {q["samples_per_plan"]}, f"{name}: {w['workload']}"
 
 
 @pytest.mark.slow
