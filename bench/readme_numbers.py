@@ -138,10 +138,59 @@ def _dynamic(r: Result) -> list[str]:
             f"under the cap: {'yes' if r['both_under_cap'] else 'no'} {_where('dynamic', r, 'thread-cpu')}."]
 
 
+def budget_peaks(peers: list[Result]) -> list[tuple[float, float]]:
+    """(budget, peak MiB) of the compile-budget peers, by budget."""
+    return sorted((float(p["peer"].rsplit("-", 1)[1]), p["peak_bytes"] / MIB) for p in peers
+                  if p["peer"].startswith("compile-budget-"))
+
+
+def non_monotone(peaks: list[tuple[float, float]], tolerance: float = 0.01) -> tuple[float, float, float, float] | None:
+    """A lower budget whose peak lies above a higher budget's (by more than ``tolerance``), the widest such pair."""
+    pairs = [(lo[1] - hi[1], lo, hi) for i, lo in enumerate(peaks) for hi in peaks[i + 1:]
+             if lo[1] > hi[1] * (1 + tolerance)]
+    if not pairs:
+        return None
+    _, lo, hi = max(pairs)
+    return lo[0], lo[1], hi[0], hi[1]
+
+
+def _peers(name: str) -> Callable[[Result], list[str]]:
+    def lines(r: Result) -> list[str]:
+        out = []
+        for w in r["workloads"]:
+            q = w.get("quote")
+            if q is None:
+                continue
+            rows = [p for p in q["peers"] if p["ours"] is not None]
+            faster = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] > 1]
+            slower = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] < 1]
+            lower = [p["peer"] for p in q["peers"] if p["ours"] is None]
+            ratios = [p["time_ratio_peer_over_ours"] for p in rows]
+            peer_wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower) or "none"
+            text = (f"- `{w['workload']}`, {'compiled' if w['compiled'] else 'eager'} steps: against {len(q['peers'])} "
+                    f"peers, our fastest plan at no more memory is faster beyond both spreads than {len(faster)}, "
+                    f"within them of {len(rows) - len(faster) - len(slower)}, slower than {len(slower)} (peers that "
+                    f"win: {peer_wins})")
+            if ratios:
+                text += f"; peer / ours from {min(ratios):.2f}x to {max(ratios):.2f}x"
+            if lower:
+                text += f"; no plan of ours as low as {', '.join(lower)}"
+            bad = non_monotone(budget_peaks(q["peers"]))
+            if bad:
+                text += (f"; the compile budget's peak is not monotone: budget {bad[0]:.1f} peaks at {bad[1]:.1f} MiB, "
+                         f"above budget {bad[2]:.1f}'s {bad[3]:.1f} MiB")
+            out.append(text + f"; {q['samples_per_plan']} samples a plan, interleaved, apart from the search "
+                       + _where(name, r, w["clock"]) + ".")
+        return out
+    return lines
+
+
 SECTIONS: list[tuple[str, str, Callable[[Result], list[str]]]] = [
     ("default_run", "The default run", _default_run),
     ("search_quality", "Search quality at equal measurements", _search_quality),
     ("premium", "The checkpointing premium", _premium),
+    ("peers", "Side by side with what users pick instead", _peers("peers")),
+    ("peers_compiled", "Side by side, compiled training", _peers("peers_compiled")),
     ("units_table", "Decision units on library models", _units),
     ("evaluator_pool", "Measurements in parallel", _evaluator_pool),
     ("agents_search", "The agents in the real search", _agents_search),

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
-from bench.readme_numbers import timed_before_flushing, update_readme  # noqa: E402
+from bench.readme_numbers import budget_peaks, timed_before_flushing, update_readme  # noqa: E402
 from search.report import peers_markdown  # noqa: E402
 
 Result = dict[str, Any]
@@ -204,7 +204,18 @@ def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
                ylabel="step time / baseline")
         ax.legend(fontsize=6)
     caption(fig, r, name)
-    return [save(fig, plots, name)]
+    saved = [save(fig, plots, name)]
+    fig, axes = _grid(1, width=5.0)
+    for w in wl:
+        peaks = budget_peaks(w["peers"])
+        if peaks:
+            axes[0].plot([b for b, _ in peaks], [m / (w["baseline"]["peak_bytes"] / 2**20) for _, m in peaks], "o-",
+                         ms=3, label=w["workload"])
+    axes[0].set(title="torch.compile: peak against its memory budget", xlabel="budget",
+                ylabel="peak / the run's baseline peak")
+    axes[0].legend(fontsize=6)
+    caption(fig, r, name)
+    return saved + [save(fig, plots, f"{name}_budget_peak")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -80,15 +80,37 @@ class ParetoArchive:
         return frontier_of(self.points(sources))
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
-                   predict: Callable[[Indices], tuple[int, float]] | None = None) -> list[Indices]:
-        """Unmeasured plans from the predicted fronts of the pool, best front first, each spread
-        over memory. The first front alone leaves measurements unspent when the cost model's time
-        error hides plans (near-baseline plans differ by less than it), so later fronts fill up.
-        ``predict`` (e.g. ``env.correction.MeasuredCorrection.predict``) ranks the pool instead of
-        the predictions recorded at proposal time."""
+                   predict: Callable[[Indices], tuple[int, float]] | None = None,
+                   baseline: MeasuredPlan | None = None) -> list[Indices]:
+        """Unmeasured plans of the pool worth measuring next. ``predict`` (e.g.
+        ``env.correction.MeasuredCorrection.predict``) ranks the pool instead of the predictions
+        recorded at proposal time.
+
+        With the ``baseline`` measured: first, greedily, the plan whose predicted point adds most
+        hypervolume to the measured frontier (and the plans picked before it), so measurements go
+        where the frontier has gaps rather than where proposals are dense. Then, once no predicted
+        point adds any, as without a baseline: the predicted fronts of the pool, best front first,
+        each spread over memory. The first front alone leaves measurements unspent when the cost
+        model's time error hides plans (near-baseline plans differ by less than it), so later
+        fronts fill up."""
         pool = [(idx, predict(idx) if predict else v) for idx, v in self.predicted.items()
                 if digest_of(idx) not in self.measured]
         out: list[Indices] = []
+        if baseline is not None and pool:
+            scale = np.array([baseline.peak_bytes, baseline.step_seconds], dtype=float)
+            known = [np.array([r.peak_bytes, r.step_seconds], dtype=float) / scale for r in self.frontier()]
+            while pool and len(out) < limit:
+                now = hypervolume(known) if known else 0.0
+                # a point another pool point dominates never adds more than that one: the pool's front suffices
+                front = np.flatnonzero(nondominated([v for _, v in pool]))
+                pts = {int(i): np.array(pool[i][1], dtype=float) / scale for i in front}
+                gains = {i: hypervolume(known + [q]) - now for i, q in pts.items()}
+                best = max(gains, key=gains.__getitem__)
+                if gains[best] <= 1e-12:
+                    break
+                out.append(pool[best][0])
+                known.append(pts[best])
+                del pool[best]
         while pool and len(out) < limit:
             mask = nondominated([v for _, v in pool])
             front = sorted((item for item, keep in zip(pool, mask) if keep), key=lambda item: item[1][0])

@@ -126,7 +126,7 @@ class Ledger:
         """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model."""
         correction = self.corrected()
         with self.lock:
-            return self.archive.candidates(limit, self.codec.digest, correction.predict)
+            return self.archive.candidates(limit, self.codec.digest, correction.predict, self.baseline())
 
     def snapshot(self) -> None:
         with self.lock:

@@ -53,6 +53,26 @@ def test_candidates_ranked_by_a_corrected_prediction():
     assert set(a.candidates(2, digest, corrected.__getitem__)) == {(2,), (3,)}
 
 
+def test_with_a_baseline_candidates_go_where_the_measured_frontier_has_a_gap():
+    """Proposals crowd the frontier's ends; the one plan predicted in the middle adds most
+    hypervolume to what is measured, so it is measured first, then the next largest gain."""
+    a = ParetoArchive()
+    base = _result("base", 100, 1.0)
+    for r in (base, _result("low", 30, 1.8)):
+        a.add(r)
+    preds = {(1,): (32, 1.7), (2,): (34, 1.65), (3,): (36, 1.6), (4,): (60, 1.3),
+             (5,): (93, 1.03), (6,): (95, 1.02), (7,): (97, 1.01), (8,): (62, 1.9)}  # 8: dominated, never first
+    for idx, (peak, secs) in preds.items():
+        a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
+    digest = lambda idx: f"d{idx[0]}"  # noqa: E731
+    assert a.candidates(1, digest) == [(1,)]  # without the baseline: the lowest-memory end of the front
+    assert a.candidates(1, digest, baseline=base) == [(4,)]  # the gap in the middle
+    picked = a.candidates(3, digest, baseline=base)
+    assert picked[0] == (4,) and (8,) not in picked and len(picked) == 3
+    # once no predicted point adds hypervolume, the fronts fill the limit as before
+    assert len(a.candidates(len(preds), digest, baseline=base)) == len(preds)
+
+
 def test_spread_picks_keeps_both_ends():
     assert spread_picks(list(range(10)), 3) == [0, 4, 9]
     assert spread_picks([1, 2], 5) == [1, 2]
