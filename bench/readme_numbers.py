@@ -167,7 +167,8 @@ def _peers(name: str) -> Callable[[Result], list[str]]:
             lower = [p["peer"] for p in q["peers"] if p["ours"] is None]
             ratios = [p["time_ratio_peer_over_ours"] for p in rows]
             peer_wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower) or "none"
-            text = (f"- `{w['workload']}`, {'compiled' if w['compiled'] else 'eager'} steps: against {len(q['peers'])} "
+            steps = "compiled steps" if w["compiled"] else "our plans in eager steps (the compile budgets compiled)"
+            text = (f"- `{w['workload']}`, {steps}: against {len(q['peers'])} "
                     f"peers, our fastest plan at no more memory is faster beyond both spreads than {len(faster)}, "
                     f"within them of {len(rows) - len(faster) - len(slower)}, slower than {len(slower)} (peers that "
                     f"win: {peer_wins})")
@@ -179,8 +180,9 @@ def _peers(name: str) -> Callable[[Result], list[str]]:
             if bad:
                 text += (f"; the compile budget's peak is not monotone: budget {bad[0]:.1f} peaks at {bad[1]:.1f} MiB, "
                          f"above budget {bad[2]:.1f}'s {bad[3]:.1f} MiB")
+            at_quote = {**r, "machine": {**r.get("machine", {}), "load_average_1_5_15": [round(q["load_average_1"], 2)]}}
             out.append(text + f"; {q['samples_per_plan']} samples a plan, interleaved, apart from the search "
-                       + _where(name, r, w["clock"]) + ".")
+                       + _where(name, at_quote, w["clock"]) + ".")
         return out
     return lines
 
