@@ -81,7 +81,11 @@ class CompiledWorkload:
         self._warm: tuple[float, int] | None = None  # (compile seconds, graphs) once warm
 
     def _compile(self, fullgraph: bool) -> Workload:
-        model = torch.compile(self.original.model, fullgraph=fullgraph, backend=self.options.backend)
+        # dynamic=False: a measured step has one shape; automatic dynamic shapes (after a second
+        # shape is seen in a frame behind a graph break) only add symbolic sizes that inductor
+        # sometimes cannot order (torch 2.13 on diffusers' UNet: "cannot determine truth value of
+        # Relational"); a frame seen with another shape compiles again and is counted
+        model = torch.compile(self.original.model, fullgraph=fullgraph, backend=self.options.backend, dynamic=False)
         # a copy sharing everything but the model: inputs, loss, optimizer factory, meta
         return dataclasses.replace(self.original, model=model)
 
@@ -101,6 +105,15 @@ class CompiledWorkload:
             t0 = time.perf_counter()
             try:
                 train_step(self.workload, optimizer)
+            except torch._dynamo.exc.BackendCompilerFailed as e:
+                if "out of memory" in str(e).lower():
+                    raise  # measured as what it is: out of memory
+                cause = getattr(e, "inner_exception", None) or e  # the compiler's own error, not dynamo's wrapper
+                first = (str(cause).strip().splitlines() or [""])[0]
+                raise MeasurementError(
+                    f"workload '{self.original.spec}' failed to compile with backend '{self.options.backend}' "
+                    f"({type(cause).__name__}: {first[:200]}); a compiler bug, not the plan's: measure it eagerly "
+                    "(without --compile) or with another torch version") from e
             except torch._dynamo.exc.Unsupported:
                 if not self.fullgraph:
                     raise

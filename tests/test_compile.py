@@ -192,6 +192,18 @@ def test_recompiling_every_step_is_refused_on_one_line() -> None:
     one_line_error(e, "restless", "compiled new graphs in each of", "max_compile_steps")
 
 
+def _failing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    raise RuntimeError("cannot determine truth value of Relational: 128*s20*s33 < 16")  # as inductor did on a UNet
+
+
+def test_a_compiler_failure_is_one_line_that_says_what_to_do() -> None:
+    w = Workload("breaks", _Breaks(), (torch.randn(4, 8),))
+    torch._dynamo.register_backend(_failing_backend, name="ckpt_test_failing")
+    with pytest.raises(MeasurementError) as e:
+        measure(w, _bare(w), repeats=1, compile=CompileOptions(backend="ckpt_test_failing"))
+    one_line_error(e, "'breaks' failed to compile", "ckpt_test_failing", "Relational", "measure it eagerly")
+
+
 def test_compiled_and_eager_records_do_not_merge() -> None:
     record = dict(workload="w", batch_shape="b", digest="d", actions=["keep"], peak_bytes=10, live_before_bytes=4,
                   step_seconds_samples=[0.1], device="cpu", torch_version="x", clock="wall")
