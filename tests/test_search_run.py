@@ -124,7 +124,8 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
 
 @pytest.mark.slow
 def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
-    args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "2048", "--chunk-timesteps", "256",
+    # timesteps: enough rounds after the 4th measurement that the interrupt lands mid-run even on a busy machine
+    args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "4096", "--chunk-timesteps", "256",
             "--max-measurements", "16", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--reward", "hybrid",
             "--out", str(tmp_path), "--name", "r"]
     proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.PIPE,
@@ -132,8 +133,8 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     store_path = tmp_path / "r" / "store.sqlite"
     deadline = time.time() + 240
     n = 0
-    while time.time() < deadline:
-        time.sleep(1)
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(0.25)
         if store_path.exists():
             try:
                 n = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True).execute(
@@ -143,6 +144,7 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
             if n >= 4:
                 break
     assert n >= 4, "the run measured plans before the interrupt"
+    assert proc.poll() is None, "the run finished before it could be interrupted; give it more timesteps"
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err[-2000:]
