@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import RESULTS_DIR, Ledger, hv_of, keep_earlier_rows, machine_info, run_search, write_result  # noqa: E402
+from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, hv_of, keep_earlier_rows, machine_info,  # noqa: E402
+                          rotated, run_search, write_result)
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -140,14 +141,11 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
     plans = list(dict.fromkeys([keep, *rules.values(), *out.agents_front, *exact]))
     jobs: list[Callable[[], Any]] = [lambda p=p: ledger.measure(p, "quote", again=True) for p in plans] + [expert_once]
     for r in range(rounds):
-        for job in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
+        for job in rotated(jobs, r):
             job()
-    base = ledger.records[keep]
-    counts = {len(rec.step_seconds_samples) for rec in ledger.records.values()} | {len(got["expert"].step_seconds_samples)}
-    if len(counts) != 1:
-        raise SystemExit(f"{out.spec}: quoted plans were timed {sorted(counts)} times; they must be timed alike")
-    return {"ledger": ledger, "base": base, "rules": rules, "exact": exact, "expert": got["expert"],
-            "expert_units": expert.units, "samples_per_plan": counts.pop()}
+    samples = check_equal_samples([*ledger.records.values(), got["expert"]], out.spec)
+    return {"ledger": ledger, "base": ledger.records[keep], "rules": rules, "exact": exact, "expert": got["expert"],
+            "expert_units": expert.units, "samples_per_plan": samples}
 
 
 def rule_beyond(rule: MeasuredPlan, agents: Sequence[MeasuredPlan]) -> bool | None:

@@ -18,7 +18,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -119,6 +119,33 @@ def keep_earlier_rows(path: Path, result: dict[str, Any], key: str, measured: An
     result[key] = [r for r in earlier.get(key, []) if row_key(r) not in measured]
     result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
                                                                   "machine": earlier.get("machine")}]
+
+
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], round_: int) -> list[T]:
+    """``items`` in round ``round_``'s order: each round starts one further on, so none always goes first."""
+    k = round_ % len(items) if items else 0
+    return [*items[k:], *items[:k]]
+
+
+def interleaved(jobs: dict[str, Callable[[], MeasuredPlan]], rounds: int) -> dict[str, MeasuredPlan]:
+    """Every job run once a round for ``rounds`` rotated rounds; each name's measurements merged."""
+    got: dict[str, MeasuredPlan] = {}
+    for r in range(rounds):
+        for name in rotated(list(jobs), r):
+            m = jobs[name]()
+            got[name] = got[name].merged(m) if name in got else m
+    return {name: got[name] for name in jobs}
+
+
+def check_equal_samples(records: Sequence[MeasuredPlan], what: str) -> int:
+    """Refuse a quote whose plans were not timed alike; the number of samples each has."""
+    counts = {len(r.step_seconds_samples) for r in records}
+    if len(counts) != 1:
+        raise ValueError(f"{what}: quoted plans were timed {sorted(counts)} times; quote plans measured alike")
+    return counts.pop()
 
 
 def read_results(folder: Path = RESULTS_DIR) -> dict[str, dict[str, Any]]:

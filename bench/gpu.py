@@ -43,7 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, ROOT, device_name, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, ROOT, device_name, rotated, write_result  # noqa: E402
 
 CLOCK = "wall time between torch.cuda.synchronize calls; peaks from torch.cuda.max_memory_allocated"
 FIDELITY_WORKLOADS = ["gpt", "cnn", "lstm", "mlp"]  # built-in default sizes
@@ -155,7 +155,7 @@ def offload_rows(spec: str, device: str, rounds: int = 3, repeats: int = 3) -> d
     got: dict[str, Any] = {}
     names = list(plans)
     for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts one further on
+        for name in rotated(names, r):
             ctx = blocking_offload() if "blocking" in name else contextlib.nullcontext()
             with ctx:
                 m = measure(w, plan_for(w.model, units, [plans[name]] * n), units, repeats=repeats)

@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, interleaved, set_threads, write_result  # noqa: E402
 from env.apply import plan_for  # noqa: E402
 from env.measure import measure  # noqa: E402
 from env.records import MeasuredPlan  # noqa: E402
@@ -59,13 +59,8 @@ def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
 def measure_rounds(w: Workload, units: list[str], plans: dict[str, Plan], repeats: int,
                    rounds: int) -> dict[str, MeasuredPlan]:
     """Each plan measured in ``rounds`` interleaved rounds of ``repeats`` timed steps, merged."""
-    names = list(plans)
-    got: dict[str, MeasuredPlan] = {}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # no plan always goes first
-            m = measure(w, plans[name], units, repeats=repeats, warmup=1)
-            got[name] = got[name].merged(m) if name in got else m
-    return {name: got[name] for name in names}
+    return interleaved({name: lambda p=p: measure(w, p, units, repeats=repeats, warmup=1) for name, p in plans.items()},
+                       rounds)
 
 
 def rows_for(spec: str, units: list[str], got: dict[str, MeasuredPlan]) -> list[dict[str, Any]]:

@@ -33,15 +33,19 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, keep_earlier_rows, run_search, write_result  # noqa: E402
+from bench.common import (RESULTS_DIR, check_equal_samples, interleaved, keep_earlier_rows, run_search,  # noqa: E402
+                          write_result)
+from bench.readme_numbers import compile_budgets  # noqa: E402
 from env.peers import PeerKind  # noqa: E402
 from env.plan import action_summary  # noqa: E402
 from env.records import MIB, MeasuredPlan  # noqa: E402
+from search.config import SearchConfig  # noqa: E402
 from search.evaluator import Evaluator  # noqa: E402
 from search.pareto import fastest_within  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]
+SEARCH_SETTINGS = ("seed", "repeats", "measure_threads")  # what the quote's Evaluator takes from the search
 
 
 def run(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def run(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence
     print(f"{workload}: {len(report['peers'])} peers, {wall:.0f} s", file=sys.stderr)
     return {"workload": workload, "compiled": compiled, "command": "python -m search.run " + " ".join(flags),
             "wall_seconds": wall, "clock": report["clock"], "baseline": report["baseline"],
-            "search": {k: cfg[k] for k in ("seed", "repeats", "measure_threads")},
+            "search": {k: cfg[k] for k in SEARCH_SETTINGS},
             "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
 
 
@@ -68,14 +72,6 @@ def selected(row: dict[str, Any]) -> dict[str, dict[str, str] | None]:
     return out
 
 
-def check_equal_samples(records: dict[str, MeasuredPlan], what: str) -> int:
-    """Refuse a quote whose plans were not timed alike; the number of samples each has."""
-    counts = {len(r.step_seconds_samples) for r in records.values()}
-    if len(counts) != 1:
-        raise ValueError(f"{what}: quoted plans were timed {sorted(counts)} times; quote plans measured alike")
-    return counts.pop()
-
-
 def _figures(m: MeasuredPlan) -> dict[str, Any]:
     return {"peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "spread_seconds": m.spread_seconds,
             "samples": len(m.step_seconds_samples)}
@@ -86,31 +82,24 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     picks = selected(row)
     units = list(row["frontier"][0]["plan"])
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
-    search = row.get("search", {"seed": 0, "repeats": 3, "measure_threads": 1})  # search.run's defaults
+    defaults = SearchConfig()  # rows written before the search's settings were recorded ran with these
+    search = row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS})
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
                    int(search["measure_threads"]) or None, name="quote", compile=bool(row["compiled"]))
-    budgets = sorted({float(p["peer"].rsplit("-", 1)[1]) for p in row["peers"] if p["peer"].startswith("compile-")})
+    budgets = [b for b, _ in compile_budgets(row["peers"])]
     peers = {p.name: p for p in ev.peers(ALL_KINDS, budgets) if p.name in picks}
     if set(peers) != set(picks):
         raise SystemExit(f"{row['workload']}: the quoting Evaluator offers other peers than the search measured "
                          f"({sorted(set(picks) ^ set(peers))})")
     ours = {json.dumps(p, sort_keys=True): p for p in picks.values() if p is not None}
-    baseline = {u: "keep" for u in units}
-    got: dict[str, MeasuredPlan] = {}
-
-    def keep(key: str, m: MeasuredPlan) -> None:
-        got[key] = got[key].merged(m) if key in got else m
-
-    jobs: list[tuple[str, Callable[[], MeasuredPlan]]] = [
-        ("baseline", lambda: ev.evaluate([baseline[u] for u in units], "quote", again=True)),
-        *((f"ours:{k}", lambda p=p: ev.evaluate([p[u] for u in units], "quote", again=True)) for k, p in ours.items()),
-        *((f"peer:{name}", lambda peer=peer: ev.evaluate_peer(peer)) for name, peer in peers.items())]
+    jobs: dict[str, Callable[[], MeasuredPlan]] = {
+        "baseline": lambda: ev.evaluate(["keep"] * len(units), "quote", again=True),
+        **{f"ours:{k}": lambda p=p: ev.evaluate([p[u] for u in units], "quote", again=True) for k, p in ours.items()},
+        **{f"peer:{name}": lambda peer=peer: ev.evaluate_peer(peer) for name, peer in peers.items()}}
     t0 = time.perf_counter()
     ev.warm_up()
-    for r in range(rounds):
-        for key, job in jobs[r % len(jobs):] + jobs[:r % len(jobs)]:
-            keep(key, job())
-    samples = check_equal_samples(got, row["workload"])
+    got = interleaved(jobs, rounds)
+    samples = check_equal_samples(list(got.values()), row["workload"])
     rows = []
     for name, plan in picks.items():
         peer = got[f"peer:{name}"]
@@ -186,8 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         for w in result["workloads"]:
             if w["workload"] in args.workloads:
                 w["quote"] = quote(w, args.rounds)
-                path = write_result(name, {k: v for k, v in result.items() if k not in ("machine", "written_at")},
-                                    args.out)
+                path = write_result(name, result, args.out)  # with this run's machine and time
     else:
         if args.append:
             keep_earlier_rows(path, result, "workloads", set(args.workloads), lambda r: r["workload"])

@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Ledger, point_row, set_threads, workload_specs, write_result  # noqa: E402
+from bench.common import Ledger, point_row, rotated, set_threads, workload_specs, write_result  # noqa: E402
 from env.records import MeasuredPlan  # noqa: E402
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
@@ -148,7 +148,7 @@ def quote(selection: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: 
     quoted = list(dict.fromkeys([rules["none"], *rules.values(), *searched.values()]))
     fresh = Ledger(selection._evaluate, selection.actions)  # records of quoting measurements only
     for r in range(rounds):
-        for p in quoted[r % len(quoted):] + quoted[:r % len(quoted)]:
+        for p in rotated(quoted, r):
             fresh.measure(p, "quote", again=True)
     return fresh, {f"{round(100 * t)}%": p for t, p in searched.items()}
 

@@ -28,9 +28,10 @@ def timed_before_flushing(result: Result) -> bool:
     return device.startswith("cpu") and str(result.get("written_at", "")) < DENORMALS_FLUSHED_SINCE
 
 
-def _where(name: str, r: Result, clock: str | None = None) -> str:
+def _where(name: str, r: Result, clock: str | None = None, load: float | None = None) -> str:
+    """Which file, machine, clock and load a line's figures come from (``load``: one measured apart)."""
     m = r.get("machine", {})
-    load = (m.get("load_average_1_5_15") or ["?"])[0]
+    load = (m.get("load_average_1_5_15") or ["?"])[0] if load is None else round(load, 2)
     clock = clock or r.get("clock")
     stale = "; timed before CPU denormals were flushed" if timed_before_flushing(r) else ""
     return (f"(`bench/results/{name}.json`, {m.get('device', '?')} on {m.get('cpu_model', '?')}, "
@@ -138,10 +139,18 @@ def _dynamic(r: Result) -> list[str]:
             f"under the cap: {'yes' if r['both_under_cap'] else 'no'} {_where('dynamic', r, 'thread-cpu')}."]
 
 
+COMPILE_BUDGET_PEER = "compile-budget-"  # env.peers.compile_budget_peer names them compile-budget-0.5
+
+
+def compile_budgets(peers: list[Result]) -> list[tuple[float, Result]]:
+    """(budget, peer row) of the compile-budget peers that ran (not out of memory), by budget."""
+    return sorted(((float(p["peer"].removeprefix(COMPILE_BUDGET_PEER)), p) for p in peers
+                   if p["peer"].startswith(COMPILE_BUDGET_PEER) and not p.get("oom")), key=lambda bp: bp[0])
+
+
 def budget_peaks(peers: list[Result]) -> list[tuple[float, float]]:
-    """(budget, peak MiB) of the compile-budget peers, by budget."""
-    return sorted((float(p["peer"].rsplit("-", 1)[1]), p["peak_bytes"] / MIB) for p in peers
-                  if p["peer"].startswith("compile-budget-"))
+    """(budget, peak MiB) of the compile-budget peers that ran, by budget."""
+    return [(b, p["peak_bytes"] / MIB) for b, p in compile_budgets(peers)]
 
 
 def non_monotone(peaks: list[tuple[float, float]], tolerance: float = 0.01) -> tuple[float, float, float, float] | None:
@@ -180,9 +189,8 @@ def _peers(name: str) -> Callable[[Result], list[str]]:
             if bad:
                 text += (f"; the compile budget's peak is not monotone: budget {bad[0]:.1f} peaks at {bad[1]:.1f} MiB, "
                          f"above budget {bad[2]:.1f}'s {bad[3]:.1f} MiB")
-            at_quote = {**r, "machine": {**r.get("machine", {}), "load_average_1_5_15": [round(q["load_average_1"], 2)]}}
             out.append(text + f"; {q['samples_per_plan']} samples a plan, interleaved, apart from the search "
-                       + _where(name, at_quote, w["clock"]) + ".")
+                       + _where(name, r, w["clock"], load=q["load_average_1"]) + ".")
         return out
     return lines
 

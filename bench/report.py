@@ -26,7 +26,8 @@ from matplotlib.figure import Figure  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
-from bench.readme_numbers import budget_peaks, timed_before_flushing, update_readme  # noqa: E402
+from bench.readme_numbers import (COMPILE_BUDGET_PEER, budget_peaks, compile_budgets,  # noqa: E402
+                                  timed_before_flushing, update_readme)
 from search.report import peers_markdown  # noqa: E402
 
 Result = dict[str, Any]
@@ -190,14 +191,13 @@ def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
         front = [(p["peak_bytes"] / b["peak_bytes"], p["step_seconds"] / b["step_seconds"]) for p in w["frontier"]]
         ax.step([x for x, _ in front], [y for _, y in front], where="post", marker="o", ms=3, color="black",
                 label="searched frontier")
-        budgets = sorted((float(p["peer"].rsplit("-", 1)[1]), p) for p in w["peers"]
-                         if p["peer"].startswith("compile-budget-") and not p["oom"])
+        budgets = compile_budgets(w["peers"])
         xs = [p["peak_bytes"] / b["peak_bytes"] for _, p in budgets]
         ys = [p["step_seconds"] / b["step_seconds"] for _, p in budgets]
         ax.plot(xs, ys, "s-", color="tab:purple", ms=4, lw=0.8, label="compile budget (label: budget)")
         for (budget, _), x, y in zip(budgets, xs, ys):
             ax.annotate(f"{budget:.1f}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-        others = [p for p in w["peers"] if not p["peer"].startswith("compile-budget-") and not p["oom"]]
+        others = [p for p in w["peers"] if not p["peer"].startswith(COMPILE_BUDGET_PEER) and not p["oom"]]
         ax.plot([p["peak_bytes"] / b["peak_bytes"] for p in others], [p["step_seconds"] / b["step_seconds"] for p in others],
                 "x", color="tab:red", label="HF / checkpoint_sequential")
         ax.set(title=f"{w['workload']} ({'compiled' if w['compiled'] else 'eager'})", xlabel="peak / baseline",

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, interleaved, set_threads, write_result  # noqa: E402
 from env.apply import plan_for  # noqa: E402
 from env.measure import measure  # noqa: E402
 from env.records import MeasuredPlan as Measurement  # noqa: E402
@@ -65,13 +65,8 @@ def measure_row(w: Workload, sets: dict[str, list[str]], repeats: int, rounds: i
     plans = {"keep": plan_for(w.model, sets["auto"], [Action.KEEP] * len(sets["auto"]))}
     plans.update({name: plan_for(w.model, units, [Action.RECOMPUTE] * len(units)) for name, units in sets.items()})
     unit_of = {"keep": sets["auto"], **sets}
-    names = list(plans)
-    got: dict[str, Measurement] = {}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            m = measure(w, plans[name], unit_of[name], repeats=repeats, warmup=1)
-            got[name] = got[name].merged(m) if name in got else m
-    return got
+    return interleaved({name: lambda name=name: measure(w, plans[name], unit_of[name], repeats=repeats, warmup=1)
+                        for name in plans}, rounds)
 
 
 def table_row(spec: str, choices: dict[str, Any], got: dict[str, Measurement]) -> dict[str, Any]:

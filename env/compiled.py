@@ -28,7 +28,7 @@ import torch._functorch.config
 from torch._dynamo.utils import counters
 
 from env.errors import MeasurementError
-from env.timeline import train_step
+from env.timeline import is_oom, train_step
 from env.workloads import Workload
 
 
@@ -106,7 +106,7 @@ class CompiledWorkload:
             try:
                 train_step(self.workload, optimizer)
             except torch._dynamo.exc.BackendCompilerFailed as e:
-                if "out of memory" in str(e).lower():
+                if is_oom(e):
                     raise  # measured as what it is: out of memory
                 cause = getattr(e, "inner_exception", None) or e  # the compiler's own error, not dynamo's wrapper
                 first = (str(cause).strip().splitlines() or [""])[0]

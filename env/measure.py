@@ -29,7 +29,7 @@ from env.compiled import CompileOptions, compiled
 from env.errors import MeasurementError
 from env.plan import Plan
 from env.records import MeasuredPlan
-from env.timeline import profiled_step, step_clock, sync, train_step
+from env.timeline import is_oom, profiled_step, step_clock, sync, train_step
 from env.workloads import Workload
 
 
@@ -63,10 +63,6 @@ def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
     if workload.device.type == "cuda":
         return torch.cuda.memory_allocated(workload.device)
     return state_bytes(workload.model, optimizer, workload.inputs)
-
-
-def _is_oom(e: BaseException) -> bool:
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
@@ -111,7 +107,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
             peak, live_before, reserved = _peak(stepped, optimizer)
             samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)]
         except RuntimeError as e:
-            if device.type != "cuda" or not _is_oom(e):
+            if device.type != "cuda" or not is_oom(e):
                 raise
             oom = True  # cleaned up below, once the exception no longer holds the step's tensors
         stats = session.stats() if session else None

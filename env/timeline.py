@@ -31,6 +31,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def is_oom(e: BaseException) -> bool:
+    """An out-of-memory error, raised as itself or wrapped (e.g. by the compiler) with its message."""
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
 def step_clock(device: torch.device) -> tuple[str, Callable[[], int]]:
     """The clock a step's time is read from, as (name, nanosecond clock).
 

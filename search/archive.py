@@ -97,13 +97,13 @@ class ParetoArchive:
                 if digest_of(idx) not in self.measured]
         out: list[Indices] = []
         if baseline is not None and pool:
-            scale = np.array([baseline.peak_bytes, baseline.step_seconds], dtype=float)
-            known = [np.array([r.peak_bytes, r.step_seconds], dtype=float) / scale for r in self.frontier()]
+            base = (baseline.peak_bytes, baseline.step_seconds)
+            known = list(normalise([(r.peak_bytes, r.step_seconds) for r in self.frontier()], *base))
             while pool and len(out) < limit:
-                now = hypervolume(known) if known else 0.0
+                now = hypervolume(known)
                 # a point another pool point dominates never adds more than that one: the pool's front suffices
                 front = np.flatnonzero(nondominated([v for _, v in pool]))
-                pts = {int(i): np.array(pool[i][1], dtype=float) / scale for i in front}
+                pts = {int(i): normalise(pool[i][1], *base)[0] for i in front}
                 gains = {i: hypervolume(known + [q]) - now for i, q in pts.items()}
                 best = max(gains, key=gains.__getitem__)
                 if gains[best] <= 1e-12:

@@ -37,6 +37,7 @@ from search.progress import RoundStatus
 from search.store import RunStore
 
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
+RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
 
 def exact_relative(n_units: int) -> float:
@@ -44,7 +45,6 @@ def exact_relative(n_units: int) -> float:
     beyond, labels within 0.5% of each other merge (agents.exact), which kept 0.9997 of the exact
     hypervolume at 64 units in 1% of the time (bench/agents_scale.py)."""
     return 0.0 if n_units <= EXACT_UNITS else 0.005
-RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
 
 def prepare(store: RunStore, pool: EvaluatorPool) -> SearchSetup:

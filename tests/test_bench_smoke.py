@@ -177,8 +177,28 @@ def test_peers_quick(tmp_path: Path) -> None:
     assert "compile-budget-0.0" in markdown(load(out))
 
 
+def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:
+    from bench.common import interleaved, rotated
+    from env.records import MeasuredPlan
+
+    assert [rotated("abc", r)[0] for r in range(4)] == ["a", "b", "c", "a"] and rotated([], 3) == []
+    order: list[str] = []
+
+    def job(name: str, seconds: float):
+        def run() -> MeasuredPlan:
+            order.append(name)
+            return MeasuredPlan(workload="w", batch_shape="b", digest=name, actions=["keep"], peak_bytes=1,
+                                live_before_bytes=0, step_seconds_samples=[seconds + len(order)],
+                                clock="thread-cpu", device="cpu", torch_version="t", measurement_ids=[str(len(order))])
+        return run
+
+    got = interleaved({"a": job("a", 0.0), "b": job("b", 0.0)}, rounds=2)
+    assert order == ["a", "b", "b", "a"] and list(got) == ["a", "b"]
+    assert got["a"].step_seconds_samples == [1.0, 4.0] and got["b"].step_seconds_samples == [2.0, 3.0]
+
+
 def test_a_peer_quote_timed_unequally_is_refused() -> None:
-    from bench.peers import check_equal_samples
+    from bench.common import check_equal_samples
     from env.records import MeasuredPlan
 
     def rec(samples: list[float]) -> MeasuredPlan:
@@ -186,9 +206,9 @@ def test_a_peer_quote_timed_unequally_is_refused() -> None:
                             live_before_bytes=0, step_seconds_samples=samples, clock="thread-cpu", device="cpu",
                             torch_version="t")
 
-    assert check_equal_samples({"peer:a": rec([1.0, 1.1]), "ours:b": rec([0.9, 1.0])}, "w") == 2
+    assert check_equal_samples([rec([1.0, 1.1]), rec([0.9, 1.0])], "w") == 2
     with pytest.raises(ValueError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
-        check_equal_samples({"peer:a": rec([1.0, 1.1]), "ours:b": rec([0.9])}, "w")
+        check_equal_samples([rec([1.0, 1.1]), rec([0.9])], "w")
 
 
 def test_committed_peer_quotes_time_every_plan_alike() -> None:
