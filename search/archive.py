@@ -81,14 +81,16 @@ class ParetoArchive:
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
                    predict: Callable[[Indices], tuple[int, float]] | None = None,
-                   baseline: MeasuredPlan | None = None) -> list[Indices]:
+                   baseline: MeasuredPlan | None = None, known_sources: tuple[str, ...] | None = None
+                   ) -> list[Indices]:
         """Unmeasured plans of the pool worth measuring next. ``predict`` (e.g.
         ``env.correction.MeasuredCorrection.predict``) ranks the pool instead of the predictions
         recorded at proposal time.
 
         With the ``baseline`` measured: first, greedily, the plan whose predicted point adds most
-        hypervolume to the measured frontier (and the plans picked before it), so measurements go
-        where the frontier has gaps rather than where proposals are dense. Then, once no predicted
+        hypervolume to the measured frontier of ``known_sources``' plans (all plans: None) and the
+        plans picked before it, so measurements go where that frontier has gaps rather than where
+        proposals are dense. Then, once no predicted
         point adds any, as without a baseline: the predicted fronts of the pool, best front first,
         each spread over memory. The first front alone leaves measurements unspent when the cost
         model's time error hides plans (near-baseline plans differ by less than it), so later
@@ -98,7 +100,7 @@ class ParetoArchive:
         out: list[Indices] = []
         if baseline is not None and pool:
             base = (baseline.peak_bytes, baseline.step_seconds)
-            known = list(normalise([(r.peak_bytes, r.step_seconds) for r in self.frontier()], *base))
+            known = list(normalise([(r.peak_bytes, r.step_seconds) for r in self.frontier(known_sources)], *base))
             while pool and len(out) < limit:
                 now = hypervolume(known)
                 # a point another pool point dominates never adds more than that one: the pool's front suffices

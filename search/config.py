@@ -50,7 +50,9 @@ class SearchConfig:
                                    nargs="+")
     compile: bool = _f(False, "measure compiled training steps: each plan applied, then the model compiled "
                               "(fullgraph); compile time is reported apart. The profile stays eager")
-    max_measurements: int = _f(30, "most plans measured in one run (model/hybrid modes), rules and baseline included")
+    max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
+                                  "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
+                                  "has more points to measure)")
     repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
     warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "
                                 "plus the rules)")
@@ -77,6 +79,10 @@ class SearchConfig:
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
 
+    def measurement_budget(self, n_units: int) -> int:
+        """``max_measurements``, or with 0 the default for a search of ``n_units``."""
+        return self.max_measurements or 30 + n_units // 2
+
     def validate(self) -> "SearchConfig":
         try:
             self.reward = RewardMode(self.reward)
@@ -92,7 +98,9 @@ class SearchConfig:
                                   "between 0.0 (recompute all it can) and 1.0 (save all)")
         if self.devices < 0:
             raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
-        for name in ("agents", "timesteps", "repeats", "max_measurements", "chunk_timesteps", "evaluators", "max_units"):
+        if self.max_measurements < 0:
+            raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
+        for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self

@@ -73,6 +73,8 @@ class Driver:
             measure_for = lambda agent: _remote_measure(  # noqa: E731
                 pool.live[int(agent.rsplit("_", 1)[-1]) % len(pool.live)].handle, names, agent)
         self.agents = AgentPool(cfg, ledger, run_dir, measure_for)
+        self.max_measurements = cfg.measurement_budget(ledger.codec.n_units)
+        ledger.store.set_meta("max_measurements", self.max_measurements)
         self.overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and pool.on_gpus)
         self._pending: tuple[threading.Thread, list[MeasuredPlan]] | None = None
         ledger.store.set_meta("measurement_mode", (
@@ -180,7 +182,7 @@ class Driver:
         self.measure_peers()
         exact = self.exact()
         if cfg.warm_start:
-            room = max(0, cfg.max_measurements - len(ledger.archive.measured))
+            room = max(0, self.max_measurements - len(ledger.archive.measured))
             self.measure([(p, "exact") for p in spread_picks(exact, min(room, max(2, room // 2)))])
         self.agents.start(self.budgets(exact))
         ledger.snapshot()
@@ -215,7 +217,7 @@ class Driver:
         arrived = self.collect()  # overlapped: last round's measurements, taken while the agents trained
         if arrived and self.cfg.reward == RewardMode.HYBRID:
             self.agents.feed(arrived)
-        room = self.cfg.max_measurements - len(self.ledger.archive.measured)
+        room = self.max_measurements - len(self.ledger.archive.measured)
         limit = room if final else max(1, math.ceil(room / (self.agents.rounds_left() + 1)))
         picked = [(p, self._proposer(p)) for p in self.ledger.candidates(min(limit, room))]
         if self.overlap and not final:

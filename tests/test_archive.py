@@ -76,3 +76,20 @@ def test_with_a_baseline_candidates_go_where_the_measured_frontier_has_a_gap():
 def test_spread_picks_keeps_both_ends():
     assert spread_picks(list(range(10)), 3) == [0, 4, 9]
     assert spread_picks([1, 2], 5) == [1, 2]
+
+
+def test_candidates_fill_the_agents_own_frontier_where_a_rule_already_sits():
+    """A rule measured at the low end adds that point to the whole frontier, not to the agents':
+    the agents' plan there is measured when the gain counts against their own frontier only, so
+    that no rule is left beyond the agents' frontier for want of a measurement."""
+    a = ParetoArchive()
+    base = _result("base", 100, 1.0, source="rule:none")
+    for r in (base, _result("all", 30, 1.5, source="rule:all"), _result("mid", 60, 1.2)):
+        a.add(r)
+    preds = {(1,): (30, 1.45), (2,): (80, 1.1)}
+    for idx, (peak, secs) in preds.items():
+        a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
+    digest = lambda idx: f"d{idx[0]}"  # noqa: E731
+    # against every measured plan, the agents' low plan adds only the sliver it beats the rule by
+    assert a.candidates(1, digest, baseline=base) == [(2,)]
+    assert a.candidates(1, digest, baseline=base, known_sources=("agent",)) == [(1,)]
