@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 
+import numpy as np
 import pytest
 
 from env.correction import MeasuredCorrection
@@ -146,3 +147,30 @@ def test_noise_never_fits_an_action_faster_than_keeping_the_unit() -> None:
     unmeasured = [p for p in plans if p not in c.measured]
     assert min(c.predict(p)[1] for p in unmeasured) >= base_t
     assert any(pt.plan == KEEP for pt in exact_frontier(fixed))
+
+
+def test_a_profile_that_timed_a_recompute_faster_than_keep_keeps_the_others_prior() -> None:
+    """Profiling noise timed unit 0's recompute far faster than keeping it; the measured plans all
+    recompute it (the exact solver builds its frontier from such a unit). The truth: recomputing
+    unit 0 costs nothing extra, the rest as profiled. The slope of measured on profiled extras
+    must compare like with like (the profile's extras at least zero, as the prior takes them);
+    comparing with the raw extras, whose sum those plans made negative, set the slope and the
+    whole prior to 0, and every unmeasured plan looked as fast as the baseline."""
+    cm = _model(seed=7)
+    base_t = cm.step_seconds(KEEP)
+    fast = cm.seconds.copy()
+    fast[0, 1] = fast[0, 0] - 5.0 * float((cm.seconds[:, 1] - cm.seconds[:, 0]).sum())  # far below keep
+    noisy = cm.with_step_seconds(fast[:, :] - fast[:, [0]], base_t)
+    extra = np.maximum(noisy.seconds - noisy.seconds[:, [0]], 0.0)
+
+    def truth(p: tuple[int, ...]) -> float:
+        return base_t + float(sum(extra[i, a] for i, a in enumerate(p)))
+
+    c = MeasuredCorrection(noisy)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    measured = [(1, 1, 0, 0, 0, 0), (1, 0, 1, 0, 0, 0), (1, 1, 1, 0, 0, 0)]
+    for p in measured:
+        assert noisy.step_seconds(p) < base_t  # the profile says: faster than the baseline
+        c.add(p, cm.peak_bytes(p), truth(p))
+    for p in [(0, 0, 0, 1, 0, 0), (0, 0, 0, 0, 1, 1), (0, 0, 0, 1, 1, 1)]:  # units never measured
+        assert c.predict(p)[1] == pytest.approx(truth(p), rel=1e-6)
