@@ -114,11 +114,13 @@ def _evaluator_pool(r: Result) -> list[str]:
 def _agents_search(r: Result) -> list[str]:
     out = []
     for row in r["rows"]:
-        beyond = ", ".join("none (the baseline)" if n == "none" else n for n in row["rules_beyond_agents"]) or "no rule"
-        out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['wall_seconds']:.0f} s): the agents' own "
-                   f"plans reach {row['agents_over_exact']:.3f} of the exact plans' hypervolume, both remeasured "
-                   f"{row['quote']['samples_per_plan']} times apart from the search; {beyond} beyond the agents' own "
-                   f"frontier {_where('agents_search', r, row['clock'])}.")
+        beyond, far = (", ".join("none (the baseline)" if n == "none" else n for n in row.get(k, [])) or "no rule"
+                       for k in ("rules_beyond_agents", "rules_beyond_agents_by_more_than_spread"))
+        out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['measured']} measured, "
+                   f"{row['wall_seconds']:.0f} s): the agents' own plans reach {row['agents_over_exact']:.3f} of the "
+                   f"exact plans' hypervolume, both remeasured {row['quote']['samples_per_plan']} times apart from the "
+                   f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads) "
+                   f"{_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}.")
     return out
 
 
