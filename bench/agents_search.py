@@ -7,7 +7,7 @@ solver's, the rules, and recomputing every unit an expert would name.
     python bench/agents_search.py --quick        # gpt/tiny only, for the smoke test
 
 Each row is one ``python -m search.run`` with its defaults (hybrid reward, 4 agents, 4,096
-timesteps each, 30 measurements) plus the row's flags, timed by the wall clock. Most rows run
+timesteps each, 30 + units/2 measurements) plus the row's flags, timed by the wall clock. Most rows run
 ``--no-warm-start``: the exact solver's plans are then never proposed or measured in the search,
 and every plan the agents measure is their own find. Then, apart from the search (selection and
 quote never share a measurement), one fresh Evaluator in this process measures, in ``--rounds``
