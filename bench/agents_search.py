@@ -252,7 +252,7 @@ def _rules(names: list[str]) -> str:
 def markdown(result: dict[str, Any]) -> str:
     out = ["| search | units | search s | agents' own HV | exact plans' HV | agents / exact | rules beyond the agents' "
            "frontier (beyond the spread) | 20 budgets: agents' time / exact's (mean, worst) | agents faster / slower beyond spread | "
-           "at the expert plan's memory: agents' time / its |", "|---|---:|---:|---:|---:|---:|---|---|---|---|"]
+           "at the expert plan's memory: agents' time / its | load |", "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
     for r in result["rows"]:
         c, x = coverage_summary(r), r["expert"]
         mean = f"{c['mean_ratio']:.3f}, {c['worst_ratio']:.3f}" if c["mean_ratio"] is not None else "n/a"
@@ -262,7 +262,7 @@ def markdown(result: dict[str, Any]) -> str:
         out.append(f"| `{r['flags']}` | {r['units']} | {r['wall_seconds']:.0f} | {r['hv_agents_own']:.4f} | "
                    f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} ({_rules(r.get('rules_beyond_agents_by_more_than_spread', []))}) | {mean} | "
                    f"{c['agents_faster_beyond_spread']} / {c['exact_faster_beyond_spread']} of {c['both_fit']} | "
-                   f"{at_x} |")
+                   f"{at_x} | {r['load_average_1']:.1f} |")
     return "\n".join(out) + "\n"
 
 
