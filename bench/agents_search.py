@@ -1,7 +1,7 @@
 """The agents in the real search, quoted on fresh measurements: their own plans against the exact
 solver's, the rules, and recomputing every unit an expert would name.
 
-    python bench/agents_search.py                # every row below, ~80 min on 2 cores
+    python bench/agents_search.py                # every row below, ~2 h on 2 cores
     python bench/agents_search.py --rows 0 2     # some rows (indices into ROWS)
     python bench/agents_search.py --rows 4 5 --append   # and keep the other rows of the result file
     python bench/agents_search.py --quick        # gpt/tiny only, for the smoke test
