@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -31,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from search.driver import Driver, prepare
     from search.evaluator_pool import EvaluatorPool
     from search.ledger import Ledger
-    from search.progress import ProgressView
+    from search.progress import ProgressView, RoundStatus
     from search.report import write_outputs
 
     try:
@@ -51,14 +53,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     view = ProgressView(enabled=cfg.progress)
     driver = None
+    interrupted = threading.Event()
+
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.set()  # remembered: a KeyboardInterrupt that library code swallows still stops the run
+        signal.default_int_handler(signum, frame)
+
+    def on_round(status: RoundStatus) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        view.update(status)
+
     try:
         ray_session.start_ray(cfg.address)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, on_sigint)
         pool = EvaluatorPool(cfg)
         ledger = Ledger(prepare(store, pool), store)
         explain_units(store.get_meta("unit_choice"), store.get_meta("headroom"))
-        driver = Driver(cfg, run_dir, ledger, pool, on_round=view.update)
+        driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round)
         with view:
             driver.run()
+        if interrupted.is_set():
+            raise KeyboardInterrupt
         if cfg.batch_scaling:
             from search.scaling import measure_batch_scaling
 
