@@ -61,8 +61,9 @@ class MeasuredCorrection:
         self.keep = cost_model.action_index(Action.KEEP)
         self.keep_plan: Plan = (self.keep,) * n
         self.pred_base_seconds = cost_model.step_seconds(list(self.keep_plan))
-        # the profile's extra seconds of unit i under action a over keeping it: (n, A)
-        self.pred_extra = cost_model.seconds - cost_model.seconds[:, [self.keep]]
+        # the profile's extra seconds of unit i under action a over keeping it, at least zero (n, A): the
+        # prior's shape (recomputing never makes a step faster; a profile can time it so)
+        self.pred_extra = np.maximum(cost_model.seconds - cost_model.seconds[:, [self.keep]], 0.0)
         self._cols = [(i, a) for i in range(n) for a in range(n_actions) if a != self.keep]
         self._col = {c: k for k, c in enumerate(self._cols)}
         self.measured: dict[Plan, tuple[int, float]] = {}
@@ -127,40 +128,39 @@ class MeasuredCorrection:
     def _fit(self, base_seconds: float) -> np.ndarray:
         """Per-unit extras: ridge regression of measured extras on which action each unit takes."""
         plans = [p for p in self.measured if p != self.keep_plan]
-        prior = np.maximum(self.pred_extra, 0.0) * self._slope(plans, base_seconds)
-        if not plans:
-            return prior
         X = np.zeros((len(plans), len(self._cols)))
         for r, p in enumerate(plans):
             for i, a in enumerate(p):
                 if a != self.keep:
                     X[r, self._col[(i, a)]] = 1.0
-        y = np.array([self.measured[p][1] - base_seconds for p in plans])
-        w0 = np.array([prior[i, a] for i, a in self._cols])
-        floor = np.maximum(FLOOR_SHARE * w0, 1e-6 * base_seconds)  # strictly above keep: it breaks the tie
-        # each extra's pull towards the prior: noise variance over the prior's (a Gaussian prior)
-        pull = (self.noise * base_seconds) ** 2 / np.maximum(self.spread * w0, 1e-4 * base_seconds) ** 2
-        w = floor + _ridge_nonnegative(X, y - X @ floor, w0 - floor, pull)
-        out = np.zeros_like(prior)
+        y = np.array([self.measured[p][1] - base_seconds for p in plans])  # measured extras
+        profiled = np.array([self.pred_extra[i, a] for i, a in self._cols])
+        w0 = profiled * self._slope(X @ profiled, y, base_seconds)
+        if plans:
+            floor = np.maximum(FLOOR_SHARE * w0, 1e-6 * base_seconds)  # strictly above keep: it breaks the tie
+            # each extra's pull towards the prior: noise variance over the prior's (a Gaussian prior)
+            pull = (self.noise * base_seconds) ** 2 / np.maximum(self.spread * w0, 1e-4 * base_seconds) ** 2
+            w = floor + _ridge_nonnegative(X, y - X @ floor, w0 - floor, pull)
+        else:
+            w = w0
+        out = np.zeros_like(self.pred_extra)
         for k, (i, a) in enumerate(self._cols):
             out[i, a] = w[k]
         return out
 
-    def _slope(self, plans: list[Plan], base_seconds: float) -> float:
-        """Least squares through the origin of measured on predicted extras (the profile's, each at
-        least zero, as the prior scales them); with no other plan measured, the baseline's own
-        measured/predicted ratio. Unclipped, a profile that timed a few recomputes faster than
-        keeping (noise) predicted the frontier's plans, which the exact solver builds from exactly
-        those, at or below the baseline: the slope fell to 0 against their measured extras and
-        the prior with it, and 46 measured plans fitted 96 extras alone (measured on the 48-unit
-        gpt profile: the corrected frontier 0.91 of the profile's hypervolume on noise-free times)."""
-        clipped = np.maximum(self.pred_extra, 0.0)
-        dp = np.array([sum(clipped[i, a] for i, a in enumerate(p)) for p in plans])
-        dm = np.array([self.measured[p][1] - base_seconds for p in plans])
-        square = float(dp @ dp)
+    def _slope(self, predicted: np.ndarray, measured: np.ndarray, base_seconds: float) -> float:
+        """Least squares through the origin of the plans' measured extras on their predicted ones
+        (the profile's, each at least zero, as the prior scales them); with no other plan measured,
+        the baseline's own measured/predicted ratio. Unclipped, a profile that timed a few
+        recomputes faster than keeping (noise) predicted the frontier's plans, which the exact
+        solver builds from exactly those, at or below the baseline: the slope fell to 0 against
+        their measured extras and the prior with it, and 46 measured plans fitted 96 extras alone
+        (measured on the 48-unit gpt profile: the corrected frontier 0.91 of the profile's
+        hypervolume on noise-free times)."""
+        square = float(predicted @ predicted)
         if square <= 0:
             return base_seconds / self.pred_base_seconds
-        return max(0.0, float(dm @ dp) / square)
+        return max(0.0, float(measured @ predicted) / square)
 
 
 def _ridge_nonnegative(X: np.ndarray, y: np.ndarray, w0: np.ndarray, ridge: np.ndarray) -> np.ndarray:
