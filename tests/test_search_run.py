@@ -331,3 +331,14 @@ def test_measured_reward_records_what_the_agents_measured(tmp_path, ray_session)
     records = _every_measurement_once(tmp_path / "m" / "store.sqlite")
     assert any(s.startswith("agent_") for m in records for s in m.sources), "the agents' own measurements are in"
     assert json.loads((tmp_path / "m" / "frontier.json").read_text())["points"]
+
+
+def test_the_measurement_budget_grows_with_the_units_and_a_negative_one_is_refused():
+    from env.errors import CkptSearchError
+    from search.config import parse_config
+
+    assert parse_config([]).measurement_budget(6) == 33 and parse_config([]).measurement_budget(48) == 54
+    assert parse_config(["--max-measurements", "12"]).measurement_budget(96) == 12  # given: a cap as it is
+    with pytest.raises(CkptSearchError) as e:
+        parse_config(["--max-measurements", "-1"])
+    assert "\n" not in str(e.value) and "--max-measurements must be 0 (sized by the units) or more" in str(e.value)
