@@ -13,7 +13,8 @@ and every plan the agents measure is their own find. Then, apart from the search
 quote never share a measurement), one fresh Evaluator in this process measures, in ``--rounds``
 interleaved rounds (rotated order, ``repeats`` timed steps each, the same for every plan):
 
-- the agents' own frontier: the non-dominated measured plans of the search that an agent proposed;
+- the agents' own frontier: the non-dominated measured plans of the search that an agent proposed
+  (on the search's paired times, as the search ranked them: ``env.records.paired``);
 - as many of the exact solver's plans (on the profiled cost model, as a planner that trusts the
   estimate would pick them), evenly spread over its frontier;
 - the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
@@ -56,7 +57,7 @@ from env.codec import PlanCodec  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.measure import measure  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.records import MeasuredPlan, ModelProfile  # noqa: E402
+from env.records import MeasuredPlan, ModelProfile, paired  # noqa: E402
 from env.unit_choice import resolve_units  # noqa: E402
 from search.archive import frontier_of, spread_picks  # noqa: E402
 from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
@@ -98,17 +99,22 @@ class SearchOutcome:
     profile: ModelProfile
     agents_front: list[Plan]  # the agents' own measured frontier, by the search's measurements
     lowest_peak: int  # lowest measured peak of the search (any plan)
+    baseline_measurements: int  # how often the search measured the baseline (its references, when paired)
+    paired: bool  # the search ranked plans on times paired with its references (``env.records.paired``)
 
 
 def read_search(run_dir: Path) -> SearchOutcome:
     cfg = json.loads((run_dir / "config.json").read_text())
     with RunStore(run_dir, readonly=True) as store:
         prof = ModelProfile.model_validate(store.get_meta("profile"))
-        measured = [m for m in store.measured() if not m.oom]
+        scale = store.pairing_scale()  # the search ranked plans on times paired with its references
+        measured = [paired(m, scale) for m in store.measured() if not m.oom]
+        base = store.get(store.get_meta("baseline_digest")).measurement
     codec = PlanCodec(prof.units, prof.actions, prof.fingerprint)
     mine = frontier_of([m for m in measured if any(s.startswith("agent") for s in m.sources)])
     return SearchOutcome(cfg["workload"], int(cfg["seed"]), int(cfg["repeats"]), int(cfg["measure_threads"]), prof,
-                         [tuple(codec.indices(m.actions)) for m in mine], min(m.peak_bytes for m in measured))
+                         [tuple(codec.indices(m.actions)) for m in mine], min(m.peak_bytes for m in measured),
+                         base.n_measurements, base.is_paired and bool(base.reference_seconds))
 
 
 def exact_picks(prof: ModelProfile, k: int) -> list[Plan]:
@@ -204,6 +210,7 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
     out = {
         "flags": " ".join(flags), "workload": rep["workload"], "units": rep["units"], "measured": rep["measured"],
         "evaluations": rep["evaluations"], "wall_seconds": wall, "clock": base.clock,
+        "search_paired": outcome.paired, "search_baseline_measurements": outcome.baseline_measurements,
         "warm_start": "--no-warm-start" not in flags,
         "search": {"hv_frontier": hv["frontier"], "hv_agents_own": hv["agents_only"],
                    "agents_over_exact": hv["agents_over_exact"], "lowest_peak_mb": outcome.lowest_peak / 2 ** 20},

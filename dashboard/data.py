@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile, UnitChoice
+from env.records import MeasuredPlan, ModelProfile, UnitChoice, paired
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -137,14 +137,16 @@ def list_runs(root: str | Path) -> list[RunSummary]:
     return sorted((_summary(p) for p in folders), key=lambda r: (-r.started_at, r.run_id))
 
 
-def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
+def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str],
+                       scale: float | None = None) -> pd.DataFrame:
+    """One row per plan; times paired with the reference measured beside them, as the search compared them."""
     by_digest: dict[str, str] = {}
     for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)
         by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
     exact_set = set(exact)
     rows = []
     for e in store.plans():
-        m = e.measurement
+        m = paired(e.measurement, scale) if e.measurement is not None else None
         rows.append({
             "digest": e.digest, "actions": e.actions, "summary": action_summary(e.actions), "source": e.source,
             "measured": m is not None and not m.oom, "oom": m is not None and m.oom,
@@ -222,7 +224,8 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         meta = {r[0]: json.loads(r[1]) for r in store.conn.execute("SELECT key, value FROM meta")}
         profile = ModelProfile.model_validate(meta["profile"]) if meta.get("profile") else None
         rules, exact = dict(meta.get("rules") or {}), list(meta.get("exact") or [])
-        evaluations = _evaluations_frame(store, rules, exact)
+        scale = store.pairing_scale()
+        evaluations = _evaluations_frame(store, rules, exact, scale)
         base_peak, base_seconds = _baseline(profile, evaluations, meta.get("baseline_digest"))
         evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
         evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
@@ -241,7 +244,7 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
         frontier["time_rel"] = frontier.step_seconds / base_seconds
     config = dict(meta.get("config") or {})
-    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds)
+    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds, scale)
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
     return RunData(
@@ -259,11 +262,12 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
     )
 
 
-def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float) -> pd.DataFrame:
-    """The store's measured peers (that ran) on the frontier's axes."""
+def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float,
+                 scale: float | None = None) -> pd.DataFrame:
+    """The store's measured peers (that ran) on the frontier's axes (paired times, as the plans')."""
     rows = []
     for name, entry in peers.items():
-        m = MeasuredPlan.model_validate(entry["record"])
+        m = paired(MeasuredPlan.model_validate(entry["record"]), scale)
         if not m.oom:
             rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
                          "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,

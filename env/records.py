@@ -73,6 +73,9 @@ class MeasuredPlan(BaseModel):
     live_before_bytes: int  # parameters, optimizer state and inputs, before the step
     peak_reserved_bytes: int | None = None  # CUDA caching allocator's reserve at its peak
     step_seconds_samples: list[float]  # one per timed step, all repeats together
+    # per sample: the median step of the reference plan (all keep) measured on the same Evaluator just before,
+    # so that plans measured minutes apart compare as if side by side (``paired``); empty: not measured so
+    reference_seconds: list[float] = Field(default_factory=list)
     clock: str  # what the samples were read from: env.timeline.step_clock
     device: str
     torch_version: str
@@ -99,6 +102,11 @@ class MeasuredPlan(BaseModel):
     @property
     def spread_seconds(self) -> float:
         return spread_seconds(self.step_seconds_samples)
+
+    @property
+    def is_paired(self) -> bool:
+        """Every sample has its reference (``reference_seconds``)."""
+        return len(self.reference_seconds) == len(self.step_seconds_samples)
 
     @property
     def n_measurements(self) -> int:
@@ -134,10 +142,25 @@ class MeasuredPlan(BaseModel):
             "peak_bytes": max(self.peak_bytes, other.peak_bytes),
             "peak_reserved_bytes": max(self.peak_reserved_bytes or 0, other.peak_reserved_bytes or 0) or None,
             "step_seconds_samples": self.step_seconds_samples + other.step_seconds_samples,
+            "reference_seconds": (self.reference_seconds + other.reference_seconds
+                                  if self.is_paired and other.is_paired else []),
             "oom": self.oom and other.oom,
             "measurement_ids": self.measurement_ids + fresh,
             "evaluators": self.evaluators + other.evaluators,
         })
+
+
+def paired(record: MeasuredPlan, scale: float | None) -> MeasuredPlan:
+    """The record with each sample taken relative to the reference measured beside it, times
+    ``scale`` (the reference's median over the run): a machine that slows down or speeds up
+    during a search, or a slower Evaluator, moves a plan and its reference alike and drops out,
+    so plans measured minutes apart compare as if measured side by side. The copy's references
+    are ``scale``, so pairing it again with another scale rescales it. Unchanged when a sample
+    lacks its reference (old stores, compiled runs) or there is no scale."""
+    if not scale or not record.is_paired or not record.step_seconds_samples:
+        return record
+    samples = [s * scale / r for s, r in zip(record.step_seconds_samples, record.reference_seconds)]
+    return record.model_copy(update={"step_seconds_samples": samples, "reference_seconds": [scale] * len(samples)})
 
 
 class UnitChoice(BaseModel):

@@ -54,6 +54,10 @@ class SearchConfig:
                                   "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
                                   "has more points to measure)")
     repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
+    reference_every: float = _f(30.0, "seconds after which an Evaluator measures the all-keep plan again (at most "
+                                      "once per 4 plans); plans are compared on their time relative to it, so a "
+                                      "machine whose speed drifts during the search ranks them as if side by side "
+                                      "(0: raw times; compiled runs: always raw)")
     warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "
                                 "plus the rules)")
     batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
@@ -98,6 +102,8 @@ class SearchConfig:
                                   "between 0.0 (recompute all it can) and 1.0 (save all)")
         if self.devices < 0:
             raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
+        if self.reference_every < 0:
+            raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
         if self.max_measurements < 0:
             raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
         for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):

@@ -91,6 +91,7 @@ class Driver:
     def measure(self, plans: Sequence[tuple[Indices, str]], again: bool = False) -> list[MeasuredPlan]:
         """Measure (plan indices, source) pairs on the Evaluators; each is recorded as it arrives."""
         done = self.pool.measure(self._jobs(plans, again), on_result=self.ledger.record)
+        self.drain()  # the reference measurements the Evaluators took before some of these plans
         self._pool_state()
         return done
 
@@ -116,11 +117,13 @@ class Driver:
         thread, arrived = self._pending
         thread.join()
         self._pending = None
+        self.drain()
         self._pool_state()
         return arrived
 
     def drain(self) -> None:
-        """Record what the Evaluators measured for agents directly (measured mode), or on Ctrl-C."""
+        """Record what the Evaluators measured apart from the driver's jobs: the reference plan
+        (``reference_every``), the agents' own plans (measured mode), everything before Ctrl-C."""
         for m in self.pool.drain():
             self.ledger.record(m)  # proposes the plan first when it is new to the store
 
@@ -131,7 +134,7 @@ class Driver:
         measured = self.measure([(tuple(v), f"rule:{k}") for k, v in chosen.items()])
         store = self.ledger.store
         store.set_meta("rules", {k: m.digest for k, m in zip(chosen, measured)})
-        store.set_meta("baseline_digest", measured[list(chosen).index("none")].digest)
+        self.ledger.set_baseline(measured[list(chosen).index("none")].digest)
         if len(self.pool.live) > 1:  # the baseline on every Evaluator: a systematically slower device shows
             each = self.pool.on_each(self.ledger.codec.names(chosen["none"]), "rule:none")
             store.set_meta("baseline_by_evaluator", {m.evaluators[0]: {"peak_bytes": m.peak_bytes, "step_seconds":
@@ -154,6 +157,7 @@ class Driver:
         notes = {p.digest: p.note for p in peers}
         self.pool.measure_peers(peers, on_result=lambda m: self.ledger.record_peer(
             m.digest.removeprefix("peer:"), m, notes.get(m.digest, "")))
+        self.drain()
         self._pool_state()
 
     def exact(self) -> list[Indices]:

@@ -6,12 +6,19 @@ id unique across Evaluators and restarts, so the store never records one twice. 
 measured is kept in ``journal`` until the driver drains it into the run store; a resumed run
 preloads the store's records so nothing is measured again. ``ray_evaluator`` makes the same
 class a Ray actor.
+
+Drift: with ``reference_every`` seconds, the Evaluator measures the reference plan (all keep)
+again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
+have been measured since, and labels each sample with that reference's median
+(``MeasuredPlan.reference_seconds``), so that the search compares plans as if side by side
+(``env.records.paired``) although the machine's speed drifts over minutes.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 import uuid
 from typing import Any, Sequence
 
@@ -26,6 +33,8 @@ from env.records import MeasuredPlan, ModelProfile
 from env.unit_choice import MAX_UNITS, resolve_units
 from env.workloads import Workload, WorkloadSpec, load_workload
 
+REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
+
 
 def resolve_device(name: str) -> str:
     if name == "auto":
@@ -36,7 +45,7 @@ def resolve_device(name: str) -> str:
 class Evaluator:
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
                  device: str = "auto", threads: int | None = None, name: str = "evaluator_0", compile: bool = False,
-                 max_units: int = MAX_UNITS) -> None:
+                 max_units: int = MAX_UNITS, reference_every: float = 0.0) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
@@ -52,6 +61,10 @@ class Evaluator:
         self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
         self.n_measured = 0
         self._other_batch: Workload | None = None
+        self.reference_every = 0.0 if compile else reference_every  # compiled: each reference would compile again
+        self._keep = [Action.KEEP.value] * len(self.units)
+        self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
+        self.n_references = 0
 
     def info(self) -> dict[str, Any]:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
@@ -83,13 +96,34 @@ class Evaluator:
         cached = self.cache.get(plan.digest)
         if cached is not None and not again:
             return cached.proposed_by(source)
+        is_reference = list(actions) == self._keep
+        if self.reference_every and not is_reference and self._reference_stale():
+            self.evaluate(self._keep, "rule:none", again=True)
         self.n_measured += 1
         m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
                     measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
-        m = m.model_copy(update={"evaluators": [self.label]})
+        m = self._labelled(m, is_reference)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
+
+    def _reference_stale(self) -> bool:
+        if self._reference is None:
+            return True
+        _, at, n = self._reference
+        return time.monotonic() - at > self.reference_every and self.n_measured - n >= REFERENCE_MIN_PLANS
+
+    def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
+        """The measurement with this Evaluator's label and, when references are on, each sample's reference."""
+        update: dict[str, Any] = {"evaluators": [self.label]}
+        if is_reference and m.oom:
+            self.reference_every = 0.0  # all keep does not fit this device: nothing to pair with
+        if self.reference_every and is_reference:
+            self._reference = (m.step_seconds, time.monotonic(), self.n_measured)
+            self.n_references += 1
+        if self.reference_every and self._reference is not None:
+            update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)
+        return m.model_copy(update=update)
 
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
         """The peers of ``env.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
@@ -97,10 +131,12 @@ class Evaluator:
 
     def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
+        if self.reference_every and self._reference_stale():
+            self.evaluate(self._keep, "rule:none", again=True)
         self.n_measured += 1
         m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
                          measurement_id=f"{self._id_prefix}:{self.n_measured}")
-        return m.model_copy(update={"evaluators": [self.label]})
+        return self._labelled(m, is_reference=False)
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
         """Peak and time of a plan at another batch size (built-in workloads)."""

@@ -90,7 +90,8 @@ class EvaluatorPool:
         actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy=self._placement(slot))
         units = self.units or cfg.units  # one choice of units for every Evaluator
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
-                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units)
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units,
+                                   cfg.reference_every)
         slot.info = ray_session.get(slot.handle.info.remote())
 
     def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:

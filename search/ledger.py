@@ -5,6 +5,11 @@ survives the process) and the ``PlanCodec`` (plan forms), and keeps them in step
 goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, never twice) and
 the archive gets the merged record back. The driver decides what to do; the ledger only
 records and answers.
+
+The store keeps every sample as measured; the archive keeps each record paired with the
+reference plan measured beside it (``env.records.paired``, scaled to the baseline's median), so
+the frontier, the candidates, the correction and the report compare plans as if they had been
+measured side by side.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Sequence
 from env.codec import Indices, PlanCodec
 from env.correction import MeasuredCorrection
 from env.cost_model import CostModel
-from env.records import MeasuredPlan, ModelProfile
+from env.records import MeasuredPlan, ModelProfile, paired
 from search.archive import ParetoArchive, hypervolume_of
 from search.store import RunStore
 
@@ -43,6 +48,10 @@ class Ledger:
     n_new_measurements: int = 0
     # measurements may arrive on another thread (agents training meanwhile): one writer at a time
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+    scale: float | None = field(default=None, init=False)  # the baseline's median: paired times are in its seconds
+
+    def __post_init__(self) -> None:
+        self.baseline_digest: str | None = self.store.get_meta("baseline_digest")
 
     @property
     def codec(self) -> PlanCodec:
@@ -53,7 +62,23 @@ class Ledger:
         known = self.store.measured()
         for m in known:
             self.archive.add(m)
+        self._rescale()
         return known
+
+    def set_baseline(self, digest: str) -> None:
+        """The all-keep plan's digest: the reference every plan's time is paired with."""
+        self.store.set_meta("baseline_digest", digest)
+        with self.lock:
+            self.baseline_digest = digest
+            self._rescale()
+
+    def _rescale(self) -> None:
+        """The baseline measured again: every record in the archive paired with its new median."""
+        scale = self.store.pairing_scale()
+        if scale != self.scale:
+            self.scale = scale
+            for d, r in list(self.archive.measured.items()):
+                self.archive.measured[d] = paired(r, scale)
 
     def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
         """Record a plan someone proposed, with its cost-model prediction; returns its digest.
@@ -73,8 +98,11 @@ class Ledger:
             before = self.archive.measured.get(m.digest)
             if before is None and self.store.get(m.digest) is None:
                 self.propose(self.codec.indices(m.actions), m.source)
-            merged = self.store.record(m)
+            merged = paired(self.store.record(m), self.scale)
             self.archive.add(merged)
+            if m.digest == self.baseline_digest:
+                self._rescale()
+                merged = self.archive.measured[m.digest]
             if before is None or len(merged.measurement_ids) > len(before.measurement_ids):
                 self.n_new_measurements += 1
                 if m.oom:
@@ -92,7 +120,8 @@ class Ledger:
         return merged
 
     def peers(self) -> dict[str, MeasuredPlan]:
-        return {k: MeasuredPlan.model_validate(v["record"]) for k, v in self.store.get_meta("peers", {}).items()}
+        return {k: paired(MeasuredPlan.model_validate(v["record"]), self.scale)
+                for k, v in self.store.get_meta("peers", {}).items()}
 
     def proposers(self, idx: Indices) -> list[str]:
         with self.lock:
@@ -109,8 +138,7 @@ class Ledger:
             return self.archive.frontier(sources)
 
     def baseline(self) -> MeasuredPlan | None:
-        digest = self.store.get_meta("baseline_digest")
-        return self.archive.measured.get(digest) if digest else None
+        return self.archive.measured.get(self.baseline_digest) if self.baseline_digest else None
 
     def hv(self, rows: list[MeasuredPlan]) -> float:
         return hypervolume_of(rows, self.baseline())

@@ -63,6 +63,8 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "measurement_mode": store.get_meta("measurement_mode", ""),
         "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
         "unit_choice": store.get_meta("unit_choice"), "headroom": store.get_meta("headroom"),
+        "paired": base.is_paired and bool(base.reference_seconds),
+        "references": base.n_measurements,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -110,7 +112,10 @@ def to_markdown(rep: dict[str, Any]) -> str:
     lines = [f"# Search report: {rep['workload']}", "",
              f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
              f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MB:.1f} MB, "
-             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}.", ""]
+             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}"
+             + (f"; each taken relative to the baseline measured beside it on the same Evaluator ({rep['references']} "
+                "measurements of it), in the baseline's median seconds, so plans measured minutes apart compare as "
+                "if side by side" if rep.get("paired") else "") + ".", ""]
     if rep.get("headroom"):
         lines += [f"**{rep['headroom']}**", ""]
     lines += ["## Measured frontier", "",

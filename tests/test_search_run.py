@@ -32,7 +32,7 @@ def _run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
 def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
     from search.run import main
 
-    assert main([*TINY, "--out", str(tmp_path), "--name", "t1", "--batch-scaling"]) == 0
+    assert main([*TINY, "--out", str(tmp_path), "--name", "t1", "--batch-scaling", "--reference-every", "0.001"]) == 0
     run_dir = tmp_path / "t1"
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(run_dir)
     front = json.loads((run_dir / "frontier.json").read_text())
@@ -51,8 +51,12 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert all(p["timesteps"] >= 256 for p in s.progress())
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"])
         assert set(s.get_meta("rules")) >= {"none", "all", "every_2", "sqrt_n"}
+        # every sample carries the reference measured before it; the baseline was measured again as the reference
+        base = s.get(s.get_meta("baseline_digest")).measurement
+        assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
         scaling = s.get_meta("batch_scaling")
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
+    assert "each taken relative to the baseline measured beside it" in (run_dir / "report.md").read_text()
     assert list((run_dir / "plans").glob("budget_*MB.json"))
     assert (run_dir / "tb").is_dir()
     # config.json repeats the run
@@ -159,11 +163,14 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
         after = {m.digest: m.step_seconds_samples for m in s.measured()}
         assert s.get_meta("status") == "finished"
         remeasured = set(s.get_meta("remeasured"))  # the final pass over frontier points and the baseline
-        assert s.get_meta("baseline_digest") in remeasured
+        base = s.get_meta("baseline_digest")
+        assert base in remeasured
     for digest, samples in before.items():
         assert len(set(samples)) == len(samples), "a measurement was recorded twice"
         assert after[digest][:len(samples)] == samples, "samples measured before the interrupt were lost"
-        if digest in remeasured:  # the final pass adds one more measurement to frontier points
+        if digest == base:  # the final pass, and the resumed Evaluator's reference before its first plan
+            assert len(after[digest]) >= len(samples) + 4 and len(after[digest]) % 2 == 0
+        elif digest in remeasured:  # the final pass adds one more measurement to frontier points
             assert len(after[digest]) == len(samples) + 2
         else:
             assert after[digest] == samples, "a plan measured before the interrupt was measured again"
@@ -342,3 +349,6 @@ def test_the_measurement_budget_grows_with_the_units_and_a_negative_one_is_refus
     with pytest.raises(CkptSearchError) as e:
         parse_config(["--max-measurements", "-1"])
     assert "\n" not in str(e.value) and "--max-measurements must be 0 (sized by the units) or more" in str(e.value)
+    with pytest.raises(CkptSearchError) as e:
+        parse_config(["--reference-every", "-5"])
+    assert "\n" not in str(e.value) and "--reference-every must be 0 (raw times) or more seconds" in str(e.value)
