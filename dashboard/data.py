@@ -157,10 +157,11 @@ def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str],
             "predicted_step_seconds": e.predicted_step_seconds, "device": m.device if m else None,
             "torch_version": m.torch_version if m else None, "batch_shape": m.batch_shape if m else None,
             "created_at": e.created_at, "rule": by_digest.get(e.digest, ""), "exact": e.digest in exact_set,
+            "paired": bool(scale and m is not None and m.reference_seconds and m.is_paired),
         })
     cols = ["digest", "actions", "summary", "source", "measured", "oom", "peak_bytes", "step_seconds",
             "spread_seconds", "repeats", "n_measurements", "clock", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
-            "device", "torch_version", "batch_shape", "created_at", "rule", "exact"]
+            "device", "torch_version", "batch_shape", "created_at", "rule", "exact", "paired"]
     df = pd.DataFrame(rows, columns=cols)
     df["dominated"] = True
     measured = df.index[df.measured]

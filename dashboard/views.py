@@ -120,7 +120,9 @@ def plan_page(run: RunData) -> None:
     st.plotly_chart(figures.plan_figure(units), key="plan_chart")
     clock = CLOCKS.get(str(row.clock), f"the {row.clock}")
     st.caption(f"Measured on **{row.device}**, torch {row.torch_version}, batch {row.batch_shape}, "
-               f"median of {row.repeats} steps by {clock} time (spread {row.spread_seconds * 1e3:.2f} ms); "
+               f"median of {row.repeats} steps by {clock} time (spread {row.spread_seconds * 1e3:.2f} ms)"
+               + ("; each step taken relative to the all-keep step measured just before it on the same Evaluator, "
+                  "in the baseline's median seconds, as the search ranked plans" if row.paired else "") + "; "
                f"proposed by {row.source}. "
                "Per-unit bytes and times are the profile's, measured with every unit under that action.")
     st.dataframe(units, hide_index=True, width="stretch")

@@ -53,7 +53,8 @@ def test_a_machine_that_speeds_up_no_longer_pushes_the_baseline_off_the_frontier
 
     def ledger(with_refs: bool) -> Ledger:
         refs = (lambda r, n=3: [r] * n) if with_refs else (lambda r, n=3: [])
-        led = Ledger(setup, RunStore(tmp_path / f"refs_{with_refs}"))
+        (tmp_path / f"refs_{with_refs}").mkdir()
+        led = Ledger(setup, RunStore(tmp_path / f"refs_{with_refs}"))  # a run folder, as the dashboard reads
         led.record(_m(d_keep, keep, [1.01, 1.0, 0.99], refs(1.0), "e:1", peak=100, source="rule:none"))
         led.set_baseline(d_keep)
         led.record(_m(d_keep, keep, [0.91, 0.9, 0.89], refs(0.9), "e:2", peak=100, source="rule:none"))
@@ -72,6 +73,13 @@ def test_a_machine_that_speeds_up_no_longer_pushes_the_baseline_off_the_frontier
     again.load_store()
     assert [r.digest for r in again.frontier()] == [d_other, d_keep]
     assert again.store.get(d_other).measurement.step_seconds == pytest.approx(0.918)
+    # the dashboard, reading the store alone, shows the same paired times and the same frontier
+    from dashboard.data import load_run
+
+    run = load_run(tmp_path / "refs_True")
+    assert list(run.frontier.digest) == [d_other, d_keep] and run.evaluations.paired.all()
+    assert run.frontier.step_seconds.tolist() == pytest.approx([r.step_seconds for r in led.frontier()])
+    assert run.baseline_seconds == pytest.approx(0.95)
 
 
 @pytest.mark.slow
