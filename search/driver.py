@@ -26,7 +26,7 @@ from agents.exact import exact_frontier
 from env.codec import Indices
 from env.headroom import nothing_to_save
 from env.plan import Action
-from env.records import MeasuredPlan, ModelProfile, RewardMode
+from env.records import MeasuredPlan, ModelProfile, RewardMode, paired
 from search import ray_session
 from search.agent_pool import AgentPool
 from search.archive import spread_picks
@@ -71,7 +71,8 @@ class Driver:
         measure_for = None
         if cfg.reward == RewardMode.MEASURED:  # each agent measures on one Evaluator, in turn
             measure_for = lambda agent: _remote_measure(  # noqa: E731
-                pool.live[int(agent.rsplit("_", 1)[-1]) % len(pool.live)].handle, names, agent)
+                pool.live[int(agent.rsplit("_", 1)[-1]) % len(pool.live)].handle, names, agent,
+                ledger.setup.profile.baseline.step_seconds if ledger.setup.profile.baseline else None)
         self.agents = AgentPool(cfg, ledger, run_dir, measure_for)
         self.max_measurements = cfg.measurement_budget(ledger.codec.n_units)
         ledger.store.set_meta("max_measurements", self.max_measurements)
@@ -236,12 +237,14 @@ class Driver:
         return proposers[0] if proposers else "agent"
 
 
-def _remote_measure(evaluator: Any, action_names: list[str], source: str) -> Callable[[list[int]], tuple[int, float]]:
-    """The function agent ``source`` calls to measure a plan (measured reward): through the Evaluator."""
+def _remote_measure(evaluator: Any, action_names: list[str], source: str,
+                    scale: float | None) -> Callable[[list[int]], tuple[int, float]]:
+    """The function agent ``source`` calls to measure a plan (measured reward): through the Evaluator,
+    its time paired with the Evaluator's reference in the profiled baseline's seconds (``scale``)."""
     import ray
 
     def measure(idx: list[int]) -> tuple[int, float]:
         m: MeasuredPlan = ray.get(evaluator.evaluate.remote([action_names[i] for i in idx], source))
-        return m.peak_bytes, m.step_seconds
+        return m.peak_bytes, paired(m, scale).step_seconds
 
     return measure
