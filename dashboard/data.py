@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile, UnitChoice, paired
+from env.records import MeasuredPlan, ModelProfile, UnitChoice, ranked
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -137,16 +137,16 @@ def list_runs(root: str | Path) -> list[RunSummary]:
     return sorted((_summary(p) for p in folders), key=lambda r: (-r.started_at, r.run_id))
 
 
-def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str],
-                       scale: float | None = None) -> pd.DataFrame:
-    """One row per plan; times paired with the reference measured beside them, as the search compared them."""
+def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
+    """One row per plan; times as the search ranked them (``env.records.ranked``)."""
+    scale, baseline = store.pairing_scale(), store.baseline()
     by_digest: dict[str, str] = {}
     for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)
         by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
     exact_set = set(exact)
     rows = []
     for e in store.plans():
-        m = paired(e.measurement, scale) if e.measurement is not None else None
+        m = ranked(e.measurement, scale, baseline) if e.measurement is not None else None
         rows.append({
             "digest": e.digest, "actions": e.actions, "summary": action_summary(e.actions), "source": e.source,
             "measured": m is not None and not m.oom, "oom": m is not None and m.oom,
@@ -225,8 +225,7 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         meta = {r[0]: json.loads(r[1]) for r in store.conn.execute("SELECT key, value FROM meta")}
         profile = ModelProfile.model_validate(meta["profile"]) if meta.get("profile") else None
         rules, exact = dict(meta.get("rules") or {}), list(meta.get("exact") or [])
-        scale = store.pairing_scale()
-        evaluations = _evaluations_frame(store, rules, exact, scale)
+        evaluations = _evaluations_frame(store, rules, exact)
         base_peak, base_seconds = _baseline(profile, evaluations, meta.get("baseline_digest"))
         evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
         evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
@@ -245,7 +244,7 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
         frontier["time_rel"] = frontier.step_seconds / base_seconds
     config = dict(meta.get("config") or {})
-    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds, scale)
+    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds, store)
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
     return RunData(
@@ -263,12 +262,12 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
     )
 
 
-def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float,
-                 scale: float | None = None) -> pd.DataFrame:
-    """The store's measured peers (that ran) on the frontier's axes (paired times, as the plans')."""
+def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
+    """The store's measured peers (that ran) on the frontier's axes (times ranked as the plans')."""
     rows = []
+    scale, baseline = store.pairing_scale(), store.baseline()
     for name, entry in peers.items():
-        m = paired(MeasuredPlan.model_validate(entry["record"]), scale)
+        m = ranked(MeasuredPlan.model_validate(entry["record"]), scale, baseline)
         if not m.oom:
             rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
                          "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,

@@ -6,10 +6,10 @@ goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, nev
 the archive gets the merged record back. The driver decides what to do; the ledger only
 records and answers.
 
-The store keeps every sample as measured; the archive keeps each record paired with the
-reference plan measured beside it (``env.records.paired``, scaled to the baseline's median), so
-the frontier, the candidates, the correction and the report compare plans as if they had been
-measured side by side.
+The store keeps every sample as measured; the archive keeps each record as the search ranks it
+(``env.records.ranked``): paired with the reference plan measured beside it, in the baseline's
+median seconds, so that the frontier, the candidates, the correction and the report compare
+plans as if measured side by side, and no plan ranked faster than the baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Sequence
 from env.codec import Indices, PlanCodec
 from env.correction import MeasuredCorrection
 from env.cost_model import CostModel
-from env.records import MeasuredPlan, ModelProfile, paired
+from env.records import MeasuredPlan, ModelProfile, ranked
 from search.archive import ParetoArchive, hypervolume_of
 from search.store import RunStore
 
@@ -52,6 +52,7 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self.baseline_digest: str | None = self.store.get_meta("baseline_digest")
+        self._raw_baseline: MeasuredPlan | None = None  # as the store has it, when measured
 
     @property
     def codec(self) -> PlanCodec:
@@ -73,12 +74,15 @@ class Ledger:
             self._rescale()
 
     def _rescale(self) -> None:
-        """The baseline measured again: every record in the archive paired with its new median."""
-        scale = self.store.pairing_scale()
-        if scale != self.scale:
-            self.scale = scale
-            for d, r in list(self.archive.measured.items()):
-                self.archive.measured[d] = paired(r, scale)
+        """The baseline measured again: every record in the archive ranked anew, from the store."""
+        self.scale, self._raw_baseline = self.store.pairing_scale(), self.store.baseline()
+        for d in list(self.archive.measured):
+            stored = self.store.get(d)
+            if stored is not None and stored.measurement is not None:
+                self.archive.measured[d] = self._ranked(stored.measurement)
+
+    def _ranked(self, record: MeasuredPlan) -> MeasuredPlan:
+        return ranked(record, self.scale, self._raw_baseline)
 
     def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
         """Record a plan someone proposed, with its cost-model prediction; returns its digest.
@@ -98,7 +102,7 @@ class Ledger:
             before = self.archive.measured.get(m.digest)
             if before is None and self.store.get(m.digest) is None:
                 self.propose(self.codec.indices(m.actions), m.source)
-            merged = paired(self.store.record(m), self.scale)
+            merged = self._ranked(self.store.record(m))
             self.archive.add(merged)
             if m.digest == self.baseline_digest:
                 self._rescale()
@@ -120,7 +124,7 @@ class Ledger:
         return merged
 
     def peers(self) -> dict[str, MeasuredPlan]:
-        return {k: paired(MeasuredPlan.model_validate(v["record"]), self.scale)
+        return {k: self._ranked(MeasuredPlan.model_validate(v["record"]))
                 for k, v in self.store.get_meta("peers", {}).items()}
 
     def proposers(self, idx: Indices) -> list[str]:

@@ -194,11 +194,15 @@ class RunStore:
         q = "SELECT * FROM evaluations WHERE measured = 1 ORDER BY id"
         return [m for r in self.conn.execute(q) if (m := _row_to_plan(r).measurement) is not None]
 
+    def baseline(self) -> MeasuredPlan | None:
+        """The baseline's (all keep) record as measured; None before it is."""
+        row = self.get(self.get_meta("baseline_digest") or "")
+        return row.measurement if row else None
+
     def pairing_scale(self) -> float | None:
         """The baseline's median step over all its measurements: the seconds paired times are given in
         (``env.records.paired``); None before the baseline is measured."""
-        row = self.get(self.get_meta("baseline_digest") or "")
-        m = row.measurement if row else None
+        m = self.baseline()
         return m.step_seconds if m is not None and not m.oom else None
 
     def count(self, measured_only: bool = False) -> int:
