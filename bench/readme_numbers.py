@@ -116,7 +116,9 @@ def _agents_search(r: Result) -> list[str]:
     for row in r["rows"]:
         beyond, far = (", ".join("none (the baseline)" if n == "none" else n for n in row.get(k, [])) or "no rule"
                        for k in ("rules_beyond_agents", "rules_beyond_agents_by_more_than_spread"))
-        out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['measured']} measured, "
+        refs = (f", the baseline measured {row['search_baseline_measurements']} times as the reference"
+                if row.get("search_paired") else "")
+        out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['measured']} measured{refs}, "
                    f"{row['wall_seconds']:.0f} s): the agents' own plans reach {row['agents_over_exact']:.3f} of the "
                    f"exact plans' hypervolume, both remeasured {row['quote']['samples_per_plan']} times apart from the "
                    f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads) "

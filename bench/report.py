@@ -304,7 +304,8 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "compiled; compile time is reported apart.", _table("peers", None),
      lambda r, p: fig_peers(r, p, "peers_compiled"), "python bench/peers.py --compile"),
     ("agents_search", "The agents in the real search", "Each row one `python -m search.run` (hybrid reward, 4 "
-     "agents, mostly `--no-warm-start`: every plan the agents measure is their own find), then a quote apart from "
+     "agents, mostly `--no-warm-start`: every plan the agents measure is their own find; the search ranks plans on "
+     "times paired with the all-keep step measured beside them, never faster than the baseline), then a quote apart from "
      "the search: the agents' own frontier, as many exact-solver plans (profiled cost model), the rules and "
      "recompute-every-expert-unit, each remeasured alike in interleaved rounds. Agents' frontier hypervolume over "
      "the exact plans', the rules no agent plan dominates, the fastest fitting plans at 20 budgets, and the "
