@@ -14,7 +14,7 @@ quote never share a measurement), one fresh Evaluator in this process measures, 
 interleaved rounds (rotated order, ``repeats`` timed steps each, the same for every plan):
 
 - the agents' own frontier: the non-dominated measured plans of the search that an agent proposed
-  (on the times the search ranked them by: ``env.records.ranked``);
+  (on the times the search ranked them by: ``env.records.Ranking``);
 - as many of the exact solver's plans (on the profiled cost model, as a planner that trusts the
   estimate would pick them), evenly spread over its frontier;
 - the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
@@ -57,7 +57,7 @@ from env.codec import PlanCodec  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.measure import measure  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.records import MeasuredPlan, ModelProfile, ranked  # noqa: E402
+from env.records import MeasuredPlan, ModelProfile, Ranking  # noqa: E402
 from env.unit_choice import resolve_units  # noqa: E402
 from search.archive import frontier_of, spread_picks  # noqa: E402
 from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
@@ -107,13 +107,14 @@ def read_search(run_dir: Path) -> SearchOutcome:
     cfg = json.loads((run_dir / "config.json").read_text())
     with RunStore(run_dir, readonly=True) as store:
         prof = ModelProfile.model_validate(store.get_meta("profile"))
-        base, scale = store.baseline(), store.pairing_scale()
-        measured = [ranked(m, scale, base) for m in store.measured() if not m.oom]  # as the search ranked them
+        base = store.baseline()
+        rank = Ranking(base)
+        measured = [rank(m) for m in store.measured() if not m.oom]  # as the search ranked them
     codec = PlanCodec(prof.units, prof.actions, prof.fingerprint)
     mine = frontier_of([m for m in measured if any(s.startswith("agent") for s in m.sources)])
     return SearchOutcome(cfg["workload"], int(cfg["seed"]), int(cfg["repeats"]), int(cfg["measure_threads"]), prof,
                          [tuple(codec.indices(m.actions)) for m in mine], min(m.peak_bytes for m in measured),
-                         base.n_measurements, base.is_paired and bool(base.reference_seconds))
+                         base.n_measurements, base.has_references)
 
 
 def exact_picks(prof: ModelProfile, k: int) -> list[Plan]:

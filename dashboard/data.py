@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile, UnitChoice, ranked
+from env.records import MeasuredPlan, ModelProfile, Ranking, UnitChoice
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -138,15 +138,15 @@ def list_runs(root: str | Path) -> list[RunSummary]:
 
 
 def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
-    """One row per plan; times as the search ranked them (``env.records.ranked``)."""
-    scale, baseline = store.pairing_scale(), store.baseline()
+    """One row per plan; times as the search ranked them (``env.records.Ranking``)."""
+    rank = Ranking(store.baseline())
     by_digest: dict[str, str] = {}
     for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)
         by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
     exact_set = set(exact)
     rows = []
     for e in store.plans():
-        m = ranked(e.measurement, scale, baseline) if e.measurement is not None else None
+        m = rank(e.measurement) if e.measurement is not None else None
         rows.append({
             "digest": e.digest, "actions": e.actions, "summary": action_summary(e.actions), "source": e.source,
             "measured": m is not None and not m.oom, "oom": m is not None and m.oom,
@@ -157,7 +157,7 @@ def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str])
             "predicted_step_seconds": e.predicted_step_seconds, "device": m.device if m else None,
             "torch_version": m.torch_version if m else None, "batch_shape": m.batch_shape if m else None,
             "created_at": e.created_at, "rule": by_digest.get(e.digest, ""), "exact": e.digest in exact_set,
-            "paired": bool(scale and m is not None and m.reference_seconds and m.is_paired),
+            "paired": bool(rank.scale and m is not None and m.has_references),
         })
     cols = ["digest", "actions", "summary", "source", "measured", "oom", "peak_bytes", "step_seconds",
             "spread_seconds", "repeats", "n_measurements", "clock", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
@@ -265,9 +265,9 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
 def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
     """The store's measured peers (that ran) on the frontier's axes (times ranked as the plans')."""
     rows = []
-    scale, baseline = store.pairing_scale(), store.baseline()
+    rank = Ranking(store.baseline())
     for name, entry in peers.items():
-        m = ranked(MeasuredPlan.model_validate(entry["record"]), scale, baseline)
+        m = rank(MeasuredPlan.model_validate(entry["record"]))
         if not m.oom:
             rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
                          "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,

@@ -109,6 +109,11 @@ class MeasuredPlan(BaseModel):
         return len(self.reference_seconds) == len(self.step_seconds_samples)
 
     @property
+    def has_references(self) -> bool:
+        """Measured with references: at least one sample, and each with its reference."""
+        return bool(self.reference_seconds) and self.is_paired
+
+    @property
     def n_measurements(self) -> int:
         return max(1, len(self.measurement_ids))
 
@@ -176,13 +181,22 @@ def no_faster_than(record: MeasuredPlan, seconds: float) -> MeasuredPlan:
     return record.model_copy(update={"step_seconds_samples": [s * f for s in record.step_seconds_samples]})
 
 
-def ranked(record: MeasuredPlan, scale: float | None, baseline: MeasuredPlan | None) -> MeasuredPlan:
-    """What a search ranks a measured plan by: its samples ``paired`` with their references (in
-    ``scale`` seconds), and unless it is the ``baseline`` (as measured) no faster than the baseline."""
-    out = paired(record, scale)
-    if baseline is None or baseline.oom or record.digest == baseline.digest:
-        return out
-    return no_faster_than(out, paired(baseline, scale).step_seconds)
+class Ranking:
+    """What a search ranks a measured plan by, given its baseline as measured (None: not yet): the
+    plan's samples ``paired`` with their references in the baseline's median seconds (``scale``),
+    and unless it is the baseline, no faster than the baseline paired so (``no_faster_than``)."""
+
+    def __init__(self, baseline: MeasuredPlan | None) -> None:
+        ran = baseline is not None and not baseline.oom
+        self.baseline_digest = baseline.digest if ran else None
+        self.scale = baseline.step_seconds if ran else None
+        self.floor = paired(baseline, self.scale).step_seconds if ran else None
+
+    def __call__(self, record: MeasuredPlan) -> MeasuredPlan:
+        out = paired(record, self.scale)
+        if self.floor is None or record.digest == self.baseline_digest:
+            return out
+        return no_faster_than(out, self.floor)
 
 
 class UnitChoice(BaseModel):

@@ -97,31 +97,33 @@ class Evaluator:
         if cached is not None and not again:
             return cached.proposed_by(source)
         is_reference = list(actions) == self._keep
-        if self.reference_every and not is_reference and self._reference_stale():
-            self._measure_reference()
-        self.n_measured += 1
-        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                    measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
-        m = self._labelled(m, is_reference)
+        if not is_reference:
+            self._refresh_reference()
+        m = self._measure(plan, source, is_reference)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
 
-    def _measure_reference(self) -> None:
-        """The all-keep plan measured as the reference, into the journal (the store gets it by ``drain``).
-        Not into the cache: the cache answers the driver with records whose measurements the store has
-        (or gets in the same answer), and a store merges a record's samples only whole."""
+    def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
         self.n_measured += 1
-        plan = plan_for(self.workload.model, self.units, [Action.KEEP] * len(self.units))
-        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source="rule:none",
+        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
                     measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
-        self.journal.append(self._labelled(m, is_reference=True))
+        return self._labelled(m, is_reference)
 
-    def _reference_stale(self) -> bool:
-        if self._reference is None:
-            return True
-        _, at, n = self._reference
-        return time.monotonic() - at > self.reference_every and self.n_measured - n >= REFERENCE_MIN_PLANS
+    def _refresh_reference(self) -> None:
+        """With references on, the all-keep plan measured again when its last measurement is older than
+        ``reference_every`` seconds and ``REFERENCE_MIN_PLANS`` plans were measured since (or there is
+        none): into the journal (the store gets it by ``drain``), not the cache, which answers the
+        driver with records whose measurements the store has (or gets in the same answer), as a store
+        merges a record's samples only whole."""
+        if not self.reference_every:
+            return
+        if self._reference is not None:
+            _, at, n = self._reference
+            if time.monotonic() - at <= self.reference_every or self.n_measured - n < REFERENCE_MIN_PLANS:
+                return
+        plan = plan_for(self.workload.model, self.units, [Action(a) for a in self._keep])
+        self.journal.append(self._measure(plan, "rule:none", is_reference=True))
 
     def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
         """The measurement with this Evaluator's label and, when references are on, each sample's reference."""
@@ -141,8 +143,7 @@ class Evaluator:
 
     def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
-        if self.reference_every and self._reference_stale():
-            self._measure_reference()
+        self._refresh_reference()
         self.n_measured += 1
         m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
                          measurement_id=f"{self._id_prefix}:{self.n_measured}")

@@ -7,7 +7,7 @@ the archive gets the merged record back. The driver decides what to do; the ledg
 records and answers.
 
 The store keeps every sample as measured; the archive keeps each record as the search ranks it
-(``env.records.ranked``): paired with the reference plan measured beside it, in the baseline's
+(``env.records.Ranking``): paired with the reference plan measured beside it, in the baseline's
 median seconds, so that the frontier, the candidates, the correction and the report compare
 plans as if measured side by side, and no plan ranked faster than the baseline.
 """
@@ -21,7 +21,7 @@ from typing import Sequence
 from env.codec import Indices, PlanCodec
 from env.correction import MeasuredCorrection
 from env.cost_model import CostModel
-from env.records import MeasuredPlan, ModelProfile, ranked
+from env.records import MeasuredPlan, ModelProfile, Ranking
 from search.archive import ParetoArchive, hypervolume_of
 from search.store import RunStore
 
@@ -48,11 +48,15 @@ class Ledger:
     n_new_measurements: int = 0
     # measurements may arrive on another thread (agents training meanwhile): one writer at a time
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
-    scale: float | None = field(default=None, init=False)  # the baseline's median: paired times are in its seconds
 
     def __post_init__(self) -> None:
         self.baseline_digest: str | None = self.store.get_meta("baseline_digest")
-        self._raw_baseline: MeasuredPlan | None = None  # as the store has it, when measured
+        self._rank = Ranking(None)  # from the baseline as the store has it, once measured
+
+    @property
+    def scale(self) -> float | None:
+        """The baseline's median: the seconds paired times are given in."""
+        return self._rank.scale
 
     @property
     def codec(self) -> PlanCodec:
@@ -61,9 +65,7 @@ class Ledger:
     def load_store(self) -> list[MeasuredPlan]:
         """A resumed run: the store's measured plans join the archive (they are never measured again)."""
         known = self.store.measured()
-        for m in known:
-            self.archive.add(m)
-        self._rescale()
+        self._rescale(known)
         return known
 
     def set_baseline(self, digest: str) -> None:
@@ -73,16 +75,13 @@ class Ledger:
             self.baseline_digest = digest
             self._rescale()
 
-    def _rescale(self) -> None:
-        """The baseline measured again: every record in the archive ranked anew, from the store."""
-        self.scale, self._raw_baseline = self.store.pairing_scale(), self.store.baseline()
-        for d in list(self.archive.measured):
-            stored = self.store.get(d)
-            if stored is not None and stored.measurement is not None:
-                self.archive.measured[d] = self._ranked(stored.measurement)
-
-    def _ranked(self, record: MeasuredPlan) -> MeasuredPlan:
-        return ranked(record, self.scale, self._raw_baseline)
+    def _rescale(self, known: list[MeasuredPlan] | None = None) -> None:
+        """The baseline measured again (or a store resumed): every measured record, as the store has
+        it (``known``, or read once), ranked anew into the archive."""
+        known = self.store.measured() if known is None else known
+        self._rank = Ranking(next((m for m in known if m.digest == self.baseline_digest), None))
+        for m in known:
+            self.archive.add(self._rank(m))
 
     def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
         """Record a plan someone proposed, with its cost-model prediction; returns its digest.
@@ -102,7 +101,7 @@ class Ledger:
             before = self.archive.measured.get(m.digest)
             if before is None and self.store.get(m.digest) is None:
                 self.propose(self.codec.indices(m.actions), m.source)
-            merged = self._ranked(self.store.record(m))
+            merged = self._rank(self.store.record(m))
             self.archive.add(merged)
             if m.digest == self.baseline_digest:
                 self._rescale()
@@ -124,7 +123,7 @@ class Ledger:
         return merged
 
     def peers(self) -> dict[str, MeasuredPlan]:
-        return {k: self._ranked(MeasuredPlan.model_validate(v["record"]))
+        return {k: self._rank(MeasuredPlan.model_validate(v["record"]))
                 for k, v in self.store.get_meta("peers", {}).items()}
 
     def proposers(self, idx: Indices) -> list[str]:

@@ -63,7 +63,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "measurement_mode": store.get_meta("measurement_mode", ""),
         "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
         "unit_choice": store.get_meta("unit_choice"), "headroom": store.get_meta("headroom"),
-        "paired": base.is_paired and bool(base.reference_seconds),
+        "paired": base.has_references,
         "references": base.n_measurements,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))

@@ -199,12 +199,6 @@ class RunStore:
         row = self.get(self.get_meta("baseline_digest") or "")
         return row.measurement if row else None
 
-    def pairing_scale(self) -> float | None:
-        """The baseline's median step over all its measurements: the seconds paired times are given in
-        (``env.records.paired``); None before the baseline is measured."""
-        m = self.baseline()
-        return m.step_seconds if m is not None and not m.oom else None
-
     def count(self, measured_only: bool = False) -> int:
         q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
         return int(self.conn.execute(q).fetchone()[0])
