@@ -79,6 +79,20 @@ class ParetoArchive:
         """Non-dominated measured plans, by peak bytes ascending."""
         return frontier_of(self.points(sources))
 
+    def contenders(self, margin: float, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        """Measured plans (of ``sources``) off their frontier by less than ``margin``: their median
+        step time within that share of the frontier's fastest at no more memory. Timing noise put
+        them there as easily as the frontier's plans on it; nearest first, at most as many as the
+        frontier has."""
+        front = self.frontier(sources)
+        on = {r.digest for r in front}
+        near = []
+        for r in self.points(sources):
+            best = min((f.step_seconds for f in front if f.peak_bytes <= r.peak_bytes), default=None)
+            if r.digest not in on and best is not None and r.step_seconds < best * (1 + margin):
+                near.append((r.step_seconds / best, r))
+        return [r for _, r in sorted(near, key=lambda x: x[0])][:len(front)]
+
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
                    predict: Callable[[Indices], tuple[int, float]] | None = None,
                    baseline: MeasuredPlan | None = None, known_sources: tuple[str, ...] | None = None

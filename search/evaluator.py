@@ -9,9 +9,11 @@ class a Ray actor.
 
 Drift: with ``reference_every`` seconds, the Evaluator measures the reference plan (all keep)
 again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
-have been measured since, and labels each sample with that reference's median
-(``MeasuredPlan.reference_seconds``), so that the search compares plans as if side by side
-(``env.records.paired``) although the machine's speed drifts over minutes.
+have been measured since, and labels each sample with the median of the last
+``REFERENCE_WINDOW`` reference measurements' samples (``MeasuredPlan.reference_seconds``), so
+that the search compares plans as if side by side (``env.records.paired``) although the
+machine's speed drifts over minutes. One reference is a median of a few steps and errs by a few
+percent at load; pooled over the last few it errs less and still follows drift over minutes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import socket
 import time
 import uuid
+from collections import deque
 from typing import Any, Sequence
 
 import torch
@@ -29,11 +32,12 @@ from env.measure import measure, warm_up
 from env.peers import Peer, measure_peer, peers_for
 from env.plan import Action, parse_action
 from env.profile import profile
-from env.records import MeasuredPlan, ModelProfile
+from env.records import MeasuredPlan, ModelProfile, median_seconds
 from env.unit_choice import MAX_UNITS, resolve_units
 from env.workloads import Workload, WorkloadSpec, load_workload
 
 REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
+REFERENCE_WINDOW = 3  # a sample's reference: the median of the samples of this many last reference measurements
 
 
 def resolve_device(name: str) -> str:
@@ -64,6 +68,7 @@ class Evaluator:
         self.reference_every = 0.0 if compile else reference_every  # compiled: each reference would compile again
         self._keep = [Action.KEEP.value] * len(self.units)
         self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
+        self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
         self.n_references = 0
 
     def info(self) -> dict[str, Any]:
@@ -131,7 +136,9 @@ class Evaluator:
         if is_reference and m.oom:
             self.reference_every = 0.0  # all keep does not fit this device: nothing to pair with
         if self.reference_every and is_reference:
-            self._reference = (m.step_seconds, time.monotonic(), self.n_measured)
+            self._reference_samples.append(m.step_seconds_samples)
+            pooled = median_seconds([x for samples in self._reference_samples for x in samples])
+            self._reference = (pooled, time.monotonic(), self.n_measured)
             self.n_references += 1
         if self.reference_every and self._reference is not None:
             update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)

@@ -93,3 +93,21 @@ def test_candidates_fill_the_agents_own_frontier_where_a_rule_already_sits():
     # against every measured plan, the agents' low plan adds only the sliver it beats the rule by
     assert a.candidates(1, digest, baseline=base) == [(2,)]
     assert a.candidates(1, digest, baseline=base, known_sources=("agent",)) == [(1,)]
+
+
+def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_noise():
+    """A plan one slow median put just off the frontier gets measured again; one far off does not,
+    and never more than the frontier has points; against the agents' own frontier, a plan a rule
+    dominates is one."""
+    a = ParetoArchive()
+    for r in [_result("fast", 100, 1.0), _result("lean", 50, 2.0), _result("near", 60, 2.03),
+              _result("nearer", 110, 1.01), _result("far", 70, 2.5), _result("ruled", 58, 2.05),
+              _result("rule", 45, 1.5, source="rule:all")]:
+        a.add(r)
+    assert [r.digest for r in a.contenders(0.02)] == ["nearer"]  # the rule dominates lean, near, ruled, far by 25%+
+    assert [r.digest for r in a.contenders(0.02, sources=("agent",))] == ["nearer", "near"]  # 1.0%, 1.5%
+    assert [r.digest for r in a.contenders(0.03, sources=("agent",))] == ["nearer", "near"]  # ruled's 2.5%: capped
+    assert [r.digest for r in a.contenders(0.3, sources=("agent",))] == ["nearer", "near"]
+    a.add(_result("more", 30, 3.0))  # a third point on the agents' frontier: room for a third contender
+    assert [r.digest for r in a.contenders(0.03, sources=("agent",))] == ["nearer", "near", "ruled"]
+    assert a.contenders(0.0, sources=("agent",)) == []

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from env.plan import Action
-from env.records import MeasuredPlan, paired
-from search.evaluator import REFERENCE_MIN_PLANS, Evaluator
+from env.records import MeasuredPlan, median_seconds, paired
+from search.evaluator import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, Evaluator
 from search.ledger import Ledger, SearchSetup
 from search.store import RunStore
 from tests.profiles import synthetic_profile
@@ -90,7 +90,8 @@ def test_a_machine_that_speeds_up_no_longer_hides_which_plan_is_faster(tmp_path)
 def test_the_evaluator_measures_its_reference_again_and_labels_every_sample() -> None:
     """A real workload: the first plan is preceded by a reference measurement, a stale reference is
     measured again only after REFERENCE_MIN_PLANS plans, every sample carries the reference measured
-    before it, and the reference measurements reach the journal (the store) as the baseline's."""
+    before it (pooled over the last REFERENCE_WINDOW references), and the reference measurements reach
+    the journal (the store) as the baseline's."""
     ev = Evaluator("gpt/tiny", 0, [], ["keep", "recompute"], repeats=2, device="cpu", threads=1,
                    reference_every=1e-9)
     n = len(ev.units)
@@ -106,15 +107,18 @@ def test_the_evaluator_measures_its_reference_again_and_labels_every_sample() ->
     for m in got + refs:
         assert m.is_paired and len(m.reference_seconds) == 2
     assert all(m.reference_seconds == [refs[0].step_seconds] * 2 for m in got[:REFERENCE_MIN_PLANS])
-    assert got[-1].reference_seconds == [refs[1].step_seconds] * 2
+    # the second reference pools its samples with the first's: one reference's few steps err more
+    pooled = median_seconds(refs[0].step_seconds_samples + refs[1].step_seconds_samples)
+    assert got[-1].reference_seconds == [pooled] * 2 and refs[1].reference_seconds == [pooled] * 2
     assert refs[0].sources == ["rule:none"]
     # the reference is not in the cache: the driver never gets back a record whose measurements the store
     # lacks in part (the store merges a record's samples whole; a resumed run once recorded some twice)
     first = ev.evaluate(keep, "rule:none")
     assert not set(first.measurement_ids) & {i for m in refs for i in m.measurement_ids}
-    # the baseline measured on its own is its own reference; references off: raw records
+    # the baseline measured on its own is a reference too, pooled with the last ones; references off: raw records
     own = ev.evaluate(keep, "rule:none", again=True)
-    assert own.reference_seconds == [own.step_seconds] * 2
+    window = [refs[1], first, own][-REFERENCE_WINDOW:]
+    assert own.reference_seconds == [median_seconds([x for m in window for x in m.step_seconds_samples])] * 2
     plain = Evaluator("gpt/tiny", 0, [], ["keep", "recompute"], repeats=2, device="cpu", threads=1)
     m = plain.evaluate(plans[0], "agent_0")
     assert m.reference_seconds == [] and plain.drain() == [m]
