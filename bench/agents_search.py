@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rows", type=int, nargs="+", help="indices into ROWS (default all)")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the plans")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved quoting rounds over the plans")
     ap.add_argument("--out", type=Path, help="result file (default bench/results/agents_search.json)")
     ap.add_argument("--keep", type=Path, help="keep each search's run folder under this folder (to inspect it)")
     ap.add_argument("--append", action="store_true",

@@ -40,6 +40,8 @@ from search.progress import RoundStatus
 from search.store import RunStore
 
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
+FRONTIER_MEASUREMENTS = 3  # the final passes measure the frontier's plans until each has this many
+FINAL_PASSES = 4
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
 
 
@@ -219,21 +221,25 @@ class Driver:
         ledger.snapshot()
 
     def remeasure_frontier(self) -> None:
-        """Two passes at the end. First the frontier's plans, the plans that missed the frontier (or the
-        agents' own frontier) by less than the run's timing noise (``timing_noise``;
-        ``ParetoArchive.contenders``) and the baseline, each measured once more; then the frontier's
-        plans once more again, as the first pass left it. Selected on one noisy median, a frontier is
-        its luckiest plans: measured apart, they come out slower than they were ranked, and the unlucky
-        plan they displaced is never measured again. So a point displaces another on medians of at
-        least three measurements, and a plan one slow measurement put off the frontier gets a second.
-        Store meta ``remeasured``: each pass's digests, in order."""
-        ledger = self.ledger
-        base = ledger.store.get_meta("baseline_digest")
+        """Passes at the end. First the plans of the frontier and of the agents' own frontier, the
+        plans that missed either by less than the run's timing noise (``timing_noise``;
+        ``ParetoArchive.contenders``) and the baseline, each measured once more; then, pass by pass,
+        the plans of both frontiers, as the last pass left them, with fewer than
+        ``FRONTIER_MEASUREMENTS`` (at most ``FINAL_PASSES`` in all). Selected on one noisy median, a
+        frontier is its luckiest plans: measured apart, they come out slower than they were ranked,
+        and the unlucky plan they displaced is never measured again. So a point displaces another on
+        medians of several measurements, and a plan one slow measurement put off the frontier gets a
+        second. Store meta ``remeasured``: each pass's digests, in order."""
+        ledger, both = self.ledger, (None, ("agent",))
         noise = timing_noise(ledger.points())
-        first = ([r.digest for r in ledger.frontier()] + [base]
-                 + [r.digest for src in (None, ("agent",)) for r in ledger.archive.contenders(noise, src)])
+        first = ([r.digest for src in both for r in ledger.frontier(src)] + [ledger.store.get_meta("baseline_digest")]
+                 + [r.digest for src in both for r in ledger.contenders(noise, src)])
         done = self._remeasure(first, [])
-        self._remeasure([r.digest for r in ledger.frontier() if r.n_measurements < 3], done)
+        for _ in range(FINAL_PASSES - 1):  # a plan the last pass's medians let onto a frontier: measured too
+            todo = [r.digest for src in both for r in ledger.frontier(src) if r.n_measurements < FRONTIER_MEASUREMENTS]
+            if not todo:
+                break
+            done = self._remeasure(todo, done)
 
     def _remeasure(self, digests: Sequence[str], done: list[str]) -> list[str]:
         known = self.ledger.archive.measured

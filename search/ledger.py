@@ -140,6 +140,10 @@ class Ledger:
         with self.lock:
             return self.archive.frontier(sources)
 
+    def contenders(self, margin: float, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        with self.lock:
+            return self.archive.contenders(margin, sources)
+
     def baseline(self) -> MeasuredPlan | None:
         return self.archive.measured.get(self.baseline_digest) if self.baseline_digest else None
 
