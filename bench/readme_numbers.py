@@ -122,7 +122,8 @@ def _agents_search(r: Result) -> list[str]:
                    f"{row['wall_seconds']:.0f} s): the agents' own plans reach {row['agents_over_exact']:.3f} of the "
                    f"exact plans' hypervolume, both remeasured {row['quote']['samples_per_plan']} times apart from the "
                    f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads) "
-                   f"{_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}.")
+                   f"{_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}"
+                   + (f"; {row['earlier_code']}" if row.get("earlier_code") else "") + ".")
     return out
 
 
