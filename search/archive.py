@@ -16,7 +16,7 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 
 from env.records import MeasuredPlan
-from search.pareto import hypervolume, nondominated, normalise
+from search.pareto import fastest_within, hypervolume, nondominated, normalise
 
 T = TypeVar("T")
 Indices = tuple[int, ...]
@@ -86,11 +86,12 @@ class ParetoArchive:
         frontier has."""
         front = self.frontier(sources)
         on = {r.digest for r in front}
+        peaks, seconds = [f.peak_bytes for f in front], [f.step_seconds for f in front]
         near = []
         for r in self.points(sources):
-            best = min((f.step_seconds for f in front if f.peak_bytes <= r.peak_bytes), default=None)
-            if r.digest not in on and best is not None and r.step_seconds < best * (1 + margin):
-                near.append((r.step_seconds / best, r))
+            i = fastest_within(peaks, seconds, r.peak_bytes)
+            if r.digest not in on and i is not None and r.step_seconds < seconds[i] * (1 + margin):
+                near.append((r.step_seconds / seconds[i], r))
         return [r for _, r in sorted(near, key=lambda x: x[0])][:len(front)]
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
