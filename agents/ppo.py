@@ -6,9 +6,10 @@ draw a budget from the agent's range (a ``BudgetShare`` of the reachable budgets
 budget of its range rather than for one. A chunk (``train(timesteps)``):
 
 1. when the cost model's correction changed (first chunk, or ``observe`` brought new
-   measurements), the exact solver's plans on the corrected cost model are cloned into the
-   policy (``agents.imitation``): one demonstration per budget where the solver's best plan
-   changes, until the policy's own plans are as fast as the solver's (``regret``);
+   measurements), the exact solver's plans on the corrected cost model, priced as measured where
+   measured and joined by the measured plans that beat them (``teacher_frontier``), are cloned
+   into the policy (``agents.imitation``): one demonstration per budget where the teacher's best
+   plan changes, until the policy's own plans are as fast as the teacher's (``regret``);
 2. PPO trains ``timesteps`` more steps on the env's reward (the corrected cost model in
    ``model``/``hybrid`` mode, measurements in ``measured`` mode), budgets drawn per episode;
 3. the report lists the non-dominated plans among the policy's deterministic plans at every
@@ -114,6 +115,7 @@ class PPOAgent:
         self.teacher_stale = True
         self.clone_stats: list[dict[str, Any]] = []
         self._teacher_peaks: list[int] = []
+        self.incumbents: dict[tuple[int, ...], None] = {}  # measured plans the teacher may demonstrate
         # hybrid: the agent learns on the cost model; the driver measures candidates between
         # chunks and feeds them back through observe(), which corrects the model's predictions
         mode = reward_mode_name("model" if _name(reward_mode) == "hybrid" else reward_mode)
@@ -166,7 +168,7 @@ class PPOAgent:
 
     def _clone_teacher(self) -> list[int]:
         """Clone the exact solver's plans on the corrected cost model; the budgets demonstrated."""
-        frontier = teacher_frontier(self.env, self.cfg.teacher_relative, self.cfg.teacher_floor)
+        frontier = teacher_frontier(self.env, self.cfg.teacher_relative, self.cfg.teacher_floor, self.incumbents)
         budgets = demo_budgets(frontier, self.env.budget_range, self.cfg.demo_points, self.cfg.demo_random_budgets,
                                self.rng)
         demos = demonstrations(self.env, frontier, budgets, self.cfg.time_scale)
@@ -230,10 +232,20 @@ class PPOAgent:
         return {tuple(i["plan_indices"]): {"peak_bytes": i["peak_bytes"], "step_seconds": i["step_seconds"],
                                            "measured": i["measured"]} for i in self.rollouts(budgets)}
 
-    def observe(self, measurements: list[tuple[list[int], int, float]]) -> None:
+    def observe(self, measurements: list[tuple[list[int], int, float]], teach: Sequence[bool] | None = None) -> None:
         """Measured (actions, peak_bytes, step_seconds): they correct the env's cost model, and the
-        next ``train`` clones the exact plans on the corrected model before PPO goes on."""
-        if self.env.add_measurements(measurements):
+        next ``train`` clones the teacher (the exact plans on the corrected model, priced as
+        measured where measured) before PPO goes on. ``teach`` (default all): which of them the
+        teacher may also demonstrate where they beat its plans (``teacher_frontier``'s incumbents);
+        the driver leaves out the rules' plans, so that with ``--no-warm-start`` every plan an
+        agent proposes stays its own find."""
+        teach = [True] * len(measurements) if teach is None else list(teach)
+        if len(teach) != len(measurements):
+            raise ValueError(f"teach has {len(teach)} flags for {len(measurements)} measurements; give one each")
+        new_incumbents = [tuple(int(a) for a in m[0]) for m, t in zip(measurements, teach) if t]
+        fresh = any(p not in self.incumbents for p in new_incumbents)
+        self.incumbents.update(dict.fromkeys(new_incumbents))
+        if self.env.add_measurements(measurements) or fresh:
             self.teacher_stale = True
 
 

@@ -135,12 +135,19 @@ class AgentPool:
     def feed(self, records: list[MeasuredPlan], slots: list[AgentSlot] | None = None) -> None:
         """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them."""
         codec = self.ledger.codec
-        fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in records if not r.oom]
-        if not fed:
+        recs = [r for r in records if not r.oom]
+        if not recs:
             return
+        fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
+        teach = [not _rule_only(r) for r in recs]  # a rule's plan corrects the model; it is never demonstrated
         for s in slots or self.slots:
             if s.status == "running":
                 try:
-                    self.ray.get(s.handle.observe.remote(fed))
+                    self.ray.get(s.handle.observe.remote(fed, teach))
                 except self.ray.exceptions.RayActorError as e:
                     self._died(s, e)
+
+
+def _rule_only(record: MeasuredPlan) -> bool:
+    """Whether only rules proposed the plan (``rule:<name>``), no agent and no warm start."""
+    return bool(record.sources) and all(src.startswith("rule:") for src in record.sources)

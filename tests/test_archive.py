@@ -111,3 +111,11 @@ def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_nois
     a.add(_result("more", 30, 3.0))  # a third point on the agents' frontier: room for a third contender
     assert [r.digest for r in a.contenders(0.03, sources=("agent",))] == ["nearer", "near", "ruled"]
     assert a.contenders(0.0, sources=("agent",)) == []
+
+
+def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() -> None:
+    from search.agent_pool import _rule_only
+
+    assert _rule_only(_result("a", 1, 1.0, "rule:every_2"))
+    assert not _rule_only(_result("a", 1, 1.0, "exact")) and not _rule_only(_result("a", 1, 1.0, "agent_1"))
+    assert not _rule_only(_result("a", 1, 1.0, "rule:all").proposed_by("agent_0"))  # an agent found it too

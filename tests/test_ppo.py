@@ -119,3 +119,55 @@ def test_measured_mode_measures_episodes_only(tmp_path: Path) -> None:
     assert save.is_file() and list((tmp_path / "tb").glob("agent_2_*/events.out.tfevents.*"))
     again = PPOAgent("agent_2", prof, None, seed=2, reward_mode="measured", measure_fn=measure, save_path=str(save))
     assert again.model.num_timesteps == report["timesteps"]  # a restarted actor goes on from the saved policy
+
+
+def _off_frontier_plan(cm: CostModel, front: list, rng: np.random.Generator) -> tuple[tuple[int, ...], int, float]:
+    """A plan the cost model prices over 2% slower than the frontier at its peak, near the middle of
+    the frontier: (plan, its peak, the frontier's fastest seconds at that peak)."""
+    mid = front[len(front) // 2].peak_bytes
+    while True:
+        q = tuple(int(a) for a in rng.integers(0, len(cm.profile.actions), cm.n_units))
+        peak = cm.peak_bytes(list(q))
+        fits = [f.step_seconds for f in front if f.peak_bytes <= peak]
+        if fits and cm.step_seconds(list(q)) > 1.02 * fits[-1] and abs(peak - mid) < 0.1 * mid:
+            return q, peak, fits[-1]
+
+
+def test_the_teacher_prices_measured_plans_as_measured_and_takes_up_incumbents() -> None:
+    """A plan measured faster than the teacher's plans at its memory is demonstrated (when it may
+    be), and a solver plan measured slower is priced at its measurement, as the reward prices it.
+    Before, the teacher was the exact frontier of the corrected model, an additive fit that smooths
+    over single measurements: neither moved it."""
+    from agents.imitation import teacher_frontier
+    from env.checkpoint_env import CheckpointEnv
+
+    prof = layered_profile(10, seed=2)
+    cm = CostModel(prof)
+    front = exact_frontier(cm)
+    q, peak, best = _off_frontier_plan(cm, front, np.random.default_rng(0))
+    slow = front[len(front) // 3]
+    truth = [(tuple(p.plan), p.peak_bytes, p.step_seconds * (1.05 if p is slow else 1.0)) for p in front]
+    env = CheckpointEnv(profile=prof, budget_bytes=None, reward_mode="model")
+    env.add_measurements(truth + [(q, peak, 0.98 * best)])
+    plain, taught = teacher_frontier(env, 0.0, 1e-5), teacher_frontier(env, 0.0, 1e-5, [q])
+    assert q not in {p.plan for p in plain} and q in {p.plan for p in taught}
+    measured = env.correction.measured
+    for f in (plain, taught):
+        assert all(p.step_seconds == measured[p.plan][1] for p in f if p.plan in measured)
+        assert all(p.step_seconds != pytest.approx(slow.step_seconds) for p in f if p.plan == slow.plan)
+
+
+def test_an_agent_proposes_the_incumbents_it_may_and_never_a_rules_plan() -> None:
+    prof = layered_profile(10, seed=2)
+    cm = CostModel(prof)
+    front = exact_frontier(cm)
+    q, peak, best = _off_frontier_plan(cm, front, np.random.default_rng(0))
+    measured = [(list(p.plan), p.peak_bytes, p.step_seconds) for p in front] + [(list(q), peak, 0.98 * best)]
+    plans = {}
+    for teach in (True, False):
+        agent = PPOAgent("agent_0", prof, None, seed=0, reward_mode="model")
+        agent.observe(measured, [True] * len(front) + [teach])
+        plans[teach] = {tuple(p["actions"]) for p in agent.train(0)["plans"]}
+    assert q in plans[True] and q not in plans[False]
+    with pytest.raises(ValueError, match="give one each"):
+        agent.observe(measured, [True])
