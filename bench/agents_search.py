@@ -19,7 +19,9 @@ interleaved rounds (rotated order, ``repeats`` timed steps each, the same for ev
   estimate would pick them), evenly spread over its frontier;
 - the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
 - ``recompute every expert unit``: all-recompute over the units a person who read the model would
-  name (every block; the zoo's expert sets of ``bench/units_table.py``).
+  name (every block; the zoo's expert sets of ``bench/units_table.py``);
+- the control: the exact plans once more, as records of their own. Identical plans, so the ratio of
+  their hypervolumes (``control``) shows how far from 1 the quote's noise alone moves a ratio.
 
 From the quote: the hypervolume of the agents' frontier over the exact plans' (baseline-normalised,
 ``search.pareto``), the rules that no agent plan weakly dominates (and those faster than every agent
@@ -48,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, hv_of, keep_earlier_rows, machine_info,  # noqa: E402
-                          rotated, run_search, write_result)
+from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, code_commit, hv_of,  # noqa: E402
+                          keep_earlier_rows, machine_info, rotated, run_search, write_result)
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -145,13 +147,29 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
     keep = rules["none"]
     ev.warm_up()  # as the search's Evaluators do: the first steps of a process are not quoted
     plans = list(dict.fromkeys([keep, *rules.values(), *out.agents_front, *exact]))
-    jobs: list[Callable[[], Any]] = [lambda p=p: ledger.measure(p, "quote", again=True) for p in plans] + [expert_once]
+    control = Ledger(ev.evaluate, ledger.actions)  # the exact plans once more, as records of their own
+    jobs: list[Callable[[], Any]] = ([lambda p=p: ledger.measure(p, "quote", again=True) for p in plans]
+                                     + [lambda p=p: control.measure(p, "quote:control", again=True) for p in exact]
+                                     + [expert_once])
     for r in range(rounds):
         for job in rotated(jobs, r):
             job()
-    samples = check_equal_samples([*ledger.records.values(), got["expert"]], out.spec)
-    return {"ledger": ledger, "base": ledger.records[keep], "rules": rules, "exact": exact, "expert": got["expert"],
-            "expert_units": expert.units, "samples_per_plan": samples}
+    samples = check_equal_samples([*ledger.records.values(), *control.records.values(), got["expert"]], out.spec)
+    return {"ledger": ledger, "control": control, "base": ledger.records[keep], "rules": rules, "exact": exact,
+            "expert": got["expert"], "expert_units": expert.units, "samples_per_plan": samples}
+
+
+def control_summary(ledger: Ledger, control: Ledger, exact: Sequence[Plan], base: MeasuredPlan) -> dict[str, Any]:
+    """The quote's own noise: the exact plans quoted twice, in the same rounds, as separate records.
+    Their hypervolume ratio (copy / first) is what measurement alone does to a ratio of identical plans;
+    per plan, the copy's time over the first's."""
+    hv_first, hv_copy = hv_of(ledger, exact, base), hv_of(control, exact, base)
+    ratios = [control.records[p].step_seconds / ledger.records[p].step_seconds for p in exact]
+    return {"hv_ratio": hv_copy / hv_first if hv_first else None,
+            "time_ratio_median": float(np.median(ratios)), "time_ratio_min": min(ratios),
+            "time_ratio_max": max(ratios),
+            "beyond_spread": sum(1 for p in exact if abs(control.records[p].step_seconds - ledger.records[p].step_seconds)
+                                 > control.records[p].spread_seconds + ledger.records[p].spread_seconds)}
 
 
 def rule_beyond(rule: MeasuredPlan, agents: Sequence[MeasuredPlan]) -> bool | None:
@@ -216,9 +234,11 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
                    "agents_over_exact": hv["agents_over_exact"], "lowest_peak_mb": outcome.lowest_peak / 2 ** 20},
         "baseline": {"peak_mb": base.peak_bytes / 2 ** 20, "step_seconds": base.step_seconds},
         "quote": {"rounds": rounds, "samples_per_plan": q["samples_per_plan"], "plans": len(ledger.records) + 1,
+                  "control_plans": len(q["control"].records),
                   "agents_plans": len(agents), "exact_plans": len(exact), "wall_seconds": time.perf_counter() - t0,
                   "median_relative_spread": float(np.median(spreads))},
         "hv_agents_own": hv_a, "hv_exact_measured": hv_e, "agents_over_exact": hv_a / hv_e if hv_e else None,
+        "control": control_summary(ledger, q["control"], exact, base),
         "lowest_peak_mb": min(r.peak_bytes for r in recs.values()) / 2 ** 20,
         "rules_beyond_agents": [name for name, b in beyond.items() if b is not None],
         "rules_beyond_agents_by_more_than_spread": [name for name, b in beyond.items() if b],
@@ -230,12 +250,13 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
                    "agents_seconds": at_expert.step_seconds if at_expert else None,
                    "agents_spread_seconds": at_expert.spread_seconds if at_expert else None,
                    "agents_over_expert": at_expert.step_seconds / x.step_seconds if at_expert else None},
-        "load_average_1": os.getloadavg()[0],
+        "load_average_1": os.getloadavg()[0], "commit": code_commit(),
         "run_dir": str(folder / "run") if keep else None,
     }
     print(f"{out['flags']}: {out['units']} units, agents/exact {out['agents_over_exact']}, rules beyond {beyond} "
           f"(True: by more than the spread), "
-          f"at the expert's memory {out['expert']['agents_over_expert']}, search {wall:.0f} s", file=sys.stderr)
+          f"at the expert's memory {out['expert']['agents_over_expert']}, the exact plans against themselves "
+          f"{out['control']['hv_ratio']}, search {wall:.0f} s", file=sys.stderr)
     return out
 
 
@@ -256,10 +277,17 @@ def _rules(names: list[str]) -> str:
     return ", ".join("none (the baseline)" if n == "none" else n for n in names) or "no rule"
 
 
+def _control(row: dict[str, Any]) -> str:
+    """The control's hypervolume ratio; rows quoted before the control existed have none."""
+    c = row.get("control")
+    return f"{c['hv_ratio']:.3f}" if c and c["hv_ratio"] is not None else "not quoted"
+
+
 def markdown(result: dict[str, Any]) -> str:
     out = ["| search | units | search s | agents' own HV | exact plans' HV | agents / exact | rules beyond the agents' "
            "frontier (beyond the spread) | 20 budgets: agents' time / exact's (mean, worst) | agents faster / slower beyond spread | "
-           "at the expert plan's memory: agents' time / its | load |", "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|"]
+           "at the expert plan's memory: agents' time / its | control: exact plans / themselves | load |",
+           "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
     for r in result["rows"]:
         c, x = coverage_summary(r), r["expert"]
         mean = f"{c['mean_ratio']:.3f}, {c['worst_ratio']:.3f}" if c["mean_ratio"] is not None else "n/a"
@@ -269,7 +297,7 @@ def markdown(result: dict[str, Any]) -> str:
         out.append(f"| `{r['flags']}` | {r['units']} | {r['wall_seconds']:.0f} | {r['hv_agents_own']:.4f} | "
                    f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} ({_rules(r.get('rules_beyond_agents_by_more_than_spread', []))}) | {mean} | "
                    f"{c['agents_faster_beyond_spread']} / {c['exact_faster_beyond_spread']} of {c['both_fit']} | "
-                   f"{at_x} | {r['load_average_1']:.1f} |")
+                   f"{at_x} | {_control(r)} | {r['load_average_1']:.1f} |")
     return "\n".join(out) + "\n"
 
 

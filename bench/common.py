@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -112,13 +113,30 @@ def write_result(name: str, payload: dict[str, Any], out: Path | None = None, de
 
 def keep_earlier_rows(path: Path, result: dict[str, Any], key: str, measured: Any, row_key: Any) -> None:
     """``--append``: the rows of the result file at ``path`` that this run does not measure again stay in
-    ``result[key]`` (each row says its own load); ``row_key(row)`` names a row, ``measured`` holds this run's."""
+    ``result[key]`` (each row says its own load); ``row_key(row)`` names a row, ``measured`` holds this run's.
+    The rows this run measures again go to ``earlier_runs`` with the file's date and machine."""
     if not path.is_file():
         return
     earlier = json.loads(path.read_text())
     result[key] = [r for r in earlier.get(key, []) if row_key(r) not in measured]
-    result["earlier_runs"] = earlier.get("earlier_runs", []) + [{"written_at": earlier.get("written_at"),
-                                                                  "machine": earlier.get("machine")}]
+    result["earlier_runs"] = earlier.get("earlier_runs", []) + [{
+        "written_at": earlier.get("written_at"), "machine": earlier.get("machine"),
+        key: [r for r in earlier.get(key, []) if row_key(r) in measured]}]
+
+
+def code_commit() -> str | None:
+    """The commit the benchmark ran on (``-dirty`` when the code it imports has uncommitted changes)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "search", "env", "agents", "bench")
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout
+    return head + ("-dirty" if dirty else "")
 
 
 T = TypeVar("T")

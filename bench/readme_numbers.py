@@ -111,6 +111,13 @@ def _evaluator_pool(r: Result) -> list[str]:
     return [line + f" {_where('evaluator_pool', r, 'wall')}."]
 
 
+def _earlier_repeats(r: Result, row: dict) -> str:
+    """Earlier runs of the same row that name their commit (the result file's ``earlier_runs``)."""
+    runs = [(e["agents_over_exact"], e["commit"]) for run in r.get("earlier_runs", []) for e in run.get("rows", [])
+            if isinstance(e, dict) and e.get("flags") == row["flags"] and e.get("commit") and e.get("agents_over_exact") is not None]
+    return "".join(f"; an earlier run of this row (commit {c}): {x:.3f}" for x, c in runs)
+
+
 def _agents_search(r: Result) -> list[str]:
     out = []
     for row in r["rows"]:
@@ -121,9 +128,12 @@ def _agents_search(r: Result) -> list[str]:
         out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['measured']} measured{refs}, "
                    f"{row['wall_seconds']:.0f} s): the agents' own plans reach {row['agents_over_exact']:.3f} of the "
                    f"exact plans' hypervolume, both remeasured {row['quote']['samples_per_plan']} times apart from the "
-                   f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads) "
-                   f"{_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}"
-                   + (f"; {row['earlier_code']}" if row.get("earlier_code") else "") + ".")
+                   f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads)"
+                   + (f"; the exact plans quoted twice, against themselves: {row['control']['hv_ratio']:.3f}"
+                      if row.get("control") else "")
+                   + f" {_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}"
+                   + (f"; commit {row['commit']}" if row.get("commit") else "")
+                   + (f"; {row['earlier_code']}" if row.get("earlier_code") else "") + _earlier_repeats(r, row) + ".")
     return out
 
 

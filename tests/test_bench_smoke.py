@@ -232,6 +232,8 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     assert row["agents_over_exact"] == pytest.approx(row["hv_agents_own"] / row["hv_exact_measured"])
     q = row["quote"]  # the quote: fresh measurements, every plan timed alike (one round of 3 steps here)
     assert q["samples_per_plan"] == 3 and q["agents_plans"] == q["exact_plans"] >= 1
+    assert q["control_plans"] == q["exact_plans"] and row["control"]["hv_ratio"] > 0  # the exact plans quoted twice
+    assert row["commit"]
     assert len(row["coverage"]) == 20 and row["expert"]["units"] == 4
     assert all(c["budget_bytes"] <= row["baseline"]["peak_mb"] * 2 ** 20 for c in row["coverage"])
 
