@@ -133,7 +133,7 @@ def code_commit() -> str | None:
 
     try:
         head = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--", "search", "env", "agents", "bench")
+        dirty = git("status", "--porcelain", "--", "search", "env", "agents", "bench", ":(exclude)bench/results")
     except (OSError, subprocess.CalledProcessError):
         return None  # not a git checkout
     return head + ("-dirty" if dirty else "")
