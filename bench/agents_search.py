@@ -11,7 +11,8 @@ timesteps each, 30 + units/2 measurements) plus the row's flags, timed by the wa
 ``--no-warm-start``: the exact solver's plans are then never proposed or measured in the search,
 and every plan the agents measure is their own find. Then, apart from the search (selection and
 quote never share a measurement), one fresh Evaluator in this process measures, in ``--rounds``
-interleaved rounds (rotated order, ``repeats`` timed steps each, the same for every plan):
+interleaved rounds (``repeats`` timed steps each, the same for every plan; the i-th agent plan beside the
+i-th exact plan, rounds forward and backward):
 
 - the agents' own frontier: the non-dominated measured plans of the search that an agent proposed
   (on the times the search ranked them by: ``env.records.Ranking``);
@@ -51,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, code_commit, hv_of,  # noqa: E402
-                          keep_earlier_rows, machine_info, rotated, run_search, write_result)
+                          evenly_mixed, keep_earlier_rows, machine_info, run_search, serpentine, write_result)
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -146,13 +147,22 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
 
     keep = rules["none"]
     ev.warm_up()  # as the search's Evaluators do: the first steps of a process are not quoted
-    plans = list(dict.fromkeys([keep, *rules.values(), *out.agents_front, *exact]))
     control = Ledger(ev.evaluate, ledger.actions)  # the exact plans once more, as records of their own
-    jobs: list[Callable[[], Any]] = ([lambda p=p: ledger.measure(p, "quote", again=True) for p in plans]
-                                     + [lambda p=p: control.measure(p, "quote:control", again=True) for p in exact]
-                                     + [expert_once])
+
+    def quoted(p: Plan) -> Callable[[], Any]:
+        return lambda: ledger.measure(p, "quote", again=True)
+
+    # each group spread evenly over a round (the i-th agent plan beside the i-th exact plan and its
+    # copy when they are as many, both sorted by peak), rounds forward and backward: whatever drifts
+    # over a round's minutes reaches the groups compared with each other alike
+    agents_plans = list(dict.fromkeys(out.agents_front))  # each plan measured once a round, in its first group
+    exact_plans = [p for p in dict.fromkeys(exact) if p not in agents_plans]
+    others = [p for p in dict.fromkeys([keep, *rules.values()]) if p not in agents_plans and p not in exact_plans]
+    jobs = evenly_mixed([quoted(p) for p in agents_plans], [quoted(p) for p in exact_plans],
+                         [lambda p=p: control.measure(p, "quote:control", again=True) for p in exact],
+                         [*(quoted(p) for p in others), expert_once])
     for r in range(rounds):
-        for job in rotated(jobs, r):
+        for job in serpentine(jobs, r):
             job()
     samples = check_equal_samples([*ledger.records.values(), *control.records.values(), got["expert"]], out.spec)
     return {"ledger": ledger, "control": control, "base": ledger.records[keep], "rules": rules, "exact": exact,
@@ -206,6 +216,11 @@ def coverage(ledger: Ledger, agents: Sequence[Plan], exact: Sequence[Plan], low:
     return rows
 
 
+def _samples(r: MeasuredPlan) -> dict[str, Any]:
+    """A quoted plan's numbers as the result file keeps them: every figure can be computed again."""
+    return {"digest": r.digest, "peak_bytes": r.peak_bytes, "step_seconds_samples": r.step_seconds_samples}
+
+
 def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
     flags = list(row.flags)
     with tempfile.TemporaryDirectory(prefix="bench_agents_") as tmp:
@@ -250,6 +265,10 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
                    "agents_seconds": at_expert.step_seconds if at_expert else None,
                    "agents_spread_seconds": at_expert.spread_seconds if at_expert else None,
                    "agents_over_expert": at_expert.step_seconds / x.step_seconds if at_expert else None},
+        "quoted": {"agents": [_samples(ledger.records[p]) for p in agents],
+                   "exact": [_samples(ledger.records[p]) for p in exact],
+                   "control": [_samples(q["control"].records[p]) for p in exact],
+                   "rules": {name: _samples(ledger.records[p]) for name, p in rules.items()}, "expert": _samples(x)},
         "load_average_1": os.getloadavg()[0], "commit": code_commit(),
         "run_dir": str(folder / "run") if keep else None,
     }

@@ -142,6 +142,19 @@ def code_commit() -> str | None:
 T = TypeVar("T")
 
 
+def evenly_mixed(*groups: Sequence[T]) -> list[T]:
+    """The groups' items in one sequence, each group spread evenly over it (the i-th of n items at
+    (i + 0.5) / n of the way; ties in group order): with equal lengths a1 b1 c1 a2 b2 c2 ..."""
+    placed = [((i + 0.5) / len(g), k, i) for k, g in enumerate(groups) for i in range(len(g))]
+    return [groups[k][i] for _, k, i in sorted(placed)]
+
+
+def serpentine(items: Sequence[T], round_: int) -> list[T]:
+    """``items`` forward in even rounds and backward in odd ones: over a pair of rounds every item
+    sits as far from the start on average, so a drift over a round's minutes reaches all alike."""
+    return list(items) if round_ % 2 == 0 else list(reversed(items))
+
+
 def rotated(items: Sequence[T], round_: int) -> list[T]:
     """``items`` in round ``round_``'s order: each round starts one further on, so none always goes first."""
     k = round_ % len(items) if items else 0

@@ -233,9 +233,18 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     q = row["quote"]  # the quote: fresh measurements, every plan timed alike (one round of 3 steps here)
     assert q["samples_per_plan"] == 3 and q["agents_plans"] == q["exact_plans"] >= 1
     assert q["control_plans"] == q["exact_plans"] and row["control"]["hv_ratio"] > 0  # the exact plans quoted twice
-    assert row["commit"]
+    assert row["commit"] and len(row["quoted"]["control"]) == q["exact_plans"]
+    assert all(len(p["step_seconds_samples"]) == 3 for p in row["quoted"]["agents"])
     assert len(row["coverage"]) == 20 and row["expert"]["units"] == 4
     assert all(c["budget_bytes"] <= row["baseline"]["peak_mb"] * 2 ** 20 for c in row["coverage"])
+
+
+def test_the_quote_mixes_the_groups_it_compares_and_turns_each_round() -> None:
+    from bench.common import evenly_mixed, serpentine
+
+    assert evenly_mixed("abc", "ABC", "xy") == ["a", "A", "x", "b", "B", "y", "c", "C"]
+    assert evenly_mixed([1, 2, 3, 4], [], ["e"]) == [1, 2, "e", 3, 4]  # the lone item in the middle
+    assert serpentine([1, 2, 3], 0) == [1, 2, 3] and serpentine([1, 2, 3], 1) == [3, 2, 1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
