@@ -69,10 +69,10 @@ def teacher_frontier(env: CheckpointEnv, relative: float, floor: float,
     cm = env.correction.corrected_model()
     act_bytes = max(1, env.baseline_peak - env.profile.base_bytes)
     solved = exact_frontier(cm, env._act, resolution_bytes=max(1, int(floor * act_bytes)), relative=relative)
-    ratio, measured, enabled = env.correction.peak_ratio, env.correction.measured, set(env._act)
+    scaled, measured, enabled = env.correction.scaled_peak, env.correction.measured, set(env._act)
 
     def priced(plan: tuple[int, ...], predicted_peak: int, predicted_seconds: float) -> tuple[int, float, tuple[int, ...]]:
-        peak, known = round(predicted_peak * ratio), measured.get(plan)
+        peak, known = scaled(predicted_peak), measured.get(plan)
         return (max(peak, known[0]), known[1], plan) if known else (peak, predicted_seconds, plan)
 
     points = [priced(tuple(p.plan), p.peak_bytes, p.step_seconds) for p in solved]

@@ -448,9 +448,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         """Boolean (A,): actions after which some completion still fits the budget."""
         if self._i >= self.n_units:
             return np.ones(len(self._act), dtype=bool)
-        limit = self.budget_bytes / self.correction.peak_ratio
-        lows = self._lows
-        allowed = [low <= limit for low in lows]
+        lows, scaled = self._lows, self.correction.scaled_peak
+        allowed = [scaled(low) <= self.budget_bytes for low in lows]  # as the reward prices the plan
         if not any(allowed):
             allowed[lows.index(min(lows))] = True
         return np.array(allowed, dtype=bool)

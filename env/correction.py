@@ -82,6 +82,12 @@ class MeasuredCorrection:
         """Mean measured/predicted peak; 1 before any measurement."""
         return sum(self._peak_ratios) / len(self._peak_ratios) if self._peak_ratios else 1.0
 
+    def scaled_peak(self, predicted_peak: float) -> int:
+        """A cost-model peak in measured bytes, as ``predict`` gives it: what a budget is compared
+        with (the env's masks, the teacher's plans), so that a plan predicted at exactly the budget
+        fits it everywhere."""
+        return round(predicted_peak * self.peak_ratio)
+
     def add(self, plan: Sequence[int], peak_bytes: int, step_seconds: float) -> bool:
         """Take one measured plan; False if it was known already."""
         key = tuple(int(a) for a in plan)
@@ -98,7 +104,7 @@ class MeasuredCorrection:
         known = self.measured.get(key)
         if known is not None:
             return known
-        peak = round(self.cm.peak_bytes(list(key)) * self.peak_ratio)
+        peak = self.scaled_peak(self.cm.peak_bytes(list(key)))
         fit, base = self._fitted(), self.baseline
         if base is None or isinstance(fit, float):  # no baseline measured yet
             return peak, self.cm.step_seconds(list(key)) * float(fit)

@@ -312,3 +312,25 @@ def test_budget_share_spans_the_reachable_range_in_measured_bytes() -> None:
                                             1.1 * (lowest + 0.5 * (base - lowest))), abs=2)
     with pytest.raises(ValueError, match="0 <= low <= high <= 1"):
         CheckpointEnv(prof, BudgetShare(0.5, 1.5))
+
+
+def test_a_plan_fits_its_own_predicted_peak_in_the_masks_as_in_the_reward() -> None:
+    """The masks compare a budget with peaks in measured bytes as the reward does: a plan at
+    exactly its own predicted peak is never masked (rounding the scaled peak down masked the
+    teacher's plan at its own budget, and cloning then fitted actions the policy could not take)."""
+    prof = layered_profile(6, seed=5)
+    cm = CostModel(prof)
+    e = CheckpointEnv(prof, None)
+    base = cm.peak_bytes([0] * 6)
+    e.add_measurements([([0] * 6, round(base * 1.0020967598), 1.0)])
+    ratio = e.correction.peak_ratio
+    plans = [list(p.plan) for p in exact_frontier(cm)]
+    rounded_down = [p for p in plans if e.correction.scaled_peak(cm.peak_bytes(p)) < cm.peak_bytes(p) * ratio]
+    assert rounded_down  # the case that was masked
+    for plan in plans:
+        budget = e.correction.predict(plan)[0]
+        e.reset(options={"budget_bytes": budget})
+        for a in plan:
+            assert e.action_masks()[a], (plan, budget)
+            *_, info = e.step(a)
+        assert info["feasible"] and info["peak_bytes"] == budget
