@@ -5,6 +5,7 @@ solver's, the rules, and recomputing every unit an expert would name.
     python bench/agents_search.py --rows 0 2     # some rows (indices into ROWS)
     python bench/agents_search.py --rows 4 5 --append   # and keep the other rows of the result file
     python bench/agents_search.py --quick        # gpt/tiny only, for the smoke test
+    python bench/agents_search.py --reanalyse    # measure nothing: the rows' figures from their kept samples
 
 Each row is one ``python -m search.run`` with its defaults (hybrid reward, 4 agents, 4,096
 timesteps each, 30 + units/2 measurements) plus the row's flags, timed by the wall clock. Most rows run
@@ -25,11 +26,14 @@ i-th exact plan, rounds forward and backward):
   their hypervolumes (``control``) shows how far from 1 the quote's noise alone moves a ratio.
 
 From the quote: the hypervolume of the agents' frontier over the exact plans' (baseline-normalised,
-``search.pareto``), the rules that no agent plan weakly dominates (and those faster than every agent
-plan at no more memory by more than both plans' spreads of step times), at 20 budgets evenly from the
-lowest quoted peak to the baseline's the agents' fastest fitting plan against the exact plans'
-(ratio; where one is faster by more than both plans' spreads), and at the expert plan's memory the
-agents' fastest fitting plan against it. Writes ``bench/results/agents_search.json`` after each row.
+``search.pareto``); the quote's noise (``quote_noise``: how far identical plans' medians lie apart in the
+control, 95th percentile); the rules that no agent plan weakly dominates, with how much slower the agents'
+fastest plan at no more memory is, and those slower by more than the noise; at 20 budgets evenly from the
+lowest quoted peak to the baseline's the agents' fastest fitting plan against the exact plans' (ratio;
+where it lies beyond the noise); and at the expert plan's memory the agents' fastest fitting plan against
+it. All but the hypervolumes come from the quoted samples the result file keeps (``analyse``;
+``--reanalyse`` computes them again without measuring). Writes ``bench/results/agents_search.json``
+after each row.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, code_commit, hv_of,  # noqa: E402
                           evenly_mixed, keep_earlier_rows, machine_info, run_search, serpentine, write_result)
+from bench.readme_numbers import control_cell, rules_beyond  # noqa: E402
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
 from env.apply import plan_for  # noqa: E402
@@ -65,7 +70,6 @@ from env.unit_choice import resolve_units  # noqa: E402
 from search.archive import frontier_of, spread_picks  # noqa: E402
 from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
 from search.evaluator import Evaluator  # noqa: E402
-from search.pareto import fastest_within  # noqa: E402
 from search.store import RunStore  # noqa: E402
 
 Plan = tuple[int, ...]
@@ -169,51 +173,77 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
             "expert": got["expert"], "expert_units": expert.units, "samples_per_plan": samples}
 
 
-def control_summary(ledger: Ledger, control: Ledger, exact: Sequence[Plan], base: MeasuredPlan) -> dict[str, Any]:
+def control_summary(hv_first: float, control: Ledger, ledger: Ledger, exact: Sequence[Plan],
+                    base: MeasuredPlan) -> dict[str, Any]:
     """The quote's own noise: the exact plans quoted twice, in the same rounds, as separate records.
-    Their hypervolume ratio (copy / first) is what measurement alone does to a ratio of identical plans;
-    per plan, the copy's time over the first's."""
-    hv_first, hv_copy = hv_of(ledger, exact, base), hv_of(control, exact, base)
+    Their hypervolume ratio (copy / first; ``hv_first`` the first's) is what measurement alone does to a
+    ratio of identical plans; per plan, the copy's time over the first's (``quote_noise`` takes its band)."""
     ratios = [control.records[p].step_seconds / ledger.records[p].step_seconds for p in exact]
-    return {"hv_ratio": hv_copy / hv_first if hv_first else None,
+    return {"hv_ratio": hv_of(control, exact, base) / hv_first if hv_first else None,
             "time_ratio_median": float(np.median(ratios)), "time_ratio_min": min(ratios),
-            "time_ratio_max": max(ratios),
-            "beyond_spread": sum(1 for p in exact if abs(control.records[p].step_seconds - ledger.records[p].step_seconds)
-                                 > control.records[p].spread_seconds + ledger.records[p].spread_seconds)}
+            "time_ratio_max": max(ratios)}
 
 
-def rule_beyond(rule: MeasuredPlan, agents: Sequence[MeasuredPlan]) -> bool | None:
-    """None when an agent plan weakly dominates the rule (no more memory, no more time); else
-    whether the rule is faster than every agent plan at no more memory by more than both plans'
-    spreads (True also when no agent plan fits the rule's memory at all)."""
-    fits = [a for a in agents if a.peak_bytes <= rule.peak_bytes]
-    if any(a.step_seconds <= rule.step_seconds for a in fits):
-        return None
-    if not fits:
-        return True
-    best = min(fits, key=lambda a: a.step_seconds)
-    return best.step_seconds - rule.step_seconds > best.spread_seconds + rule.spread_seconds
+NOISE_PERCENTILE = 95  # the control's band: identical plans' medians differ by less, 19 times in 20
 
 
-def _fastest(ledger: Ledger, plans: Sequence[Plan], budget: int) -> MeasuredPlan | None:
-    recs = [ledger.records[p] for p in plans]
-    k = fastest_within([r.peak_bytes for r in recs], [r.step_seconds for r in recs], budget)
-    return None if k is None else recs[k]
+def _median(p: dict[str, Any]) -> float:
+    return float(np.median(p["step_seconds_samples"]))
 
 
-def coverage(ledger: Ledger, agents: Sequence[Plan], exact: Sequence[Plan], low: int, high: int) -> list[dict[str, Any]]:
-    """At evenly spread budgets: the agents' and the exact plans' fastest fitting plan (quote medians)."""
-    rows = []
-    for b in np.linspace(low, high, COVERAGE_BUDGETS).round().astype(int).tolist():
-        a, e = _fastest(ledger, agents, b), _fastest(ledger, exact, b)
-        row: dict[str, Any] = {"budget_bytes": b, "agents_seconds": a.step_seconds if a else None,
-                               "exact_seconds": e.step_seconds if e else None}
+def quote_noise(quoted: dict[str, Any]) -> float | None:
+    """What the quote cannot tell apart: over the exact plans quoted twice (``control``), the
+    ``NOISE_PERCENTILE``-th percentile of how far the copy's median step time lies from the first's
+    (``|copy / first - 1|``). Identical plans measured in the same rounds: two plans whose times
+    differ by less than this are, as far as the quote can say, equally fast. None before the control."""
+    devs = [abs(_median(c) / _median(e) - 1.0) for e, c in zip(quoted.get("exact", []), quoted.get("control", []))]
+    return float(np.percentile(devs, NOISE_PERCENTILE)) if devs else None
+
+
+def beyond_noise(seconds: float, other: float, noise: float | None) -> bool | None:
+    """Whether two quoted times differ by more than the quote's noise (None without a control)."""
+    return None if noise is None else abs(seconds / other - 1.0) > noise
+
+
+def _fastest(plans: Sequence[dict[str, Any]], budget: int) -> dict[str, Any] | None:
+    """The quoted plan (``_samples`` form) with the lowest median step time whose peak fits the budget."""
+    fits = [p for p in plans if p["peak_bytes"] <= budget]
+    return min(fits, key=_median) if fits else None
+
+
+def analyse(quoted: dict[str, Any]) -> dict[str, Any]:
+    """Everything a row concludes from its quoted samples (``quoted``, as the result file keeps them),
+    so that a row can be analysed again without measuring (``--reanalyse``):
+
+    - ``rules_beyond_agents``: the rules no agent plan weakly dominates (no more memory, no more time);
+    - ``rules_beyond_by``: for each, how much slower the agents' fastest plan at no more memory is
+      (its median over the rule's, minus 1), None where no agent plan fits the rule's memory;
+    - ``rules_beyond_noise``: those slower by more than ``quote_noise`` (or with nothing that fits);
+    - ``coverage``: at ``COVERAGE_BUDGETS`` budgets evenly from the lowest quoted peak to the
+      baseline's, the agents' and the exact plans' fastest fitting plan, their ratio, and whether it
+      lies beyond the noise."""
+    noise = quote_noise(quoted)
+    agents, exact, rules = quoted["agents"], quoted["exact"], quoted["rules"]
+    by: dict[str, float | None] = {}
+    for name, rule in rules.items():
+        best = _fastest(agents, rule["peak_bytes"])
+        if best is None:
+            by[name] = None
+        elif _median(best) > _median(rule):
+            by[name] = _median(best) / _median(rule) - 1.0
+    low = min(p["peak_bytes"] for p in [*agents, *exact, *rules.values()])
+    cov = []
+    for b in np.linspace(low, rules["none"]["peak_bytes"], COVERAGE_BUDGETS).round().astype(int).tolist():
+        a, e = _fastest(agents, b), _fastest(exact, b)
+        row: dict[str, Any] = {"budget_bytes": b, "agents_seconds": _median(a) if a else None,
+                               "exact_seconds": _median(e) if e else None}
         if a and e:
-            row["agents_over_exact"] = a.step_seconds / e.step_seconds
-            margin = a.step_seconds - e.step_seconds
-            row["beyond_spread"] = abs(margin) > a.spread_seconds + e.spread_seconds
-        rows.append(row)
-    return rows
+            row["agents_over_exact"] = _median(a) / _median(e)
+            row["beyond_noise"] = beyond_noise(_median(a), _median(e), noise)
+        cov.append(row)
+    return {"quote_noise": noise, "rules_beyond_agents": list(by), "rules_beyond_by": by,
+            "rules_beyond_noise": [n for n, m in by.items() if m is None or (noise is not None and m > noise)],
+            "coverage": cov}
 
 
 def _samples(r: MeasuredPlan) -> dict[str, Any]:
@@ -232,12 +262,14 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
     ledger, base, rules = q["ledger"], q["base"], q["rules"]
     agents, exact = outcome.agents_front, q["exact"]
     hv_a, hv_e = hv_of(ledger, agents, base), hv_of(ledger, exact, base)
-    recs = {p: ledger.records[p] for p in agents}
-    beyond = {name: rule_beyond(ledger.records[p], list(recs.values())) for name, p in rules.items()}
-    low = min(r.peak_bytes for r in ledger.records.values())
-    cov = coverage(ledger, agents, exact, low, base.peak_bytes)
     x = q["expert"]
-    at_expert = _fastest(ledger, agents, x.peak_bytes)
+    quoted = {"agents": [_samples(ledger.records[p]) for p in agents],
+              "exact": [_samples(ledger.records[p]) for p in exact],
+              "control": [_samples(q["control"].records[p]) for p in exact],
+              "rules": {name: _samples(ledger.records[p]) for name, p in rules.items()}, "expert": _samples(x)}
+    found = analyse(quoted)
+    at_expert = _fastest(quoted["agents"], x.peak_bytes)
+    at_expert_seconds = _median(at_expert) if at_expert else None
     spreads = [r.spread_seconds / r.step_seconds for r in ledger.records.values()]
     hv = rep["hypervolume"]
     out = {
@@ -253,27 +285,22 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
                   "agents_plans": len(agents), "exact_plans": len(exact), "wall_seconds": time.perf_counter() - t0,
                   "median_relative_spread": float(np.median(spreads))},
         "hv_agents_own": hv_a, "hv_exact_measured": hv_e, "agents_over_exact": hv_a / hv_e if hv_e else None,
-        "control": control_summary(ledger, q["control"], exact, base),
-        "lowest_peak_mb": min(r.peak_bytes for r in recs.values()) / 2 ** 20,
-        "rules_beyond_agents": [name for name, b in beyond.items() if b is not None],
-        "rules_beyond_agents_by_more_than_spread": [name for name, b in beyond.items() if b],
-        "rules_beyond_margin": {name: b for name, b in beyond.items() if b is not None},
-        "coverage": cov,
+        "control": control_summary(hv_e, q["control"], ledger, exact, base),
+        "lowest_peak_mb": min(ledger.records[p].peak_bytes for p in agents) / 2 ** 20,
+        **found,
         "expert": {"units": len(q["expert_units"]), "peak_mb": x.peak_bytes / 2 ** 20, "step_seconds": x.step_seconds,
                    "spread_seconds": x.spread_seconds,
-                   "agents_peak_mb": at_expert.peak_bytes / 2 ** 20 if at_expert else None,
-                   "agents_seconds": at_expert.step_seconds if at_expert else None,
-                   "agents_spread_seconds": at_expert.spread_seconds if at_expert else None,
-                   "agents_over_expert": at_expert.step_seconds / x.step_seconds if at_expert else None},
-        "quoted": {"agents": [_samples(ledger.records[p]) for p in agents],
-                   "exact": [_samples(ledger.records[p]) for p in exact],
-                   "control": [_samples(q["control"].records[p]) for p in exact],
-                   "rules": {name: _samples(ledger.records[p]) for name, p in rules.items()}, "expert": _samples(x)},
+                   "agents_peak_mb": at_expert["peak_bytes"] / 2 ** 20 if at_expert else None,
+                   "agents_seconds": at_expert_seconds,
+                   "agents_spread_seconds": (max(at_expert["step_seconds_samples"]) - min(at_expert["step_seconds_samples"])
+                                             if at_expert else None),
+                   "agents_over_expert": at_expert_seconds / x.step_seconds if at_expert_seconds else None},
+        "quoted": quoted,
         "load_average_1": os.getloadavg()[0], "commit": code_commit(),
         "run_dir": str(folder / "run") if keep else None,
     }
-    print(f"{out['flags']}: {out['units']} units, agents/exact {out['agents_over_exact']}, rules beyond {beyond} "
-          f"(True: by more than the spread), "
+    print(f"{out['flags']}: {out['units']} units, agents/exact {out['agents_over_exact']}, rules beyond "
+          f"{found['rules_beyond_by']} (beyond the quote's noise {found['quote_noise']}: {found['rules_beyond_noise']}), "
           f"at the expert's memory {out['expert']['agents_over_expert']}, the exact plans against themselves "
           f"{out['control']['hv_ratio']}, search {wall:.0f} s", file=sys.stderr)
     return out
@@ -287,37 +314,48 @@ def coverage_summary(row: dict[str, Any]) -> dict[str, Any]:
             "exact_only_fit": sum(1 for c in row["coverage"] if c["exact_seconds"] and not c["agents_seconds"]),
             "mean_ratio": float(np.mean(ratios)) if ratios else None,
             "worst_ratio": max(ratios) if ratios else None, "best_ratio": min(ratios) if ratios else None,
-            "agents_faster_beyond_spread": sum(1 for c in both if c["beyond_spread"] and c["agents_over_exact"] < 1),
-            "exact_faster_beyond_spread": sum(1 for c in both if c["beyond_spread"] and c["agents_over_exact"] > 1)}
-
-
-def _rules(names: list[str]) -> str:
-    """Rule names, the all-keep rule ``none`` spelled as the baseline; no rule at all as such."""
-    return ", ".join("none (the baseline)" if n == "none" else n for n in names) or "no rule"
-
-
-def _control(row: dict[str, Any]) -> str:
-    """The control's hypervolume ratio; rows quoted before the control existed have none."""
-    c = row.get("control")
-    return f"{c['hv_ratio']:.3f}" if c and c["hv_ratio"] is not None else "not quoted"
+            "agents_faster_beyond_noise": sum(1 for c in both if c.get("beyond_noise") and c["agents_over_exact"] < 1),
+            "exact_faster_beyond_noise": sum(1 for c in both if c.get("beyond_noise") and c["agents_over_exact"] > 1)}
 
 
 def markdown(result: dict[str, Any]) -> str:
     out = ["| search | units | search s | agents' own HV | exact plans' HV | agents / exact | rules beyond the agents' "
-           "frontier (beyond the spread) | 20 budgets: agents' time / exact's (mean, worst) | agents faster / slower beyond spread | "
-           "at the expert plan's memory: agents' time / its | control: exact plans / themselves | load |",
-           "|---|---:|---:|---:|---:|---:|---|---|---|---|---:|---:|"]
+           "frontier (agents' time over the rule's) | of them beyond the quote's noise | 20 budgets: agents' time / "
+           "exact's (mean, worst) | agents faster / slower beyond the noise | at the expert plan's memory: agents' "
+           "time / its | control: exact plans / themselves | load |",
+           "|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|"]
     for r in result["rows"]:
         c, x = coverage_summary(r), r["expert"]
         mean = f"{c['mean_ratio']:.3f}, {c['worst_ratio']:.3f}" if c["mean_ratio"] is not None else "n/a"
         at_x = (f"{x['agents_over_expert']:.3f} ({x['units']} units, {x['peak_mb']:.1f} MiB)"
                 if x["agents_over_expert"] is not None else f"no agent plan fits {x['peak_mb']:.1f} MiB")
         ratio = f"{r['agents_over_exact']:.3f}" if r["agents_over_exact"] is not None else "n/a"
+        beyond, far = rules_beyond(r)
         out.append(f"| `{r['flags']}` | {r['units']} | {r['wall_seconds']:.0f} | {r['hv_agents_own']:.4f} | "
-                   f"{r['hv_exact_measured']:.4f} | {ratio} | {_rules(r['rules_beyond_agents'])} ({_rules(r.get('rules_beyond_agents_by_more_than_spread', []))}) | {mean} | "
-                   f"{c['agents_faster_beyond_spread']} / {c['exact_faster_beyond_spread']} of {c['both_fit']} | "
-                   f"{at_x} | {_control(r)} | {r['load_average_1']:.1f} |")
+                   f"{r['hv_exact_measured']:.4f} | {ratio} | {beyond} | {far} | {mean} | "
+                   f"{c['agents_faster_beyond_noise']} / {c['exact_faster_beyond_noise']} of {c['both_fit']} | "
+                   f"{at_x} | {control_cell(r)} | {r['load_average_1']:.1f} |")
     return "\n".join(out) + "\n"
+
+
+STALE_KEYS = ("rules_beyond_agents_by_more_than_spread", "rules_beyond_margin")  # what rows analysed before kept
+
+
+def reanalyse(path: Path) -> int:
+    """Analyse again every row of the result file that kept its quoted samples (``analyse``); the
+    measurements, the machine and the date stay as they were. Returns how many rows were."""
+    result = json.loads(path.read_text())
+    done = 0
+    for row in result["rows"]:
+        if row.get("quoted"):
+            for key in STALE_KEYS:
+                row.pop(key, None)
+            row.get("control", {}).pop("beyond_spread", None)
+            row.update(analyse(row["quoted"]))
+            done += 1
+    result["reanalysed_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return done
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -329,7 +367,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--keep", type=Path, help="keep each search's run folder under this folder (to inspect it)")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of the result file that this run does not measure (each row says its load)")
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="measure nothing: analyse again the rows of the result file that kept their quoted samples")
     args = ap.parse_args(argv)
+    if args.reanalyse:
+        path = args.out or RESULTS_DIR / "agents_search.json"
+        print(f"{reanalyse(path)} rows analysed again: {path}")
+        return
     table = QUICK if args.quick else tuple(ROWS[i] for i in (args.rows or range(len(ROWS))))
     rounds = 1 if args.quick else args.rounds
     result: dict[str, Any] = {"rows": [], "load_average_at_start": list(os.getloadavg()),

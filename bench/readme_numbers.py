@@ -118,19 +118,42 @@ def _earlier_repeats(r: Result, row: dict) -> str:
     return "".join(f"; an earlier run of this row (commit {c}): {x:.3f}" for x, c in runs)
 
 
+def _rules(names: list[str]) -> str:
+    """Rule names, the all-keep rule ``none`` spelled as the baseline; no rule at all as such."""
+    return ", ".join("none (the baseline)" if n == "none" else n for n in names) or "no rule"
+
+
+def rules_beyond(row: dict[str, Any]) -> tuple[str, str]:
+    """The rules beyond the agents' frontier, each with how much slower the agents' fastest plan at
+    no more memory is, and those of them beyond the quote's noise (a row analysed before the control
+    existed says so)."""
+    by = row.get("rules_beyond_by")
+    if by is None:
+        return _rules(row["rules_beyond_agents"]), "not analysed: no control"
+    cells = [f"{_rules([n])} ({'no agent plan fits' if m is None else f'agents +{100 * m:.1f}%'})" for n, m in by.items()]
+    return ", ".join(cells) or "no rule", _rules(row["rules_beyond_noise"])
+
+
+def control_cell(row: dict[str, Any]) -> str:
+    """The control's hypervolume ratio and the quote's noise band; rows quoted before the control have none."""
+    c = row.get("control")
+    if not c or c["hv_ratio"] is None:
+        return "not quoted"
+    noise = row.get("quote_noise")
+    return f"{c['hv_ratio']:.3f}" + (f" (noise {100 * noise:.1f}%)" if noise is not None else "")
+
+
 def _agents_search(r: Result) -> list[str]:
     out = []
     for row in r["rows"]:
-        beyond, far = (", ".join("none (the baseline)" if n == "none" else n for n in row.get(k, [])) or "no rule"
-                       for k in ("rules_beyond_agents", "rules_beyond_agents_by_more_than_spread"))
+        beyond, far = rules_beyond(row)
         refs = (f", the baseline measured {row['search_baseline_measurements']} times as the reference"
                 if row.get("search_paired") else "")
         out.append(f"- `search.run {row['flags']}` ({row['units']} units, {row['measured']} measured{refs}, "
                    f"{row['wall_seconds']:.0f} s): the agents' own plans reach {row['agents_over_exact']:.3f} of the "
                    f"exact plans' hypervolume, both remeasured {row['quote']['samples_per_plan']} times apart from the "
-                   f"search; {beyond} beyond the agents' own frontier ({far} by more than both spreads)"
-                   + (f"; the exact plans quoted twice, against themselves: {row['control']['hv_ratio']:.3f}"
-                      if row.get("control") else "")
+                   f"search; beyond the agents' own frontier: {beyond}; beyond the quote's noise: {far}"
+                   + (f"; the exact plans quoted twice, against themselves: {control_cell(row)}" if row.get("control") else "")
                    + f" {_where('agents_search', r, row['clock'], load=row.get('load_average_1'))}"
                    + (f"; commit {row['commit']}" if row.get("commit") else "")
                    + (f"; {row['earlier_code']}" if row.get("earlier_code") else "") + _earlier_repeats(r, row) + ".")

@@ -307,9 +307,12 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "agents, mostly `--no-warm-start`: every plan the agents measure is their own find; the search ranks plans on "
      "times paired with the all-keep step measured beside them, never faster than the baseline), then a quote apart from "
      "the search: the agents' own frontier, as many exact-solver plans (profiled cost model), the rules and "
-     "recompute-every-expert-unit, each remeasured alike in interleaved rounds. Agents' frontier hypervolume over "
-     "the exact plans', the rules no agent plan dominates, the fastest fitting plans at 20 budgets, and the "
-     "agents' fastest plan at the expert plan's memory against it.", _table("agents_search", None),
+     "recompute-every-expert-unit, each remeasured alike in interleaved rounds, and the exact plans once more as "
+     "a control. Agents' frontier hypervolume over the exact plans', the rules no agent plan dominates (with how "
+     "much slower the agents' fastest plan at no more memory is), the fastest fitting plans at 20 budgets, and "
+     "the agents' fastest plan at the expert plan's memory against it. The quote's noise is the control's: how "
+     "far apart the two quotes of the same exact plan lie (95th percentile); a difference within it is one the "
+     "quote cannot tell from measurement alone.", _table("agents_search", None),
      None, "python bench/agents_search.py"),
     ("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact solver, "
      "then PPO, against the exact frontier on the cost model.", _agents_scale, None,

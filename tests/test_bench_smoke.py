@@ -237,6 +237,50 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     assert all(len(p["step_seconds_samples"]) == 3 for p in row["quoted"]["agents"])
     assert len(row["coverage"]) == 20 and row["expert"]["units"] == 4
     assert all(c["budget_bytes"] <= row["baseline"]["peak_mb"] * 2 ** 20 for c in row["coverage"])
+    assert row["quote_noise"] is not None and set(row["rules_beyond_noise"]) <= set(row["rules_beyond_agents"])
+    assert set(row["rules_beyond_by"]) == set(row["rules_beyond_agents"])
+
+
+def _quoted(peak: int, *seconds: float) -> dict[str, Any]:
+    return {"digest": f"p{peak}-{seconds[0]}", "peak_bytes": peak, "step_seconds_samples": list(seconds)}
+
+
+def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT))
+    from bench.agents_search import analyse, reanalyse
+
+    quoted = {  # two agent plans; the exact plans, and their copies 1% and 2% off: a noise band of about 2%
+        "agents": [_quoted(10, 1.0, 1.01, 0.99), _quoted(20, 0.8, 0.81, 0.79)],
+        "exact": [_quoted(10, 1.0, 1.0, 1.0), _quoted(20, 0.7, 0.7, 0.7)],
+        "control": [_quoted(10, 1.01, 1.01, 1.01), _quoted(20, 0.714, 0.714, 0.714)],
+        "rules": {"none": _quoted(30, 0.5, 0.5, 0.5),  # faster than every agent plan by far
+                  "close": _quoted(20, 0.79, 0.79, 0.79),  # faster than agent plan 20 by 1.3%: within the noise
+                  "small": _quoted(5, 1.5, 1.5, 1.5),  # no agent plan fits its memory
+                  "slow": _quoted(20, 0.9, 0.9, 0.9)},  # dominated by agent plan 20
+        "expert": _quoted(20, 0.9, 0.9, 0.9)}
+    a = analyse(quoted)
+    assert a["quote_noise"] == pytest.approx(0.0194, abs=1e-3)
+    assert a["rules_beyond_agents"] == ["none", "close", "small"]
+    assert a["rules_beyond_by"]["none"] == pytest.approx(0.6) and a["rules_beyond_by"]["small"] is None
+    assert a["rules_beyond_noise"] == ["none", "small"]
+    cov = {c["budget_bytes"]: c for c in a["coverage"]}
+    assert len(cov) == 20 and min(cov) == 5 and max(cov) == 30
+    assert cov[5]["agents_seconds"] is None and "agents_over_exact" not in cov[5]
+    assert cov[10]["agents_over_exact"] == pytest.approx(1.0) and cov[10]["beyond_noise"] is False
+    assert cov[30]["agents_over_exact"] == pytest.approx(0.8 / 0.7) and cov[30]["beyond_noise"] is True
+    # without a control there is no noise to judge by: the rules beyond are listed, none "beyond the noise"
+    # but those no agent plan fits
+    bare = analyse({**quoted, "control": []})
+    assert bare["quote_noise"] is None and bare["rules_beyond_noise"] == ["small"]
+    assert cov[10]["beyond_noise"] is False and bare["coverage"][-1]["beyond_noise"] is None
+    # --reanalyse: the same figures from the result file, the spread-based keys of old rows gone
+    path = tmp_path / "agents_search.json"
+    path.write_text(json.dumps({"rows": [{"quoted": quoted, "rules_beyond_margin": {}, "control": {"beyond_spread": 1}},
+                                         {"flags": "quoted before samples were kept"}]}))
+    assert reanalyse(path) == 1
+    rows = json.loads(path.read_text())["rows"]
+    assert {k: rows[0][k] for k in a} == json.loads(json.dumps(a)) and "rules_beyond_margin" not in rows[0]
+    assert rows[0]["control"] == {} and rows[1] == {"flags": "quoted before samples were kept"}
 
 
 def test_the_quote_mixes_the_groups_it_compares_and_turns_each_round() -> None:
