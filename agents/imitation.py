@@ -76,8 +76,8 @@ def teacher_frontier(env: CheckpointEnv, relative: float, floor: float,
         return (max(peak, known[0]), known[1], plan) if known else (peak, predicted_seconds, plan)
 
     points = [priced(tuple(p.plan), p.peak_bytes, p.step_seconds) for p in solved]
-    points += [priced(plan, env.cost_model.peak_bytes(list(plan)), 0.0) for plan in dict.fromkeys(incumbents)
-               if plan in measured and set(plan) <= enabled]
+    points += [priced(plan, env.cost_model.peak_bytes(list(plan)), measured[plan][1]) for plan in dict.fromkeys(incumbents)
+               if plan in measured and set(plan) <= enabled]  # measured: priced at what was measured
     return pareto_points(points)
 
 
