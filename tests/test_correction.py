@@ -211,3 +211,26 @@ def test_timing_noise_costs_the_corrected_frontier_little_at_48_units() -> None:
             c.add(p, cm.peak_bytes(list(p)), truth.step_seconds(list(p)) * (1 + 0.02 * rng.standard_normal()))
         ratios.append(hv([tuple(q.plan) for q in exact_frontier(c.corrected_model())]) / best)
     assert np.mean(ratios) >= 0.997, ratios  # a fixed ridge of 2: 0.9944 (0.985-0.998); the prior: 0.9981
+
+
+def test_measurements_move_an_extra_the_profile_timed_at_nothing() -> None:
+    """The profile timed unit 0's recompute no slower than keeping it (its extra clipped to 0); the
+    truth: it costs about what recomputing the other units costs. Measured plans that recompute it
+    must teach the correction so: a prior of width zero held the extra at zero against every
+    measurement, and each such plan looked as fast as the baseline."""
+    cm = _model(seed=7)
+    base_t = cm.step_seconds(KEEP)
+    true_extra = np.array([0.05, 0.06, 0.04, 0.05, 0.055, 0.045])
+    truth_model = cm.with_step_seconds(np.stack([np.zeros(N), true_extra], axis=1), base_t)
+    cheap = true_extra.copy()
+    cheap[0] = 0.0  # profiled: recomputing unit 0 adds nothing
+    profiled = cm.with_step_seconds(np.stack([np.zeros(N), cheap], axis=1), base_t)
+    c = MeasuredCorrection(profiled)
+    c.add(KEEP, cm.peak_bytes(KEEP), base_t)
+    for p in [(1, 0, 0, 0, 0, 0), (1, 1, 0, 0, 0, 0), (1, 0, 0, 1, 0, 0), (0, 1, 0, 0, 0, 0), (0, 0, 0, 1, 0, 0)]:
+        c.add(p, cm.peak_bytes(p), truth_model.step_seconds(p))
+    unmeasured = (1, 0, 1, 0, 0, 0)
+    truth = truth_model.step_seconds(unmeasured)
+    assert profiled.step_seconds(unmeasured) == pytest.approx(truth - true_extra[0])  # unit 0 for free
+    # three measured plans move it most of the way from the prior's zero (the old prior: a third)
+    assert c.predict(unmeasured)[1] == pytest.approx(truth, abs=0.2 * true_extra[0])
