@@ -254,7 +254,8 @@ class Driver:
             self.agents.feed(arrived)
         room = self.max_measurements - len(self.ledger.archive.measured)
         limit = room if final else max(1, math.ceil(room / (self.agents.rounds_left() + 1)))
-        picked = [(p, self._proposer(p)) for p in self.ledger.candidates(min(limit, room))]
+        picked = [(p, self._proposer(p))
+                  for p in self.ledger.candidates(min(limit, room), margin=timing_noise(self.ledger.points()))]
         if self.overlap and not final:
             self.measure_meanwhile(picked)
             return

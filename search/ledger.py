@@ -157,15 +157,17 @@ class Ledger:
             c.add(self.codec.indices(r.actions), r.peak_bytes, r.step_seconds)
         return c
 
-    def candidates(self, limit: int) -> list[Indices]:
-        """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model: where
-        they add most to the agents' own measured frontier. Not to the whole frontier: a rule or a
-        warm-start plan measured there would leave the agents' frontier with a gap that none of
-        their plans is ever measured to fill, and their own finds are what the search is for."""
+    def candidates(self, limit: int, margin: float = 0.0) -> list[Indices]:
+        """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model: first
+        the agents' answers to the measured plans beyond their frontier (predicted within ``margin``
+        of them), then where they add most to the agents' own measured frontier. Not to the whole
+        frontier: a rule or a warm-start plan measured there would leave the agents' frontier with a
+        gap that none of their plans is ever measured to fill, and their own finds are what the
+        search is for."""
         correction = self.corrected()
         with self.lock:
             return self.archive.candidates(limit, self.codec.digest, correction.predict, self.baseline(),
-                                           known_sources=("agent",))
+                                           known_sources=("agent",), margin=margin)
 
     def snapshot(self) -> None:
         with self.lock:

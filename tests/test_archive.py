@@ -119,3 +119,29 @@ def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() 
     assert _rule_only(_result("a", 1, 1.0, "rule:every_2"))
     assert not _rule_only(_result("a", 1, 1.0, "exact")) and not _rule_only(_result("a", 1, 1.0, "agent_1"))
     assert not _rule_only(_result("a", 1, 1.0, "rule:all").proposed_by("agent_0"))  # an agent found it too
+
+
+def test_the_agents_answer_to_a_rule_beyond_their_frontier_is_measured_first():
+    """A rule measured beyond the agents' frontier: the agents' plan predicted to fit its memory
+    within the run's noise of its time is measured before the plans that add more hypervolume (it
+    adds only a sliver between the agents' neighbouring plans); a plan predicted slower than that
+    is no answer, and with the rule matched the hypervolume ranking alone decides."""
+    a = ParetoArchive()
+    base = _result("base", 100, 1.0, source="rule:none")
+    for r in (base, _result("every_2", 60, 1.20, source="rule:every_2"), _result("low", 30, 1.6),
+              _result("mid", 58, 1.25)):
+        a.add(r)
+    # mid: more time at less memory; no agent plan fits the baseline's time, none is predicted to
+    assert [r.digest for r in a.rivals(("agent",))] == ["every_2", "base"]
+    preds = {(1,): (59, 1.22), (2,): (45, 1.3), (3,): (60, 1.30)}
+    for idx, (peak, secs) in preds.items():
+        a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
+    digest = lambda idx: f"d{idx[0]}"  # noqa: E731
+    by_volume = a.candidates(1, digest, baseline=base, known_sources=("agent",))
+    assert by_volume == [(2,)]  # 1.7% off the rule: no answer within a margin of 0
+    assert a.candidates(1, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(1,)]
+    assert a.candidates(2, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(1,), (2,)]
+    # the rule matched by a measured agent plan: the hypervolume alone ranks the rest
+    a.add(_result("d1", 59, 1.19))
+    assert [r.digest for r in a.rivals(("agent",))] == ["base"]
+    assert a.candidates(1, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(2,)]
