@@ -376,7 +376,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     def _obs(self) -> np.ndarray:
         i, inv_n = self._i, 1.0 / self.n_units
-        ratio = self.correction.peak_ratio
+        ratio, scaled = self.correction.peak_ratio, self.correction.scaled_peak
         per_budget = ratio / self.budget_bytes
         limit = self.budget_bytes / ratio  # the budget in the cost model's bytes
         low_here = lowest_peak(self._state, self._suffix[i])
@@ -387,7 +387,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
             unit[N_UNIT_OBS * k + 4] = min(low * per_budget, OBS_BOUND)
             unit[N_UNIT_OBS * k + 5] = _clip((low - limit) * per_savable)
             unit[N_UNIT_OBS * k + 6] = _clip((keeps - limit) * per_savable)
-            unit[N_UNIT_OBS * k + 7] = 1.0 if keeps <= limit else 0.0
+            unit[N_UNIT_OBS * k + 7] = 1.0 if scaled(keeps) <= self.budget_bytes else 0.0  # as the masks judge it
         if self._i < self.n_units:
             prices = [self._extra[i][k] + self._cheapest_later(keeps - limit) for k, keeps in enumerate(self._keeps)]
             best = min(prices)
