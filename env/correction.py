@@ -166,9 +166,10 @@ class MeasuredCorrection:
         of the extra's size, which is taken as the median of the action's other priors. At zero
         the prior held the extra at zero against any measurement: a recorded hf/gpt2 search whose
         profile timed the last two blocks' recompute cheaper than their keep (a profiling artefact
-        since mended, ``env.profile._timed``) priced an unmeasured plan recomputing both at the
-        baseline's 1.02 s with 26 plans measured, one of them, recomputing both, at 1.32 s; each
-        measured plan predicted from the others erred by 8.4% (median), with this width 4.4%."""
+        since mended, ``env.profile._timed``) priced an unmeasured plan recomputing the fifth and
+        selectively recomputing the sixth at the baseline's 1.02 s with 33 plans measured, one of
+        them, recomputing both, at 1.32 s; each measured plan predicted from the others erred by
+        8.4% (median), with this width 4.4%."""
         unknown = self._unknown
         if not unknown.any():
             return w0
