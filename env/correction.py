@@ -68,6 +68,7 @@ class MeasuredCorrection:
         self._col = {c: k for k, c in enumerate(self._cols)}
         # the columns whose action the profile timed no slower than keeping the unit (``_widths``)
         self._unknown = np.array([self.pred_extra[i, a] <= 0 for i, a in self._cols], dtype=bool)
+        self._col_action = np.array([a for _, a in self._cols], dtype=int)
         self.measured: dict[Plan, tuple[int, float]] = {}
         self._peak_ratio_sum = 0.0  # of measured/predicted peaks: peak_ratio is read per action by the env's masks
         # fitted per-unit extras (n x A, python lists: faster to index on the hot path than numpy),
@@ -145,7 +146,7 @@ class MeasuredCorrection:
         profiled = np.array([self.pred_extra[i, a] for i, a in self._cols])
         # the slope from the plans the profile prices in full: an action it timed at nothing (see
         # ``_widths``) would put its measured cost on everyone's prior
-        told = ~X[:, self._unknown].any(axis=1) if plans else np.zeros(0, dtype=bool)
+        told = ~X[:, self._unknown].any(axis=1)
         rows = told if told.any() else np.ones(len(plans), dtype=bool)
         w0 = profiled * self._slope(X[rows] @ profiled, y[rows], base_seconds)
         if plans:
@@ -173,7 +174,7 @@ class MeasuredCorrection:
         unknown = self._unknown
         if not unknown.any():
             return w0
-        actions = np.array([a for _, a in self._cols])
+        actions = self._col_action
         out = w0.copy()
         for a in set(actions[unknown].tolist()):
             known = w0[(actions == a) & ~unknown]

@@ -97,13 +97,18 @@ class ParetoArchive:
     def rivals(self, sources: tuple[str, ...]) -> list[MeasuredPlan]:
         """Plans of the whole measured frontier that the frontier of ``sources``' plans does not
         reach: none of those plans at no more memory is as fast (a rule, a warm-start plan), by peak."""
+        return [r for _, r in self._leads(sources)]
+
+    def _leads(self, sources: tuple[str, ...]) -> list[tuple[float, MeasuredPlan]]:
+        """``rivals`` with how far each is ahead: the ``sources``' fastest time at its memory over
+        its own (inf where none fits), by peak."""
         own = self.frontier(sources)
         peaks, seconds = [r.peak_bytes for r in own], [r.step_seconds for r in own]
         out = []
         for r in self.frontier():
             i = fastest_within(peaks, seconds, r.peak_bytes)
             if i is None or seconds[i] > r.step_seconds:
-                out.append(r)
+                out.append((float("inf") if i is None else seconds[i] / r.step_seconds, r))
         return out
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
@@ -134,17 +139,12 @@ class ParetoArchive:
         out: list[Indices] = []
         answers: list[tuple[int, float]] = []  # the predicted points of the rivals' answers
         if known_sources is not None:
-            own = self.frontier(known_sources)
-            peaks, seconds = [r.peak_bytes for r in own], [r.step_seconds for r in own]
-
-            def lead(r: MeasuredPlan) -> float:  # how much faster the rival is than the agents at its memory
-                i = fastest_within(peaks, seconds, r.peak_bytes)
-                return float("inf") if i is None else seconds[i] / r.step_seconds
-
-            for rival in sorted(self.rivals(known_sources), key=lead, reverse=True):
+            for _, rival in sorted(self._leads(known_sources), key=lambda x: x[0], reverse=True):
+                if len(out) >= (limit + 1) // 2:
+                    break
                 fits = [k for k, (_, (peak, secs)) in enumerate(pool)
                         if peak <= rival.peak_bytes and secs <= rival.step_seconds * (1 + margin)]
-                if len(out) >= (limit + 1) // 2 or not fits:
+                if not fits:
                     continue
                 best = min(fits, key=lambda k: pool[k][1][::-1])
                 out.append(pool[best][0])
