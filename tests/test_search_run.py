@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from search.config import parse_config
+from search.driver import FRONTIER_MEASUREMENTS
 from search.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +52,7 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert all(p["timesteps"] >= 256 for p in s.progress())
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"])
         assert set(s.get_meta("rules")) >= {"none", "all", "every_2", "sqrt_n"}
+        assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.get_meta("rules").values())
         # every sample carries the reference measured before it; the baseline was measured again as the reference
         base = s.get(s.get_meta("baseline_digest")).measurement
         assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
@@ -169,12 +171,15 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
         assert s.get_meta("status") == "finished"
         remeasured = s.get_meta("remeasured")  # the final passes over frontier points, near misses, the baseline
         base = s.get_meta("baseline_digest")
+        rules = set(s.get_meta("rules").values())
         assert base in remeasured
     for digest, samples in before.items():
         assert len(set(samples)) == len(samples), "a measurement was recorded twice"
         assert after[digest][:len(samples)] == samples, "samples measured before the interrupt were lost"
         if digest == base:  # the final pass, and the resumed Evaluator's reference before its first plan
             assert len(after[digest]) >= len(samples) + 4 and len(after[digest]) % 2 == 0
+        elif digest in rules:  # a rule: measured until it had FRONTIER_MEASUREMENTS, then as the final passes took it
+            assert len(after[digest]) == max(len(samples), 2 * FRONTIER_MEASUREMENTS) + 2 * remeasured.count(digest)
         elif digest in remeasured:  # each final pass that took it adds one more measurement
             assert len(after[digest]) == len(samples) + 2 * remeasured.count(digest)
         else:
@@ -297,10 +302,11 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
     after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
     with RunStore(store_path, readonly=True) as s:
         remeasured = set(s.get_meta("remeasured"))
+        rules = set(s.get_meta("rules").values())  # measured until each has FRONTIER_MEASUREMENTS
         assert s.get_meta("status") == "finished"
     for digest, samples in before.items():
         assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"
-        if digest not in remeasured:
+        if digest not in remeasured | rules:
             assert after[digest] == samples, "a plan measured before the kill was measured again"
 
 
