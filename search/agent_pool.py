@@ -92,10 +92,13 @@ class AgentPool:
             budget_low_bytes=slot.budget_range[0] if slot.budget_range else None,
             status=slot.status, restarts=slot.restarts)
 
-    def train_round(self) -> list[dict[str, Any]]:
-        """Every live agent trains ``chunk_timesteps`` more steps; returns their reports."""
-        futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
-                   for s in self.running}
+    def train_round(self, answer: bool = False) -> list[dict[str, Any]]:
+        """Every live agent trains ``chunk_timesteps`` more steps; returns their reports. ``answer``:
+        instead, every agent that finished its timesteps in this run trains none and only clones
+        the teacher on the measurements fed since (``PPOAgent.train(0)``)."""
+        live = [s for s in self.slots if s.status == "finished" and s.handle is not None] if answer else self.running
+        futures = {s.handle.train.remote(0 if answer else min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+                   for s in live}
         reports = []
         for fut, slot in futures.items():
             try:
@@ -133,7 +136,8 @@ class AgentPool:
         self._save_progress(slot)
 
     def feed(self, records: list[MeasuredPlan], slots: list[AgentSlot] | None = None) -> None:
-        """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them."""
+        """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them
+        (to the finished ones too, for ``train_round(answer=True)``)."""
         codec = self.ledger.codec
         recs = [r for r in records if not r.oom]
         if not recs:
@@ -141,7 +145,7 @@ class AgentPool:
         fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
         teach = [not _rule_only(r) for r in recs]  # a rule's plan corrects the model; it is never demonstrated
         for s in slots or self.slots:
-            if s.status == "running":
+            if s.status in ("running", "finished") and s.handle is not None:
                 try:
                     self.ray.get(s.handle.observe.remote(fed, teach))
                 except self.ray.exceptions.RayActorError as e:
