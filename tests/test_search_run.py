@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from search.config import parse_config
-from search.driver import FRONTIER_MEASUREMENTS
+from search.driver import ANSWER_ROUNDS, FRONTIER_MEASUREMENTS
 from search.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +53,11 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"])
         assert set(s.get_meta("rules")) >= {"none", "all", "every_2", "sqrt_n"}
         assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.get_meta("rules").values())
+        # measurements were left after training (7-10 of 14 are spent): the agents answered the last ones
+        answers, spent = s.get_meta("answer_rounds"), s.count(measured_only=True)
+        assert answers or spent >= 14, "the agents never saw the last round's measurements"
+        assert answers is None or answers[-1]["proposed"] == 0 or len(answers) == ANSWER_ROUNDS or spent >= 14
+        assert answers is None or all(0 <= a["measured"] <= a["proposed"] for a in answers)
         # every sample carries the reference measured before it; the baseline was measured again as the reference
         base = s.get(s.get_meta("baseline_digest")).measurement
         assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
