@@ -96,9 +96,12 @@ class AgentPool:
         """Every live agent trains ``chunk_timesteps`` more steps; returns their reports. ``answer``:
         instead, every agent that finished its timesteps in this run trains none and only clones
         the teacher on the measurements fed since (``PPOAgent.train(0)``)."""
-        live = [s for s in self.slots if s.status == "finished" and s.handle is not None] if answer else self.running
-        futures = {s.handle.train.remote(0 if answer else min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
-                   for s in live}
+        if answer:
+            futures = {s.handle.train.remote(0): s for s in self.slots
+                       if s.status == "finished" and s.handle is not None}
+        else:
+            futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+                       for s in self.running}
         reports = []
         for fut, slot in futures.items():
             try:

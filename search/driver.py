@@ -146,10 +146,11 @@ class Driver:
         codec = self.ledger.codec
         rules = baseline_rules(codec.n_units, list(codec.actions), seed=self.cfg.seed)
         chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
-        measured = self.measure([(tuple(v), f"rule:{k}") for k, v in chosen.items()])
+        plans = [(tuple(v), f"rule:{k}") for k, v in chosen.items()]
+        measured = self.measure(plans)
         store = self.ledger.store
         store.set_meta("rules", {k: m.digest for k, m in zip(chosen, measured)})
-        self.measure_until_frontier_count([(tuple(v), f"rule:{k}") for k, v in chosen.items()])
+        self.measure_until_frontier_count(plans)
         self.ledger.set_baseline(measured[list(chosen).index("none")].digest)
         if len(self.pool.live) > 1:  # the baseline on every Evaluator: a systematically slower device shows
             each = self.pool.on_each(self.ledger.codec.names(chosen["none"]), "rule:none")
@@ -265,13 +266,13 @@ class Driver:
             before = len(self.ledger.archive.measured)
             if before >= self.max_measurements:
                 break
-            rounds.append({"proposed": self._propose(self.agents.train_round(answer=True)), "measured": 0})
-            if rounds[-1]["proposed"]:
+            proposed = self._propose(self.agents.train_round(answer=True))
+            if proposed:
                 self._measure_round(final=True)
-                rounds[-1]["measured"] = len(self.ledger.archive.measured) - before
                 self.ledger.snapshot()
+            rounds.append({"proposed": proposed, "measured": len(self.ledger.archive.measured) - before})
             self.ledger.store.set_meta("answer_rounds", rounds)
-            if not rounds[-1]["proposed"]:
+            if not proposed:
                 break
 
     def remeasure_frontier(self) -> None:
