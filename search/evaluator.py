@@ -11,9 +11,13 @@ Drift: with ``reference_every`` seconds, the Evaluator measures the reference pl
 again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
 have been measured since, and labels each sample with the median of the last
 ``REFERENCE_WINDOW`` reference measurements' samples (``MeasuredPlan.reference_seconds``), so
-that the search compares plans as if side by side (``env.records.paired``) although the
-machine's speed drifts over minutes. One reference is a median of a few steps and errs by a few
-percent at load; pooled over the last few it errs less and still follows drift over minutes.
+that plans compare as if side by side (``env.records.paired``) although the machine's speed drifts
+over minutes. One reference is a median of a few steps and errs by a few percent at load; pooled
+over the last few it errs less and still follows drift over minutes. The label is what the
+Evaluator knows when it measures (an agent's measured reward uses it); the search ranks plans
+against the references nearest to them on both sides once those are measured
+(``env.records.Ranking``), read from the measurement ids, which count everything one Evaluator
+measured in order.
 """
 
 from __future__ import annotations

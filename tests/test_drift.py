@@ -41,49 +41,60 @@ def test_pairing_takes_each_sample_relative_to_its_reference_and_rescales() -> N
 
 
 def test_a_machine_that_speeds_up_no_longer_hides_which_plan_is_faster(tmp_path) -> None:
-    """The baseline measured in a slow minute (1.0 s), with plan Y (85% of the memory, 1% slower than
-    the baseline beside it: 1.01 s); then the machine ran 10% faster, and plan X (90% of the memory,
-    2% slower than the baseline measured beside it at 0.90 s) measured 0.918 s. Y is faster with
-    less memory. On raw medians X (0.918) looks faster than Y (1.01) and stays on the frontier;
-    paired with their references X is 2% slower than the baseline and Y dominates it."""
+    """Two references in a slow minute (1.0 s); plan Y (85% of the memory) measured 1.01 s there; then
+    the machine ran 10% faster: references at 0.9 s around plan X (90% of the memory), which measured
+    0.927 s, 3% slower than the references beside it. Y is faster with less memory. On raw medians X
+    (0.927) looks faster than Y (1.01) and stays on the frontier; so it does paired with the label the
+    Evaluator gave it (the references before it, pooled: two slow, one fast); ranked against the
+    references nearest to it on both sides (``Ranking``), X is 3% slower than the baseline and Y
+    dominates it."""
     prof = synthetic_profile(3, 2, seed=0)
     setup = SearchSetup.from_profile(prof)
     keep = [Action.KEEP.value] * 3
     x = [Action.RECOMPUTE.value, Action.KEEP.value, Action.KEEP.value]
     y = [Action.KEEP.value, Action.RECOMPUTE.value, Action.KEEP.value]
     d_keep, d_x, d_y = (setup.codec.digest(setup.codec.indices(a)) for a in (keep, x, y))
+    slow, fast = [1.01, 1.0, 0.99], [0.91, 0.9, 0.89]
 
-    def ledger(with_refs: bool) -> Ledger:
-        refs = (lambda r, n=3: [r] * n) if with_refs else (lambda r, n=3: [])
-        (tmp_path / f"refs_{with_refs}").mkdir()
-        led = Ledger(setup, RunStore(tmp_path / f"refs_{with_refs}"))  # a run folder, as the dashboard reads
-        led.record(_m(d_keep, keep, [1.01, 1.0, 0.99], refs(1.0), "e:1", peak=100, source="rule:none"))
+    def ledger(name: str, with_refs: bool, mid: str = "e:{}") -> Ledger:
+        def refs(samples: list[float]) -> list[float]:
+            return [median_seconds(samples)] * 3 if with_refs else []
+
+        (tmp_path / name).mkdir()
+        led = Ledger(setup, RunStore(tmp_path / name))  # a run folder, as the dashboard reads
+        led.record(_m(d_keep, keep, slow, refs(slow), mid.format(1), peak=100, source="rule:none"))
         led.set_baseline(d_keep)
-        led.record(_m(d_y, y, [1.02, 1.01, 1.0], refs(1.0), "e:2", peak=85))
-        led.record(_m(d_keep, keep, [0.91, 0.9, 0.89], refs(0.9), "e:3", peak=100, source="rule:none"))
-        led.record(_m(d_x, x, [0.92, 0.918, 0.91], refs(0.9), "e:4", peak=90))
+        led.record(_m(d_keep, keep, slow, refs(slow), mid.format(2), peak=100, source="rule:none"))
+        led.record(_m(d_y, y, [1.02, 1.01, 1.0], refs(slow), mid.format(3), peak=85))
+        led.record(_m(d_keep, keep, fast, refs(slow + fast), mid.format(4), peak=100, source="rule:none"))
+        led.record(_m(d_x, x, [0.93, 0.927, 0.92], refs(slow + slow + fast), mid.format(5), peak=90))
+        for n in (6, 7):
+            led.record(_m(d_keep, keep, fast, refs(fast), mid.format(n), peak=100, source="rule:none"))
         return led
 
-    raw = ledger(with_refs=False)
-    assert [r.digest for r in raw.frontier()] == [d_y, d_x, d_keep]  # what the search did before
-    led = ledger(with_refs=True)
+    raw = ledger("raw", with_refs=False)
+    assert [r.digest for r in raw.frontier()] == [d_y, d_x, d_keep]  # what the search once did
+    labelled = ledger("labelled", with_refs=True, mid="e-{}")  # ids that do not place them: the labels
+    assert [r.digest for r in labelled.frontier()] == [d_y, d_x, d_keep]
+    led = ledger("refs", with_refs=True)
     assert [r.digest for r in led.frontier()] == [d_y, d_keep]
-    assert led.scale == pytest.approx(0.95)  # the baseline's median over both its measurements
-    assert led.baseline().step_seconds == pytest.approx(0.95)
-    assert led.archive.measured[d_x].step_seconds == pytest.approx(0.918 / 0.9 * 0.95)
-    assert led.frontier()[0].step_seconds == pytest.approx(1.01 * 0.95)
+    scale = median_seconds(slow * 2 + fast * 3)
+    assert led.scale == pytest.approx(scale)  # the baseline's median over all its measurements
+    # X against e:4 and e:6 (one step away) and e:7 (two); Y against e:2, e:4 and e:1
+    assert led.archive.measured[d_x].step_seconds == pytest.approx(0.927 / 0.9 * scale)
+    assert led.frontier()[0].step_seconds == pytest.approx(1.01 / median_seconds(slow * 2 + fast) * scale)
     # the store keeps what was measured; a resumed run ranks it the same way
-    again = Ledger(setup, RunStore(tmp_path / "refs_True"))
+    again = Ledger(setup, RunStore(tmp_path / "refs"))
     again.load_store()
     assert [r.digest for r in again.frontier()] == [d_y, d_keep]
-    assert again.store.get(d_x).measurement.step_seconds == pytest.approx(0.918)
+    assert again.store.get(d_x).measurement.step_seconds == pytest.approx(0.927)
     # the dashboard, reading the store alone, shows the same times and the same frontier
     from dashboard.data import load_run
 
-    run = load_run(tmp_path / "refs_True")
+    run = load_run(tmp_path / "refs")
     assert list(run.frontier.digest) == [d_y, d_keep] and run.evaluations.paired.all()
     assert run.frontier.step_seconds.tolist() == pytest.approx([r.step_seconds for r in led.frontier()])
-    assert run.baseline_seconds == pytest.approx(0.95)
+    assert run.baseline_seconds == pytest.approx(scale)
 
 
 @pytest.mark.slow
