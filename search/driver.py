@@ -235,6 +235,7 @@ class Driver:
         self._measure_round(final=True)
         self.answer_rounds()
         self.remeasure_frontier()
+        self.close_references()
         ledger.snapshot()
 
     def _propose(self, reports: list[dict[str, Any]]) -> int:
@@ -296,6 +297,17 @@ class Driver:
             if not todo:
                 break
             done = self._remeasure(todo, done)
+
+    def close_references(self) -> None:
+        """With references on, the baseline once more on every live Evaluator after the final passes, so
+        that the plans those passes measured last have a reference after them as well as before
+        (``env.records.Ranking`` takes each measurement against the references nearest to it, on both
+        sides); else they were ranked against the references before them alone."""
+        base = self.ledger.baseline()
+        if not self.cfg.reference_every or self.cfg.compile or base is None:
+            return
+        for m in self.pool.on_each(base.actions, "rule:none"):
+            self.ledger.record(m)
 
     def _remeasure(self, digests: Sequence[str], done: list[str]) -> list[str]:
         known = self.ledger.archive.measured

@@ -61,6 +61,13 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         # every sample carries the reference measured before it; the baseline was measured again as the reference
         base = s.get(s.get_meta("baseline_digest")).measurement
         assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
+        # and once more after everything else, so the final passes' plans have a reference after them too
+        last: dict[str, int] = {}
+        for mid in (i for m in s.measured() for i in m.measurement_ids):
+            who, _, n = mid.rpartition(":")
+            last[who] = max(last.get(who, 0), int(n))
+        who, _, n = base.measurement_ids[-1].rpartition(":")
+        assert last[who] == int(n)
         # the final passes: every frontier plan measured again, and again while it had fewer than three
         remeasured = s.get_meta("remeasured")
         assert s.get_meta("baseline_digest") in remeasured
