@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 from sb3_contrib import MaskablePPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.utils import configure_logger
 
 from agents.exact import FrontierPoint, pareto_points
@@ -131,8 +132,10 @@ class PPOAgent:
                                      clip_range=self.cfg.clip_range, ent_coef=self.cfg.ent_coef, seed=seed,
                                      policy_kwargs={"net_arch": list(self.cfg.net_arch)}, verbose=0,
                                      tensorboard_log=tb_dir, device="cpu")
-        if tb_dir:  # one TensorBoard run per agent: cloning and PPO curves side by side
-            self.model.set_logger(configure_logger(0, tb_dir, name, reset_num_timesteps=True))
+        # one TensorBoard run per agent: cloning and PPO curves side by side; without a folder, a logger that
+        # writes nowhere (SB3's own would leave an empty SB3-<date> folder in the temp folder per agent)
+        self.model.set_logger(configure_logger(0, tb_dir, name, reset_num_timesteps=True) if tb_dir
+                              else Logger(folder=None, output_formats=[]))
 
     def _on_plan(self, actions: list[int], info: dict[str, Any]) -> None:
         self.episodes += 1

@@ -86,12 +86,14 @@ def test_measurements_move_the_plans_to_the_corrected_frontier() -> None:
     assert by_plan[tuple(keep)]["step_seconds"] == truth.step_seconds(keep)
 
 
-def test_one_budget_agent_reports_plans_that_fit_it() -> None:
+def test_one_budget_agent_reports_plans_that_fit_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prof = layered_profile(12, seed=3)
     cm = CostModel(prof)
     exact = exact_frontier(cm)
     budget = exact[len(exact) // 2].peak_bytes
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     report = PPOAgent("agent_1", prof, budget, seed=1, reward_mode="model").train(256)
+    assert not list(tmp_path.glob("SB3-*")), "an agent without a TensorBoard folder wrote a log folder anyway"
     fitting = [p for p in report["plans"] if p["peak_bytes"] <= budget]
     assert fitting and report["episodes"] >= 256 // 12
     fastest = min(p["step_seconds"] for p in fitting)
