@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from env.records import measurements_of
 from search.config import parse_config
 from search.driver import ANSWER_ROUNDS, FRONTIER_MEASUREMENTS
 from search.store import RunStore
@@ -63,11 +64,10 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
         # and once more after everything else, so the final passes' plans have a reference after them too
         last: dict[str, int] = {}
-        for mid in (i for m in s.measured() for i in m.measurement_ids):
-            who, _, n = mid.rpartition(":")
-            last[who] = max(last.get(who, 0), int(n))
-        who, _, n = base.measurement_ids[-1].rpartition(":")
-        assert last[who] == int(n)
+        for who, n, _ in (part for m in s.measured() for part in measurements_of(m) or []):
+            last[who] = max(last.get(who, 0), n)
+        who, n, _ = measurements_of(base)[-1]
+        assert last[who] == n
         # the final passes: every frontier plan measured again, and again while it had fewer than three
         remeasured = s.get_meta("remeasured")
         assert s.get_meta("baseline_digest") in remeasured
