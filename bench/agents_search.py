@@ -124,10 +124,11 @@ def read_search(run_dir: Path) -> SearchOutcome:
                          base.n_measurements, base.has_references)
 
 
-def exact_picks(prof: ModelProfile, k: int) -> list[Plan]:
-    """``k`` plans evenly spread over the exact frontier of the profiled cost model, as the search solves it."""
+def exact_picks(prof: ModelProfile, k: int) -> tuple[list[Plan], int]:
+    """``k`` plans evenly spread over the exact frontier of the profiled cost model, as the search solves it
+    (all of them when it has fewer), and the frontier's size."""
     front = exact_frontier(CostModel(prof), relative=exact_relative(len(prof.units)))
-    return spread_picks([tuple(p.plan) for p in front], k)
+    return spread_picks([tuple(p.plan) for p in front], k), len(front)
 
 
 def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[str, Any]:
@@ -139,7 +140,7 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
     ledger = Ledger(ev.evaluate, [Action(a) for a in prof.actions])
     rules = {k: tuple(v) for k, v in baseline_rules(len(prof.units), ledger.actions, seed=out.seed).items()
              if k in RULES_MEASURED}
-    exact = exact_picks(prof, len(out.agents_front))
+    exact, exact_front = exact_picks(prof, len(out.agents_front))
     expert = resolve_units(ev.workload, list(expert_globs))
     expert_plan = plan_for(ev.workload.model, expert.units, [Action.RECOMPUTE] * len(expert.units))
     got: dict[str, MeasuredPlan] = {}
@@ -170,6 +171,7 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
             job()
     samples = check_equal_samples([*ledger.records.values(), *control.records.values(), got["expert"]], out.spec)
     return {"ledger": ledger, "control": control, "base": ledger.records[keep], "rules": rules, "exact": exact,
+            "exact_front": exact_front,
             "expert": got["expert"], "expert_units": expert.units, "samples_per_plan": samples}
 
 
@@ -282,7 +284,8 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
         "baseline": {"peak_mb": base.peak_bytes / 2 ** 20, "step_seconds": base.step_seconds},
         "quote": {"rounds": rounds, "samples_per_plan": q["samples_per_plan"], "plans": len(ledger.records) + 1,
                   "control_plans": len(q["control"].records),
-                  "agents_plans": len(agents), "exact_plans": len(exact), "wall_seconds": time.perf_counter() - t0,
+                  "agents_plans": len(agents), "exact_plans": len(exact),
+                  "exact_frontier_plans": q["exact_front"], "wall_seconds": time.perf_counter() - t0,
                   "median_relative_spread": float(np.median(spreads))},
         "hv_agents_own": hv_a, "hv_exact_measured": hv_e, "agents_over_exact": hv_a / hv_e if hv_e else None,
         "control": control_summary(hv_e, q["control"], ledger, exact, base),

@@ -231,7 +231,8 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     assert row["units"] == 4 and row["measured"] <= 12 and row["hv_agents_own"] > 0 and not row["warm_start"]
     assert row["agents_over_exact"] == pytest.approx(row["hv_agents_own"] / row["hv_exact_measured"])
     q = row["quote"]  # the quote: fresh measurements, every plan timed alike (one round of 3 steps here)
-    assert q["samples_per_plan"] == 3 and q["agents_plans"] == q["exact_plans"] >= 1
+    # as many exact plans as the agents' frontier has, or the whole exact frontier when it has fewer
+    assert q["samples_per_plan"] == 3 and q["exact_plans"] == min(q["agents_plans"], q["exact_frontier_plans"]) >= 1
     assert q["control_plans"] == q["exact_plans"] and row["control"]["hv_ratio"] > 0  # the exact plans quoted twice
     assert row["commit"] and len(row["quoted"]["control"]) == q["exact_plans"]
     assert all(len(p["step_seconds_samples"]) == 3 for p in row["quoted"]["agents"])
