@@ -65,7 +65,7 @@ from env.codec import PlanCodec  # noqa: E402
 from env.cost_model import CostModel  # noqa: E402
 from env.measure import measure  # noqa: E402
 from env.plan import Action  # noqa: E402
-from env.records import MeasuredPlan, ModelProfile, Ranking  # noqa: E402
+from env.records import MeasuredPlan, ModelProfile  # noqa: E402
 from env.unit_choice import resolve_units  # noqa: E402
 from search.archive import frontier_of, spread_picks  # noqa: E402
 from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
@@ -115,7 +115,7 @@ def read_search(run_dir: Path) -> SearchOutcome:
     with RunStore(run_dir, readonly=True) as store:
         prof = ModelProfile.model_validate(store.get_meta("profile"))
         base = store.baseline()
-        rank = Ranking(base)
+        rank = store.ranking()
         measured = [rank(m) for m in store.measured() if not m.oom]  # as the search ranked them
     codec = PlanCodec(prof.units, prof.actions, prof.fingerprint)
     mine = frontier_of([m for m in measured if any(s.startswith("agent") for s in m.sources)])

@@ -23,7 +23,7 @@ import pandas as pd
 
 from env.errors import CkptSearchError
 from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile, Ranking, UnitChoice
+from env.records import MeasuredPlan, ModelProfile, UnitChoice
 from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
 from search.pareto import fastest_within, nondominated
 from search.store import STORE_NAME, RunStore, StoreError
@@ -139,7 +139,7 @@ def list_runs(root: str | Path) -> list[RunSummary]:
 
 def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
     """One row per plan; times as the search ranked them (``env.records.Ranking``)."""
-    rank = Ranking(store.baseline())
+    rank = store.ranking()
     by_digest: dict[str, str] = {}
     for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)
         by_digest[d] = f"{by_digest[d]} / {name}" if d in by_digest else name
@@ -265,7 +265,7 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
 def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
     """The store's measured peers (that ran) on the frontier's axes (times ranked as the plans')."""
     rows = []
-    rank = Ranking(store.baseline())
+    rank = store.ranking()
     for name, entry in peers.items():
         m = rank(MeasuredPlan.model_validate(entry["record"]))
         if not m.oom:

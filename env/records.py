@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import statistics
 from enum import Enum
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -215,11 +215,22 @@ class Ranking:
     machine that sped up after two slow references kept every plan of the next minutes paired with
     the slow ones (gpt/small: plans ranked 10-15% faster than they quoted, and one of them kept the
     rule ``segments_2`` off the agents' frontier). Records whose ids do not place them (older
-    stores) are ``paired`` as labelled."""
+    stores) are ``paired`` as labelled.
 
-    def __init__(self, baseline: MeasuredPlan | None) -> None:
+    With ``decided_from`` (per Evaluator, the place in its order where a search's deciding passes
+    began; ``search.driver.Driver.remeasure_frontier``), a plan measured in those passes is ranked
+    on those measurements alone, taken side by side with the other plans that decide the frontier;
+    an Evaluator the mapping does not name started after they began. The baseline keeps all its
+    measurements: they are the references. Pairing removes a drift that moves every plan alike,
+    not one that changes the plans' ratios to each other: on a 6-unit hf/gpt2 search the all-keep
+    step measured 928 ms for 54 measurements and 840 ms after, and all-recompute's ratio to it
+    went from 1.37 to 1.51; a plan measured three times in the first phase ranked 1.205 and kept
+    two plans off the agents' frontier that its quote put 6% ahead of it."""
+
+    def __init__(self, baseline: MeasuredPlan | None, decided_from: Mapping[str, int] | None = None) -> None:
         ran = baseline is not None and not baseline.oom
         self.baseline_digest = baseline.digest if ran else None
+        self.decided_from = dict(decided_from) if decided_from is not None else None
         self.scale = baseline.step_seconds if ran else None
         self._references: dict[str, list[tuple[int, list[float]]]] = {}
         for who, n, samples in (measurements_of(baseline) or []) if ran and baseline.has_references else []:
@@ -239,8 +250,26 @@ class Ranking:
         return record.model_copy(update={"step_seconds_samples": samples,
                                          "reference_seconds": [self.scale] * len(samples)})
 
+    def decided(self, record: MeasuredPlan) -> MeasuredPlan:
+        """The record cut to its measurements of the deciding passes, when it has any (and is not
+        the baseline); else as it is."""
+        parts = measurements_of(record) if self.decided_from is not None else None
+        if not parts or record.digest == self.baseline_digest:
+            return record
+        late = [k for k, (who, n, _) in enumerate(parts) if n >= self.decided_from.get(who, 0)]
+        if not late or len(late) == len(parts):
+            return record
+        per = len(record.step_seconds_samples) // len(parts)
+        at = [k * per + j for k in late for j in range(per)]
+        return record.model_copy(update={
+            "step_seconds_samples": [record.step_seconds_samples[i] for i in at],
+            "reference_seconds": [record.reference_seconds[i] for i in at] if record.is_paired else [],
+            "measurement_ids": [record.measurement_ids[k] for k in late],
+            "evaluators": ([record.evaluators[k] for k in late] if len(record.evaluators) == len(parts)
+                           else record.evaluators)})
+
     def __call__(self, record: MeasuredPlan) -> MeasuredPlan:
-        out = self._paired(record)
+        out = self._paired(self.decided(record))
         if self.floor is None or record.digest == self.baseline_digest:
             return out
         return no_faster_than(out, self.floor)

@@ -11,8 +11,9 @@ and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` the
    the CPU with training, and go back to the agents, whose reward corrects the cost model;
 4. the frontier (measured plans only) and its hypervolume are snapshotted into the store;
 5. at the end the remaining measurement budget is spent, the agents answer the last
-   measurements while some is left (``answer_rounds``), and the frontier and the plans that
-   missed it by less than the run's timing noise are measured again (``remeasure_frontier``).
+   measurements while some is left (``answer_rounds``), and the plans that decide the frontiers
+   (theirs, the near misses, the rules near them) are measured side by side in deciding passes and
+   ranked on those (``remeasure_frontier``).
 Ctrl-C drains the Evaluator into the store and leaves it resumable.
 """
 
@@ -41,7 +42,8 @@ from search.progress import RoundStatus
 from search.store import RunStore
 
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
-FRONTIER_MEASUREMENTS = 3  # the final passes measure the frontier's plans until each has this many
+FRONTIER_MEASUREMENTS = 3  # the rules are measured until each has this many
+DECIDING_MEASUREMENTS = 2  # the deciding passes measure each plan that decides a frontier this often, side by side
 FINAL_PASSES = 4
 ANSWER_ROUNDS = 2  # hybrid reward, after training: rounds in which the agents answer the last measurements
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
@@ -164,7 +166,7 @@ class Driver:
 
     def measure_until_frontier_count(self, plans: Sequence[tuple[Indices, str]]) -> None:
         """The rules measured again, pass by pass in their order, until each has
-        ``FRONTIER_MEASUREMENTS`` measurements, as the frontier's plans end with: the yardsticks
+        ``FRONTIER_MEASUREMENTS`` measurements: the yardsticks
         the agents answer and the report judges them by. Measured once, a rule's time was off its
         quote by up to 10%, and the rules a slow measurement put behind the agents' frontier were the
         ones no agent plan was measured against: every rule a run's quote found beyond that frontier
@@ -277,26 +279,34 @@ class Driver:
                 break
 
     def remeasure_frontier(self) -> None:
-        """Passes at the end. First the plans of the frontier and of the agents' own frontier, the
-        plans that missed either by less than the run's timing noise (``timing_noise``;
-        ``ParetoArchive.contenders``) and the baseline, each measured once more; then, pass by pass,
-        the plans of both frontiers and their near misses, as the last pass left them, with fewer
-        than ``FRONTIER_MEASUREMENTS`` (at most ``FINAL_PASSES`` in all). Selected on one noisy median, a
-        frontier is its luckiest plans: measured apart, they come out slower than they were ranked,
-        and the unlucky plan they displaced is never measured again. So a point displaces another on
-        medians of several measurements, and a plan one slow measurement put off the frontier gets a
-        second. Store meta ``remeasured``: each pass's digests, in order."""
-        ledger, both = self.ledger, (None, ("agent",))
-        noise = timing_noise(ledger.points())
-        first = ([r.digest for src in both for r in ledger.frontier(src)] + [ledger.store.get_meta("baseline_digest")]
-                 + [r.digest for src in both for r in ledger.contenders(noise, src)])
-        done = self._remeasure(first, [])
-        for _ in range(FINAL_PASSES - 1):  # a plan the last pass's medians let onto a frontier: measured too
-            todo = [r.digest for src in both for r in ledger.frontier(src) + ledger.contenders(noise, src)
-                    if r.n_measurements < FRONTIER_MEASUREMENTS]
+        """The deciding passes at the end. The plans that decide the frontier and the agents' own
+        frontier (``deciding``) are measured once each, in peak order, then again in reverse order,
+        and from then on each plan those passes let in is measured until it has
+        ``DECIDING_MEASUREMENTS`` of them (at most ``FINAL_PASSES`` passes); every plan measured
+        in them is ranked on those measurements alone (``Ledger.decide_from_here``). Selected on one
+        noisy median, a frontier is its luckiest plans, and measured minutes apart, plans are ranked
+        through a drift that pairing with references removes only when it moves every plan alike: on
+        a 6-unit hf/gpt2 search a plan measured three times while the machine was slow ranked ahead
+        of the agents' plans measured later, and the rules every_2 and segments_2, measured at the
+        start, ranked ahead of both; its quote, every plan side by side, put the rules 6% beyond the
+        agents' frontier. Side by side, the order the passes give is the order a quote gives. Store
+        meta ``remeasured``: each pass's digests, in order."""
+        noise = timing_noise(self.ledger.points())
+        self.ledger.decide_from_here()
+        done: list[str] = []
+        for k in range(FINAL_PASSES):
+            todo = [d for d in self.deciding(noise) if done.count(d) < DECIDING_MEASUREMENTS]
             if not todo:
                 break
-            done = self._remeasure(todo, done)
+            done = self._remeasure(todo[::-1] if k % 2 else todo, done)
+
+    def deciding(self, noise: float) -> list[str]:
+        """The plans that decide the frontiers as ranked now: the frontier of all plans and the agents'
+        own frontier, the plans that missed either by less than ``noise`` (``ParetoArchive.contenders``;
+        the rules near the agents' frontier among them), and the baseline; by frontier, then peak."""
+        ledger, both = self.ledger, (None, ("agent",))
+        plans = [r.digest for src in both for r in ledger.frontier(src) + ledger.contenders(noise, src)]
+        return list(dict.fromkeys([*plans, ledger.store.get_meta("baseline_digest")]))
 
     def close_references(self) -> None:
         """With references on, the baseline once more on every live Evaluator after the final passes, so

@@ -21,7 +21,7 @@ from typing import Sequence
 from env.codec import Indices, PlanCodec
 from env.correction import MeasuredCorrection
 from env.cost_model import CostModel
-from env.records import MeasuredPlan, ModelProfile, Ranking
+from env.records import MeasuredPlan, ModelProfile, Ranking, measurements_of
 from search.archive import ParetoArchive, hypervolume_of
 from search.store import RunStore
 
@@ -75,11 +75,25 @@ class Ledger:
             self.baseline_digest = digest
             self._rescale()
 
+    def decide_from_here(self) -> dict[str, int]:
+        """From now on, a plan measured again is ranked on its measurements from here alone
+        (``env.records.Ranking``, store meta ``decided_from``: per Evaluator, the place in its order
+        after the last measurement the store has); returns the mapping."""
+        with self.lock:
+            since: dict[str, int] = {}
+            for m in self.store.measured():
+                for who, n, _ in measurements_of(m) or []:
+                    since[who] = max(since.get(who, 0), n + 1)
+            self.store.set_meta("decided_from", since)
+            self._rescale()
+            return since
+
     def _rescale(self, known: list[MeasuredPlan] | None = None) -> None:
         """The baseline measured again (or a store resumed): every measured record, as the store has
         it (``known``, or read once), ranked anew into the archive."""
         known = self.store.measured() if known is None else known
-        self._rank = Ranking(next((m for m in known if m.digest == self.baseline_digest), None))
+        self._rank = Ranking(next((m for m in known if m.digest == self.baseline_digest), None),
+                             self.store.get_meta("decided_from"))
         for m in known:
             self.archive.add(self._rank(m))
 
@@ -98,15 +112,17 @@ class Ledger:
     def record(self, m: MeasuredPlan) -> MeasuredPlan:
         """A measurement into the store and the archive; returns the plan's whole record."""
         with self.lock:
-            before = self.archive.measured.get(m.digest)
-            if before is None and self.store.get(m.digest) is None:
+            row = self.store.get(m.digest)
+            if row is None:
                 self.propose(self.codec.indices(m.actions), m.source)
-            merged = self._rank(self.store.record(m))
+            before = row.measurement if row is not None else None  # as stored: a ranked record can be cut
+            stored = self.store.record(m)
+            merged = self._rank(stored)
             self.archive.add(merged)
             if m.digest == self.baseline_digest:
                 self._rescale()
                 merged = self.archive.measured[m.digest]
-            if before is None or len(merged.measurement_ids) > len(before.measurement_ids):
+            if before is None or len(stored.measurement_ids) > len(before.measurement_ids):
                 self.n_new_measurements += 1
                 if m.oom:
                     self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")

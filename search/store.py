@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from env.errors import CkptSearchError
-from env.records import MeasuredPlan
+from env.records import MeasuredPlan, Ranking
 
 STORE_NAME = "store.sqlite"
 SCHEMA_VERSION = 2
@@ -198,6 +198,10 @@ class RunStore:
         """The baseline's (all keep) record as measured; None before it is."""
         row = self.get(self.get_meta("baseline_digest") or "")
         return row.measurement if row else None
+
+    def ranking(self) -> Ranking:
+        """How the search ranks the plans this store holds (``env.records.Ranking``), from the store alone."""
+        return Ranking(self.baseline(), self.get_meta("decided_from"))
 
     def count(self, measured_only: bool = False) -> int:
         q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")

@@ -160,3 +160,64 @@ def test_a_plan_measured_faster_than_the_baseline_is_ranked_at_its_time_and_keep
 
     run = load_run(tmp_path)
     assert list(run.frontier.digest) == [d_slow, d_lucky, d_keep]
+
+
+def test_the_deciding_passes_rank_the_plans_they_measured_side_by_side(tmp_path) -> None:
+    """A drift that changes the plans' ratios to the baseline, not only the baseline's time (hf/gpt2:
+    the all-keep step went from 928 to 840 ms and all-recompute's ratio from 1.37 to 1.51). Plan A
+    (80% of the memory) measured three times in the first phase, at 1.20 of the references beside
+    it; plan B (90%) once in the second, at 1.28. Ranked on all their measurements, A dominates B
+    even after both are measured twice more side by side, where A measures 1.40 and B 1.30. From
+    ``Ledger.decide_from_here`` on, the plans measured again are ranked on those measurements
+    alone: B is on the frontier beside A; the store, a resumed run and the dashboard agree."""
+    prof = synthetic_profile(3, 2, seed=0)
+    setup = SearchSetup.from_profile(prof)
+    keep = [Action.KEEP.value] * 3
+    a = [Action.RECOMPUTE.value, Action.RECOMPUTE.value, Action.KEEP.value]
+    b = [Action.RECOMPUTE.value, Action.KEEP.value, Action.KEEP.value]
+    d_keep, d_a, d_b = (setup.codec.digest(setup.codec.indices(x)) for x in (keep, a, b))
+    slow, fast = [1.01, 1.0, 0.99], [0.91, 0.9, 0.89]
+
+    def at(ref: list[float], ratio: float) -> list[float]:
+        return [x * ratio for x in ref]
+
+    led = Ledger(setup, RunStore(tmp_path))
+    n = iter(range(1, 100))
+
+    def rec(digest: str, actions: list[str], samples: list[float], peak: int, ref: list[float]) -> None:
+        led.record(_m(digest, actions, samples, [median_seconds(ref)] * 3, f"e:{next(n)}", peak=peak,
+                      source="rule:none" if digest == d_keep else "agent_0"))
+
+    rec(d_keep, keep, slow, 100, slow)
+    led.set_baseline(d_keep)
+    for _ in range(3):
+        rec(d_a, a, at(slow, 1.2), 80, slow)
+        rec(d_keep, keep, slow, 100, slow)
+    rec(d_keep, keep, fast, 100, fast)
+    rec(d_b, b, at(fast, 1.28), 90, fast)
+    rec(d_keep, keep, fast, 100, fast)
+    assert [r.digest for r in led.frontier()] == [d_a, d_keep]
+    assert led.decide_from_here() == {"e": 11}
+    before = led.n_new_measurements
+    for first, second in ((d_a, d_b), (d_b, d_a)):  # two passes, the second in reverse order
+        for d in (first, second):
+            rec(d, a if d == d_a else b, at(fast, 1.4 if d == d_a else 1.3), 80 if d == d_a else 90, fast)
+        rec(d_keep, keep, fast, 100, fast)
+    assert led.n_new_measurements - before == 6  # cut to the passes' measurements, each still counted
+    front = led.frontier()
+    assert [r.digest for r in front] == [d_a, d_b, d_keep]
+    assert [r.n_measurements for r in front[:2]] == [2, 2]
+    assert front[0].step_seconds / led.scale == pytest.approx(1.4, rel=0.01)
+    assert front[1].step_seconds / led.scale == pytest.approx(1.3, rel=0.01)
+    # ranked on every measurement (no deciding passes), A still dominates B
+    from env.records import Ranking
+
+    every = [Ranking(led.store.baseline())(m) for m in led.store.measured()]
+    assert {m.digest: m.step_seconds for m in every}[d_a] < {m.digest: m.step_seconds for m in every}[d_b]
+    assert len(led.store.get(d_a).measurement.measurement_ids) == 5  # the store keeps every measurement
+    again = Ledger(setup, RunStore(tmp_path))
+    again.load_store()
+    assert [r.digest for r in again.frontier()] == [d_a, d_b, d_keep]
+    from dashboard.data import load_run
+
+    assert list(load_run(tmp_path).frontier.digest) == [d_a, d_b, d_keep]

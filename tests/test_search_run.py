@@ -68,11 +68,16 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             last[who] = max(last.get(who, 0), n)
         who, n, _ = measurements_of(base)[-1]
         assert last[who] == n
-        # the final passes: every frontier plan measured again, and again while it had fewer than three
-        remeasured = s.get_meta("remeasured")
-        assert s.get_meta("baseline_digest") in remeasured
-        assert all(p["n_measurements"] >= 2 for p in front["points"])
+        # the deciding passes: every plan that decides the frontier measured twice side by side, and the
+        # frontier ranked on those measurements alone (the baseline on all of its)
+        remeasured, since = s.get_meta("remeasured"), s.get_meta("decided_from")
+        assert s.get_meta("baseline_digest") in remeasured and since
         assert any(remeasured.count(d) == 2 for d in remeasured), "the second pass measured the frontier again"
+        by_plan = {tuple(m.actions): m for m in s.measured()}
+        for p in front["points"]:
+            m = by_plan[tuple(p["plan"][u] for u in front["units"])]
+            late = [n for who, n, _ in measurements_of(m) if n >= since.get(who, 0)]
+            assert p["n_measurements"] == (m.n_measurements if m.digest == base.digest else len(late)) >= 2
         scaling = s.get_meta("batch_scaling")
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
     assert "each taken relative to the baseline measured beside it" in (run_dir / "report.md").read_text()
