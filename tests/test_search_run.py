@@ -73,6 +73,8 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         remeasured, since = s.get_meta("remeasured"), s.get_meta("decided_from")
         assert s.get_meta("baseline_digest") in remeasured and since
         assert any(remeasured.count(d) == 2 for d in remeasured), "the second pass measured the frontier again"
+        passes = s.get_meta("deciding_passes")
+        assert sum(passes, []) == remeasured and set(passes[0]) <= set(passes[1])  # what the first took, the second
         by_plan = {tuple(m.actions): m for m in s.measured()}
         for p in front["points"]:
             m = by_plan[tuple(p["plan"][u] for u in front["units"])]
