@@ -26,6 +26,15 @@ def _m(digest: str, actions: list[str], samples: list[float], refs: list[float],
                         clock="thread-cpu", device="cpu", torch_version="t", measurement_ids=[mid])
 
 
+def _three_units(*plans: str) -> tuple[SearchSetup, list[list[str]], list[str]]:
+    """A 3-unit synthetic search setup, and each plan (``"RKK"``: recompute, keep, keep) as its
+    action names and its digest."""
+    setup = SearchSetup.from_profile(synthetic_profile(3, 2, seed=0))
+    names = {"K": Action.KEEP.value, "R": Action.RECOMPUTE.value}
+    acts = [[names[c] for c in p] for p in plans]
+    return setup, acts, [setup.codec.digest(setup.codec.indices(a)) for a in acts]
+
+
 def test_pairing_takes_each_sample_relative_to_its_reference_and_rescales() -> None:
     m = _m("p", ["keep"], [1.1, 1.2, 1.0], [1.0, 1.0, 1.0], "e:1").merged(
         _m("p", ["keep"], [0.99, 1.08, 0.9], [0.9, 0.9, 0.9], "e:2"))
@@ -48,12 +57,7 @@ def test_a_machine_that_speeds_up_no_longer_hides_which_plan_is_faster(tmp_path)
     Evaluator gave it (the references before it, pooled: two slow, one fast); ranked against the
     references nearest to it on both sides (``Ranking``), X is 3% slower than the baseline and Y
     dominates it."""
-    prof = synthetic_profile(3, 2, seed=0)
-    setup = SearchSetup.from_profile(prof)
-    keep = [Action.KEEP.value] * 3
-    x = [Action.RECOMPUTE.value, Action.KEEP.value, Action.KEEP.value]
-    y = [Action.KEEP.value, Action.RECOMPUTE.value, Action.KEEP.value]
-    d_keep, d_x, d_y = (setup.codec.digest(setup.codec.indices(a)) for a in (keep, x, y))
+    setup, (keep, x, y), (d_keep, d_x, d_y) = _three_units("KKK", "RKK", "KRK")
     slow, fast = [1.01, 1.0, 0.99], [0.91, 0.9, 0.89]
 
     def ledger(name: str, with_refs: bool, mid: str = "e:{}") -> Ledger:
@@ -140,12 +144,7 @@ def test_a_plan_measured_faster_than_the_baseline_is_ranked_at_its_time_and_keep
     baseline measured noise. Ranked by its median it pushed the baseline off the frontier (unet2d:
     the agents' top point then quoted 11% slower than the baseline); it is ranked a hair above the
     baseline's time, both stay, the store keeps what was measured, and the dashboard agrees."""
-    prof = synthetic_profile(3, 2, seed=0)
-    setup = SearchSetup.from_profile(prof)
-    keep = [Action.KEEP.value] * 3
-    lucky = [Action.KEEP.value, Action.RECOMPUTE.value, Action.KEEP.value]
-    slow = [Action.RECOMPUTE.value] * 3
-    d_keep, d_lucky, d_slow = (setup.codec.digest(setup.codec.indices(a)) for a in (keep, lucky, slow))
+    setup, (keep, lucky, slow), (d_keep, d_lucky, d_slow) = _three_units("KKK", "KRK", "RRR")
     led = Ledger(setup, RunStore(tmp_path))
     led.record(_m(d_keep, keep, [1.0, 1.01, 0.99], [1.0] * 3, "e:1", peak=100, source="rule:none"))
     led.set_baseline(d_keep)
@@ -170,12 +169,7 @@ def test_the_deciding_passes_rank_the_plans_they_measured_side_by_side(tmp_path)
     even after both are measured twice more side by side, where A measures 1.40 and B 1.30. From
     ``Ledger.decide_from_here`` on, the plans measured again are ranked on those measurements
     alone: B is on the frontier beside A; the store, a resumed run and the dashboard agree."""
-    prof = synthetic_profile(3, 2, seed=0)
-    setup = SearchSetup.from_profile(prof)
-    keep = [Action.KEEP.value] * 3
-    a = [Action.RECOMPUTE.value, Action.RECOMPUTE.value, Action.KEEP.value]
-    b = [Action.RECOMPUTE.value, Action.KEEP.value, Action.KEEP.value]
-    d_keep, d_a, d_b = (setup.codec.digest(setup.codec.indices(x)) for x in (keep, a, b))
+    setup, (keep, a, b), (d_keep, d_a, d_b) = _three_units("KKK", "RRK", "RKK")
     slow, fast = [1.01, 1.0, 0.99], [0.91, 0.9, 0.89]
 
     def at(ref: list[float], ratio: float) -> list[float]:
