@@ -92,8 +92,7 @@ class Ledger:
         """The baseline measured again (or a store resumed): every measured record, as the store has
         it (``known``, or read once), ranked anew into the archive."""
         known = self.store.measured() if known is None else known
-        self._rank = Ranking(next((m for m in known if m.digest == self.baseline_digest), None),
-                             self.store.get_meta("decided_from"))
+        self._rank = self.store.ranking()
         for m in known:
             self.archive.add(self._rank(m))
 
