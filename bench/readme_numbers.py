@@ -125,13 +125,20 @@ def _rules(names: list[str]) -> str:
 
 def rules_beyond(row: dict[str, Any]) -> tuple[str, str]:
     """The rules beyond the agents' frontier, each with how much slower the agents' fastest plan at
-    no more memory is, and those of them beyond the quote's noise (a row analysed before the control
-    existed says so)."""
+    no more memory is, and those of them beyond the quote's noise: in both quotes, with what the second
+    said of each (``bench.agents_search.confirm``), or in the one quote of a row quoted before the
+    second existed (a row analysed before the control existed says so)."""
     by = row.get("rules_beyond_by")
     if by is None:
         return _rules(row["rules_beyond_agents"]), "not analysed: no control"
     cells = [f"{_rules([n])} ({'no agent plan fits' if m is None else f'agents +{100 * m:.1f}%'})" for n, m in by.items()]
-    return ", ".join(cells) or "no rule", _rules(row["rules_beyond_noise"])
+    again = row.get("rules_confirmed_by")
+    if again is None:  # quoted before the second quote existed: the first quote's verdict alone
+        return ", ".join(cells) or "no rule", _rules(row["rules_beyond_noise"])
+    gone = [f"{_rules([n])} (agents {100 * again[n]:+.1f}% there)" for n in row["rules_beyond_noise"]
+            if n in again and n not in row["rules_beyond_confirmed"]]
+    far = _rules(row["rules_beyond_confirmed"]) + (" in both quotes" if row["rules_beyond_confirmed"] else "")
+    return ", ".join(cells) or "no rule", far + (f"; within it in the second quote: {', '.join(gone)}" if gone else "")
 
 
 def control_cell(row: dict[str, Any]) -> str:

@@ -240,6 +240,37 @@ def test_agents_search_quick(tmp_path: Path) -> None:
     assert all(c["budget_bytes"] <= row["baseline"]["peak_mb"] * 2 ** 20 for c in row["coverage"])
     assert row["quote_noise"] is not None and set(row["rules_beyond_noise"]) <= set(row["rules_beyond_agents"])
     assert set(row["rules_beyond_by"]) == set(row["rules_beyond_agents"])
+    assert set(row["rules_beyond_confirmed"]) <= set(row["rules_beyond_noise"])  # the second quote's verdict
+    assert set(row["rules_confirmed_by"]) <= set(row["rules_beyond_noise"])
+
+
+def test_the_second_quote_measures_each_flagged_rule_beside_the_agents_plan_it_was_compared_with() -> None:
+    sys.path.insert(0, str(ROOT))
+    from agents.baselines import baseline_rules
+    from bench.agents_search import _fastest, _samples, analyse, confirm
+    from env.plan import Action
+    from bench.common import Ledger
+    from search.evaluator import Evaluator
+
+    ev = Evaluator("gpt/tiny", 0, [], ["keep", "recompute"], repeats=2, device="cpu", threads=1, name="quote")
+    first = Ledger(ev.evaluate, [Action.KEEP, Action.RECOMPUTE])
+    rules = {k: tuple(v) for k, v in baseline_rules(len(ev.units), first.actions).items() if k in ("none", "all")}
+    agents = [rules["all"], (1,) + (0,) * (len(ev.units) - 1)]
+    for p in [*agents, rules["none"]]:
+        first.measure(p, "quote")
+    quoted = {"agents": [_samples(first.records[p]) for p in agents], "exact": [], "control": [],
+              "rules": {n: _samples(first.records[p]) for n, p in rules.items()}}
+    # as if the first quote had put the baseline beyond the agents' frontier by more than its noise
+    found = {"rules_beyond_noise": ["none"], "rules_beyond_by": {"none": 0.05}}
+    again = confirm({"evaluator": ev, "ledger": first, "rules": rules}, agents, quoted, found, rounds=2)
+    assert list(again) == ["none"]  # the rule, beside the agents' plan the first quote ranked fastest at its memory
+    assert again["none"]["agents"]["digest"] == _fastest(quoted["agents"], quoted["rules"]["none"]["peak_bytes"])["digest"]
+    assert again["none"]["rule"]["digest"] == quoted["rules"]["none"]["digest"]
+    # fresh measurements, as many for each: 2 rounds of 2 steps, none of the first quote's
+    assert [len(again["none"][k]["step_seconds_samples"]) for k in ("agents", "rule")] == [4, 4]
+    assert not set(again["none"]["rule"]["step_seconds_samples"]) & set(quoted["rules"]["none"]["step_seconds_samples"])
+    verdict = analyse({**quoted, "confirmation": again})  # no control here: no band, so only what no agent plan fits
+    assert verdict["rules_confirmed_by"]["none"] > -1 and verdict["rules_beyond_confirmed"] == []
 
 
 def _quoted(peak: int, *seconds: float) -> dict[str, Any]:
@@ -274,6 +305,20 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
     bare = analyse({**quoted, "control": []})
     assert bare["quote_noise"] is None and bare["rules_beyond_noise"] == ["small"]
     assert bare["coverage"][-1]["beyond_noise"] is None
+    assert "rules_beyond_confirmed" not in a  # quoted once: no second quote to confirm by
+    # the second quote: a rule counts as beyond only where it measures beyond the band again ("near": 6.7%
+    # in the first quote, 0.7% in the second); one no agent plan fits stays beyond, with nothing to measure
+    twice = {**quoted, "rules": {**quoted["rules"], "near": _quoted(20, 0.75, 0.75, 0.75)},
+             "confirmation": {"none": {"agents": _quoted(30, 0.8, 0.8, 0.8), "rule": _quoted(30, 0.5, 0.52, 0.5)},
+                              "near": {"agents": _quoted(20, 0.76, 0.75, 0.77), "rule": _quoted(20, 0.755, 0.75, 0.76)}}}
+    b = analyse(twice)
+    assert b["rules_beyond_noise"] == ["none", "small", "near"]
+    assert b["rules_confirmed_by"]["near"] == pytest.approx(0.76 / 0.755 - 1)
+    assert b["rules_beyond_confirmed"] == ["none", "small"]
+    from bench.readme_numbers import rules_beyond
+    assert rules_beyond(b)[1] == ("none (the baseline), small in both quotes; within it in the second quote: "
+                                  "near (agents +0.7% there)")
+    assert rules_beyond(a)[1] == "none (the baseline), small"
     # --reanalyse: the same figures from the result file, the spread-based keys of old rows gone
     path = tmp_path / "agents_search.json"
     path.write_text(json.dumps({"rows": [{"quoted": quoted, "rules_beyond_margin": {}, "control": {"beyond_spread": 1}},
