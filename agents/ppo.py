@@ -240,8 +240,8 @@ class PPOAgent:
         next ``train`` clones the teacher (the exact plans on the corrected model, priced as
         measured where measured) before PPO goes on. ``teach`` (default all): which of them the
         teacher may also demonstrate where they beat its plans (``teacher_frontier``'s incumbents);
-        the driver leaves out the rules' plans, so that with ``--no-warm-start`` every plan an
-        agent proposes stays its own find."""
+        with ``--no-warm-start`` the driver leaves out the rules' plans, so that every plan an agent
+        proposes stays its own find (``search.agent_pool.may_demonstrate``)."""
         teach = [True] * len(measurements) if teach is None else list(teach)
         if len(teach) != len(measurements):
             raise ValueError(f"teach has {len(teach)} flags for {len(measurements)} measurements; give one each")

@@ -58,8 +58,9 @@ class SearchConfig:
                                       "once per 4 plans); plans are compared on their time relative to it, so a "
                                       "machine whose speed drifts during the search ranks them as if side by side "
                                       "(0: raw times; compiled runs: always raw)")
-    warm_start: bool = _f(True, "also measure the exact solver's frontier plans (off: the frontier is the agents' own "
-                                "plus the rules)")
+    warm_start: bool = _f(True, "also measure the exact solver's frontier plans, and let the agents' teacher "
+                                "demonstrate any measured plan, the rules' too (off: the frontier is the agents' "
+                                "own plus the rules, whose plans are never demonstrated)")
     batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
                                    "from two batch sizes); built-in workloads only")
     out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")

@@ -121,6 +121,14 @@ def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() 
     assert not _rule_only(_result("a", 1, 1.0, "rule:all").proposed_by("agent_0"))  # an agent found it too
 
 
+def test_with_warm_start_the_teacher_may_demonstrate_the_rules_plans_too() -> None:
+    from search.agent_pool import may_demonstrate
+
+    rule, mine = _result("a", 1, 1.0, "rule:segments_2"), _result("b", 1, 1.0, "agent_0")
+    assert may_demonstrate(rule, warm_start=True) and not may_demonstrate(rule, warm_start=False)
+    assert may_demonstrate(mine, warm_start=False) and may_demonstrate(_result("c", 1, 1.0, "exact"), warm_start=False)
+
+
 def test_the_agents_answer_to_a_rule_beyond_their_frontier_is_measured_first():
     """A rule measured beyond the agents' frontier: the agents' plan predicted to fit its memory
     within the run's noise of its time is measured before the plans that add more hypervolume (it

@@ -277,6 +277,7 @@ def test_bad_arguments_are_refused(kwargs: dict, match: str) -> None:
 @pytest.mark.slow
 def test_maskable_ppo_beats_random_plans_on_gpt_tiny(gpt_tiny: ModelProfile) -> None:
     from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.logger import Logger
 
     budget = _mid_budget(gpt_tiny)
     threads = torch.get_num_threads()
@@ -284,6 +285,7 @@ def test_maskable_ppo_beats_random_plans_on_gpt_tiny(gpt_tiny: ModelProfile) -> 
     try:
         model = MaskablePPO("MlpPolicy", CheckpointEnv(gpt_tiny, budget), n_steps=256, batch_size=64,
                             seed=0, device="cpu", verbose=0)
+        model.set_logger(Logger(folder=None, output_formats=[]))  # SB3's own would leave an SB3-<date> temp folder
         model.learn(2048)
     finally:
         torch.set_num_threads(threads)
