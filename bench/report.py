@@ -312,7 +312,10 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "much slower the agents' fastest plan at no more memory is), the fastest fitting plans at 20 budgets, and "
      "the agents' fastest plan at the expert plan's memory against it. The quote's noise is the control's: how "
      "far apart the two quotes of the same exact plan lie (95th percentile); a difference within it is one the "
-     "quote cannot tell from measurement alone.", _table("agents_search", None),
+     "quote cannot tell from measurement alone. A rule the quote puts beyond that band is measured again beside "
+     "the agents' plan it was compared with, in a second quote of as many rounds; it counts as beyond only where "
+     "both quotes say so (rows quoted before the second quote existed show the first's verdict).",
+     _table("agents_search", None),
      None, "python bench/agents_search.py"),
     ("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact solver, "
      "then PPO, against the exact frontier on the cost model.", _agents_scale, None,
