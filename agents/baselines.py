@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from env.plan import Action
+from env.data.plan import Action
 
 
 def every_n(n_units: int, n: int, keep: int, recompute: int) -> list[int]:

@@ -2,7 +2,7 @@
 
 A label-setting dynamic program over the units in execution order. A label is a partial
 plan for units ``0..k-1`` with its summed seconds and its peak state ``(P, L, M)`` (peak so
-far, forward level, level plus the backward part; see ``env.peak_walk``): enough to
+far, forward level, level plus the backward part; see ``env.cost.peak_walk``): enough to
 finish the cost model's walk for any completion, including the backward pass that visits
 the units in reverse. The plan's peak is ``max(P, L + cL, M + cM)`` for the completion's
 ``(cL, cM)``, which is non-decreasing in ``P``, ``L`` and ``M``, and time is additive, so a
@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from env.peak_walk import advance, initial_state, suffix_functionals, unit_terms
-from env.cost_model import CostModel
-from env.plan import Action
+from env.cost.cost_model import CostModel
+from env.cost.peak_walk import advance, initial_state, suffix_functionals, unit_terms
+from env.data.plan import Action
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import torch
 from sb3_contrib import MaskablePPO
 
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
-from env.checkpoint_env import CheckpointEnv
+from env.gym.checkpoint_env import CheckpointEnv
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ At 6, 24, 96 units and on the recorded 48-unit gpt profile: at least 0.9993, no 
 as corrected by the measurements (``MeasuredCorrection``), so they are as right as it is.
 
 An agent sees only a ModelProfile (plain data) and, in ``measured`` mode, a function that
-measures a plan; it never touches Ray. ``search.agent_pool`` runs each agent as a Ray actor and
+measures a plan; it never touches Ray. ``search.engine.agent_pool`` runs each agent as a Ray actor and
 collects the plans its episodes end on.
 """
 
@@ -47,9 +47,9 @@ from stable_baselines3.common.utils import configure_logger
 
 from agents.exact import FrontierPoint, pareto_points
 from agents.imitation import clone, demo_budgets, demonstrations, teacher_frontier
-from env.checkpoint_env import Budget, BudgetShare, CheckpointEnv, reward_mode_name
-from env.plan import Action
-from env.records import ModelProfile
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from env.gym.checkpoint_env import Budget, BudgetShare, CheckpointEnv, reward_mode_name
 
 Measure = Callable[[list[int]], tuple[int, float]]
 
@@ -241,7 +241,7 @@ class PPOAgent:
         measured where measured) before PPO goes on. ``teach`` (default all): which of them the
         teacher may also demonstrate where they beat its plans (``teacher_frontier``'s incumbents);
         with ``--no-warm-start`` the driver leaves out the rules' plans, so that every plan an agent
-        proposes stays its own find (``search.agent_pool.may_demonstrate``)."""
+        proposes stays its own find (``search.engine.agent_pool.may_demonstrate``)."""
         teach = [True] * len(measurements) if teach is None else list(teach)
         if len(teach) != len(measurements):
             raise ValueError(f"teach has {len(teach)} flags for {len(measurements)} measurements; give one each")

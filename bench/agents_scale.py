@@ -6,7 +6,7 @@
 
 Profiles: ``tests.profiles.layered_profile(n, 0)`` (units of random kinds and sizes: the exact
 frontier has hundreds to thousands of points) and ``bench/profiles/gpt_small_12_subblock.json``
-(``env.profile.profile`` of ``gpt/small?n_layer=12`` at sub-block units, 48 units, recorded on
+(``env.measure.profiler.profile`` of ``gpt/small?n_layer=12`` at sub-block units, 48 units, recorded on
 this machine's CPU with one torch thread by::
 
     w = load_workload("gpt/small?n_layer=12")
@@ -19,7 +19,7 @@ plans (as the driver would run them, one after another here; on 2 cores the driv
 at once). Reported, all on the cost model:
 
 - ``hv_ratio``: hypervolume of every plan the agents reported over the reference frontier's
-  (``search.pareto`` convention: axes over the all-keep plan, reference (1.1, 2.0)); the
+  (``search.records.pareto`` convention: axes over the all-keep plan, reference (1.1, 2.0)); the
   reference is the exact frontier up to 64 units, beyond that ``exact_frontier(relative=0.001)``
   (its hypervolume is at most the exact one's, so the ratio there is an upper bound);
 - ``coverage``: at 20 budgets evenly spread from the lowest reachable peak to the baseline's,
@@ -56,10 +56,10 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import FrontierPoint, exact_frontier, pareto_points  # noqa: E402
 from agents.ppo import AgentConfig, PPOAgent, budget_slices  # noqa: E402
 from bench.common import write_result  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import ModelProfile  # noqa: E402
-from search.pareto import hypervolume, normalise  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.model_profile import ModelProfile  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from search.records.pareto import hypervolume, normalise  # noqa: E402
 from tests.profiles import layered_profile  # noqa: E402
 
 GPT_PROFILE = Path(__file__).resolve().parent / "profiles" / "gpt_small_12_subblock.json"

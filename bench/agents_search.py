@@ -16,7 +16,7 @@ interleaved rounds (``repeats`` timed steps each, the same for every plan; the i
 i-th exact plan, rounds forward and backward):
 
 - the agents' own frontier: the non-dominated measured plans of the search that an agent proposed
-  (on the times the search ranked them by: ``env.records.Ranking``);
+  (on the times the search ranked them by: ``search.records.ranking.Ranking``);
 - as many of the exact solver's plans (on the profiled cost model, as a planner that trusts the
   estimate would pick them), evenly spread over its frontier;
 - the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
@@ -26,7 +26,7 @@ i-th exact plan, rounds forward and backward):
   their hypervolumes (``control``) shows how far from 1 the quote's noise alone moves a ratio.
 
 From the quote: the hypervolume of the agents' frontier over the exact plans' (baseline-normalised,
-``search.pareto``); the quote's noise (``quote_noise``: how far identical plans' medians lie apart in the
+``search.records.pareto``); the quote's noise (``quote_noise``: how far identical plans' medians lie apart in the
 control, 95th percentile); the rules that no agent plan weakly dominates, with how much slower the agents'
 fastest plan at no more memory is, and those slower by more than the noise; at 20 budgets evenly from the
 lowest quoted peak to the baseline's the agents' fastest fitting plan against the exact plans' (ratio;
@@ -57,22 +57,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import (RESULTS_DIR, Ledger, check_equal_samples, code_commit, hv_of,  # noqa: E402
-                          evenly_mixed, keep_earlier_rows, machine_info, run_search, serpentine, write_result)
+from bench.common import (  # noqa: E402
+    RESULTS_DIR,
+    Ledger,
+    check_equal_samples,
+    code_commit,
+    evenly_mixed,
+    hv_of,
+    keep_earlier_rows,
+    machine_info,
+    run_search,
+    serpentine,
+    write_result,
+)
 from bench.readme_numbers import control_cell, rules_beyond  # noqa: E402
 from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
 from bench.units_table import USER_UNET  # noqa: E402
-from env.apply import plan_for  # noqa: E402
-from env.codec import PlanCodec  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.measure import measure  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import MeasuredPlan, ModelProfile  # noqa: E402
-from env.unit_choice import resolve_units  # noqa: E402
-from search.archive import frontier_of, spread_picks  # noqa: E402
-from search.driver import RULES_MEASURED, exact_relative  # noqa: E402
-from search.evaluator import Evaluator  # noqa: E402
-from search.store import RunStore  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.codec import PlanCodec  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.model_profile import ModelProfile  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.measure.measurement import measure  # noqa: E402
+from env.runtime.apply import plan_for  # noqa: E402
+from env.units.choice import resolve_units  # noqa: E402
+from search.engine.archive import frontier_of, spread_picks  # noqa: E402
+from search.engine.driver import RULES_MEASURED, exact_relative  # noqa: E402
+from search.engine.evaluator import Evaluator  # noqa: E402
+from search.records.store import RunStore  # noqa: E402
 
 Plan = tuple[int, ...]
 GPT_EXPERT = ("blocks.*",)
@@ -109,7 +121,7 @@ class SearchOutcome:
     agents_front: list[Plan]  # the agents' own measured frontier, by the search's measurements
     lowest_peak: int  # lowest measured peak of the search (any plan)
     baseline_measurements: int  # how often the search measured the baseline (its references, when paired)
-    paired: bool  # the search ranked plans on times paired with its references (``env.records.paired``)
+    paired: bool  # the search ranked plans on times paired with its references (``search.records.ranking.paired``)
 
 
 def read_search(run_dir: Path) -> SearchOutcome:

@@ -30,9 +30,9 @@ PLOTS_DIR = ROOT / "bench" / "plots"
 if str(ROOT) not in sys.path:  # the scripts run as ``python bench/<name>.py`` from the repo root
     sys.path.insert(0, str(ROOT))
 
-from env.plan import Action  # noqa: E402
-from env.records import MeasuredPlan  # noqa: E402
-from search.pareto import REFERENCE, hypervolume, nondominated, normalise  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from search.records.pareto import REFERENCE, hypervolume, nondominated, normalise  # noqa: E402
 
 USER_MODEL = "bench/user_model.py:make"
 
@@ -208,13 +208,13 @@ def _jsonable(x: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Plans measured through one Evaluator, on the normalised axes of search.pareto
+# Plans measured through one Evaluator, on the normalised axes of search.records.pareto
 
 Evaluate = Callable[[list[str], str, bool], MeasuredPlan]  # (action names, source, again) -> its record
 
 
 class Ledger:
-    """Every plan one benchmark measures, through one ``search.evaluator.Evaluator`` (a local
+    """Every plan one benchmark measures, through one ``search.engine.evaluator.Evaluator`` (a local
     instance or its Ray actor), so that all methods share one measurement function and cache.
     Repeats of a plan merge into its ``MeasuredPlan`` (``MeasuredPlan.merged``, never twice)."""
 
@@ -250,7 +250,7 @@ class Ledger:
 
 
 def hv_of(ledger: Ledger, plans: Sequence[Sequence[int]], base: MeasuredPlan) -> float:
-    """Hypervolume (search.pareto convention) of the measured plans."""
+    """Hypervolume (search.records.pareto convention) of the measured plans."""
     return hypervolume(ledger.normalised(plans, base), REFERENCE) if plans else 0.0
 
 

@@ -37,13 +37,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import run_search, set_threads, write_result  # noqa: E402
-from env.apply import apply_actions  # noqa: E402
-from env.measure import measure, warm_up  # noqa: E402
-from env.plan import Plan  # noqa: E402
-from env.timeline import step_clock, train_step  # noqa: E402
-from env.workloads import Workload, load_workload  # noqa: E402
+from env.data.plan import Plan  # noqa: E402
+from env.measure.measurement import measure, warm_up  # noqa: E402
+from env.measure.timeline import step_clock, train_step  # noqa: E402
+from env.runtime.apply import apply_actions  # noqa: E402
+from env.workloads.workload import Workload, load_workload  # noqa: E402
 from search import DynamicPlan, load_frontier  # noqa: E402
-from search.frontier_file import FrontierFile  # noqa: E402
+from search.records.frontier_file import FrontierFile  # noqa: E402
 
 MB = 2 ** 20
 

@@ -24,10 +24,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from env.checkpoint_env import CheckpointEnv  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import ModelProfile  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.model_profile import ModelProfile  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.gym.checkpoint_env import CheckpointEnv  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.json"
 
@@ -35,9 +35,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.json"
 def load_profile(workload: str, profile_json: str | None) -> ModelProfile:
     if profile_json:
         return ModelProfile.model_validate_json(Path(profile_json).read_text())
-    from env.profile import profile
-    from env.units import find_units
-    from env.workloads import load_workload
+    from env.measure.profiler import profile
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
 
     w = load_workload(workload)
     return profile(w, find_units(w.model), repeats=1, baseline=False)

@@ -4,10 +4,10 @@
     python bench/evaluator_pool.py --quick      # tiny sizes, for the smoke test
 
 1. Throughput: ``--plans`` random plans of ``--workload`` measured through a
-   ``search.evaluator_pool.EvaluatorPool`` of 1 and of 2 CPU Evaluators (one torch thread each),
+   ``search.engine.evaluator_pool.EvaluatorPool`` of 1 and of 2 CPU Evaluators (one torch thread each),
    in alternating rounds (1, 2, 1, 2, ...) so that a change of machine load falls on both; each
    round's pool is started before its clock starts (building the workload is not timed).
-   Each Evaluator warms up (``env.measure.warm_up``) as the pool starts, before the clock.
+   Each Evaluator warms up (``env.measure.measurement.warm_up``) as the pool starts, before the clock.
    Reported: measurements per minute by the wall clock, per round and median, and the ratio.
    Beside it, the ceiling: the same plans in 1 and in 2 plain processes (no Ray, no queue; each
    warmed up, started together), with the mean seconds of one measurement and of its timed steps:
@@ -33,8 +33,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import run_search, write_result  # noqa: E402
-from search import ray_session  # noqa: E402
-from search.config import SearchConfig  # noqa: E402
+from search.engine import ray_session  # noqa: E402
+from search.records.config import SearchConfig  # noqa: E402
 
 
 def random_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
@@ -50,7 +50,7 @@ def random_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
 
 def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) -> list[dict[str, Any]]:
     """Measurements per minute through pools of 1 and 2 Evaluators, alternating."""
-    from search.evaluator_pool import EvaluatorPool
+    from search.engine.evaluator_pool import EvaluatorPool
 
     rows = []
     for r in range(rounds):
@@ -81,11 +81,11 @@ def _plain_worker(workload: str, plans: list[list[str]], repeats: int, barrier: 
     """One plain process (no Ray): build and warm up the workload, wait for the others, measure ``plans``."""
     import torch
 
-    from env.apply import plan_for
-    from env.measure import measure, warm_up
-    from env.plan import Action
-    from env.unit_choice import resolve_units
-    from env.workloads import load_workload
+    from env.data.plan import Action
+    from env.measure.measurement import measure, warm_up
+    from env.runtime.apply import plan_for
+    from env.units.choice import resolve_units
+    from env.workloads.workload import load_workload
 
     torch.set_num_threads(1)
     w = load_workload(workload)

@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
 from bench.measured_table import measure_rounds  # noqa: E402
-from env.apply import plan_for  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.profile import profile  # noqa: E402
-from env.units import find_units  # noqa: E402
-from env.workloads import load_workload  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.measure.profiler import profile  # noqa: E402
+from env.runtime.apply import plan_for  # noqa: E402
+from env.units.find import find_units  # noqa: E402
+from env.workloads.workload import load_workload  # noqa: E402
 
 RESULTS = RESULTS_DIR / "fidelity.json"
 PEAK_TARGET, TIME_TARGET = 0.05, 0.10

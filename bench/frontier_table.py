@@ -4,7 +4,7 @@
     python bench/frontier_table.py --workloads gpt/small cnn/small lstm/small
     python bench/frontier_table.py --profile-dir DIR       # reuse/save DIR/<spec>.json profiles
 
-For each workload: the exact frontier's size and hypervolume (``search.pareto`` convention:
+For each workload: the exact frontier's size and hypervolume (``search.records.pareto`` convention:
 axes divided by the all-keep plan, reference (1.1, 2.0)), the rules' hypervolume, and for
 each rule the extra step time it pays against the exact frontier at equal memory: its time
 over that of the fastest frontier point whose peak is no higher than the rule's, minus one.
@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import FrontierPoint, exact_frontier  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import ModelProfile  # noqa: E402
-from search.pareto import REFERENCE, hypervolume, normalise  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.model_profile import ModelProfile  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from search.records.pareto import REFERENCE, hypervolume, normalise  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "frontier_table.json"
 
@@ -36,9 +36,9 @@ def get_profile(spec: str, profile_dir: Path | None) -> ModelProfile:
     path = profile_dir / f"{spec.replace('/', '_')}.json" if profile_dir else None
     if path and path.is_file():
         return ModelProfile.model_validate_json(path.read_text())
-    from env.profile import profile
-    from env.units import find_units
-    from env.workloads import load_workload
+    from env.measure.profiler import profile
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
 
     w = load_workload(spec)
     prof = profile(w, find_units(w.model), baseline=False)

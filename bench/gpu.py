@@ -12,7 +12,7 @@ device (on CUDA a peak is ``max_memory_allocated``; a step time is wall time bet
 2. ``fidelity``: ``bench/fidelity.py --device cuda``, 20 random plans per workload, gpt, cnn,
    lstm and mlp at their built-in default sizes: predicted against measured peak and time.
 3. ``premium``: ``bench/premium.py --device cuda`` on gpt, cnn and lstm at their default sizes.
-4. ``offload``: on gpt, every unit kept, offloaded (``env.offload``: side stream, events, pooled
+4. ``offload``: on gpt, every unit kept, offloaded (``env.runtime.offload``: side stream, events, pooled
    pinned buffers), offloaded the blocking way (``save_on_cpu``, what the action did before) and
    recomputed, in interleaved rounds: memory saved and step time paid.
 5. ``search``: ``python -m search.run --device cuda``, stopped (SIGINT: the run stays resumable)
@@ -117,8 +117,8 @@ def bench_step(script: str, args: list[str]) -> Callable[[str, float, Path], dic
 @contextlib.contextmanager
 def blocking_offload() -> Iterator[None]:
     """The ``offload`` action as it was: ``save_on_cpu``, every copy on the compute stream."""
-    import env.apply as apply
-    from env.plan import Action
+    import env.runtime.apply as apply
+    from env.data.plan import Action
 
     class SaveOnCpu(apply.Policy):
         action = Action.OFFLOAD
@@ -139,12 +139,12 @@ def blocking_offload() -> Iterator[None]:
 
 def offload_rows(spec: str, device: str, rounds: int = 3, repeats: int = 3) -> dict[str, Any]:
     """keep / offload / blocking offload / recompute on one workload, measured in interleaved rounds."""
-    from env.apply import plan_for
-    from env.measure import measure
-    from env.offload import offloader_for
-    from env.plan import Action
-    from env.units import find_units
-    from env.workloads import load_workload
+    from env.data.plan import Action
+    from env.measure.measurement import measure
+    from env.runtime.apply import plan_for
+    from env.runtime.offload import offloader_for
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
 
     w = load_workload(spec, device=device)
     units = find_units(w.model)

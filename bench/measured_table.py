@@ -33,12 +33,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, interleaved, set_threads, write_result  # noqa: E402
-from env.apply import plan_for  # noqa: E402
-from env.measure import measure  # noqa: E402
-from env.records import MeasuredPlan  # noqa: E402
-from env.plan import Action, Plan  # noqa: E402
-from env.units import find_units  # noqa: E402
-from env.workloads import Workload, load_workload, workload_names  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.plan import Action, Plan  # noqa: E402
+from env.measure.measurement import measure  # noqa: E402
+from env.runtime.apply import plan_for  # noqa: E402
+from env.units.find import find_units  # noqa: E402
+from env.workloads.spec import workload_names  # noqa: E402
+from env.workloads.workload import Workload, load_workload  # noqa: E402
 
 RESULTS = RESULTS_DIR / "measured_table.json"
 MB = 1e6

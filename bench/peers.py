@@ -33,15 +33,15 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (RESULTS_DIR, check_equal_samples, interleaved, keep_earlier_rows, run_search,  # noqa: E402
-                          write_result)
+from bench.common import RESULTS_DIR, check_equal_samples, interleaved, keep_earlier_rows, run_search, write_result  # noqa: E402
 from bench.readme_numbers import compile_budgets  # noqa: E402
-from env.peers import PeerKind  # noqa: E402
-from env.plan import action_summary  # noqa: E402
-from env.records import MIB, MeasuredPlan  # noqa: E402
-from search.config import SearchConfig  # noqa: E402
-from search.evaluator import Evaluator  # noqa: E402
-from search.pareto import fastest_within  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.plan import action_summary  # noqa: E402
+from env.data.types import MIB  # noqa: E402
+from env.measure.peers import PeerKind  # noqa: E402
+from search.engine.evaluator import Evaluator  # noqa: E402
+from search.records.config import SearchConfig  # noqa: E402
+from search.records.pareto import fastest_within  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]

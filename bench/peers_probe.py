@@ -1,6 +1,6 @@
 """Compiled training and its peers on one workload: peak and step time, eager and compiled.
 
-Measures, with the project's own measurement (``env.measure``; CPU peak from the profiler's
+Measures, with the project's own measurement (``env.measure.measurement``; CPU peak from the profiler's
 memory events, step time on the thread-CPU clock with one torch thread):
 
 - eager: no checkpointing, and our recompute-all plan;
@@ -29,12 +29,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import set_threads, write_result  # noqa: E402
-from env.apply import plan_for  # noqa: E402
-from env.measure import measure  # noqa: E402
-from env.records import MeasuredPlan as Measurement  # noqa: E402
-from env.peers import compile_budget_peer, measure_peer  # noqa: E402
-from env.units import find_units  # noqa: E402
-from env.workloads import load_workload  # noqa: E402
+from env.data.measured import MeasuredPlan as Measurement  # noqa: E402
+from env.measure.measurement import measure  # noqa: E402
+from env.measure.peers import compile_budget_peer, measure_peer  # noqa: E402
+from env.runtime.apply import plan_for  # noqa: E402
+from env.units.find import find_units  # noqa: E402
+from env.workloads.workload import load_workload  # noqa: E402
 
 MIB = 2 ** 20
 

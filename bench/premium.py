@@ -5,12 +5,12 @@
     python bench/premium.py --saving activation   # targets on activation memory instead of the peak
     python bench/premium.py --quick            # tiny sizes, for the smoke test
 
-For each workload, through one ``search.evaluator.Evaluator`` in this process: the baseline
+For each workload, through one ``search.engine.evaluator.Evaluator`` in this process: the baseline
 (every unit kept), every unit recomputed, every unit selective, the rules of
 ``agents.baselines``, and the searched plans: the exact solver's frontier on the profile (up to
 ``--max-exact`` spread over it, plus the four predicted fastest near each target), then, as the
 search's hybrid mode does, the exact frontier on the profile corrected by all those measurements
-(``env.correction``: per-unit times fitted to the measured plans), each measured. For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
+(``env.cost.correction``: per-unit times fitted to the measured plans), each measured. For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
 activation memory (``--saving activation``) the searched plan is the fastest measured
 exact-frontier plan reaching at least that saving (or "unreachable"), chosen on those
 selection measurements. The tables quote none of them: every quoted plan (the baseline, the
@@ -40,15 +40,15 @@ from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Ledger, point_row, rotated, set_threads, workload_specs, write_result  # noqa: E402
-from env.records import MeasuredPlan  # noqa: E402
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from env.correction import MeasuredCorrection  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import ModelProfile  # noqa: E402
-from search.evaluator import Evaluator  # noqa: E402
+from bench.common import Ledger, point_row, rotated, set_threads, workload_specs, write_result  # noqa: E402
+from env.cost.correction import MeasuredCorrection  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.model_profile import ModelProfile  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from search.engine.evaluator import Evaluator  # noqa: E402
 
 Plan = tuple[int, ...]
 TARGETS = (0.3, 0.5, 0.7)  # saving (of the peak, or of the activations) the searched plans must reach
@@ -129,7 +129,7 @@ def measure_all(ledger: Ledger, prof: ModelProfile, max_exact: int, seed: int,
 
 def measure_corrected(ledger: Ledger, prof: ModelProfile, max_exact: int, kind: str) -> list[Plan]:
     """The search's hybrid step: the exact frontier on the cost model corrected by every
-    measurement so far (``env.correction``), its plans near each target measured too."""
+    measurement so far (``env.cost.correction``), its plans near each target measured too."""
     correction = MeasuredCorrection(CostModel(prof))
     for plan, rec in ledger.records.items():
         correction.add(plan, rec.peak_bytes, rec.step_seconds)

@@ -16,7 +16,7 @@ END = "<!-- numbers: end -->"
 MIB = 2**20
 
 Result = dict[str, Any]
-# CPU step times measured before this were taken without flushing denormal floats (env.measure.steady_numerics):
+# CPU step times measured before this were taken without flushing denormal floats (env.measure.measurement.steady_numerics):
 # a fresh model's steps ran up to 2.5x slower until training moved past them, so such a figure mixes plan
 # and process age. The README and BENCHMARKS.md name every CPU result written before it.
 DENORMALS_FLUSHED_SINCE = "2026-12-01 04:31:00"
@@ -184,7 +184,7 @@ def _dynamic(r: Result) -> list[str]:
             f"under the cap: {'yes' if r['both_under_cap'] else 'no'} {_where('dynamic', r, 'thread-cpu')}."]
 
 
-COMPILE_BUDGET_PEER = "compile-budget-"  # env.peers.compile_budget_peer names them compile-budget-0.5
+COMPILE_BUDGET_PEER = "compile-budget-"  # env.measure.peers.compile_budget_peer names them compile-budget-0.5
 
 
 def compile_budgets(peers: list[Result]) -> list[tuple[float, Result]]:

@@ -26,9 +26,14 @@ from matplotlib.figure import Figure  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import PLOTS_DIR, RESULTS_DIR, ROOT, machine_label, read_results  # noqa: E402
-from bench.readme_numbers import (COMPILE_BUDGET_PEER, budget_peaks, compile_budgets,  # noqa: E402
-                                  timed_before_flushing, update_readme)
-from search.report import peers_markdown  # noqa: E402
+from bench.readme_numbers import (  # noqa: E402
+    COMPILE_BUDGET_PEER,
+    budget_peaks,
+    compile_budgets,
+    timed_before_flushing,
+    update_readme,
+)
+from search.engine.report import peers_markdown  # noqa: E402
 
 Result = dict[str, Any]
 METHOD_COLORS = {"agents (search run)": "tab:blue", "agents' own plans": "tab:cyan", "random": "tab:orange",
@@ -327,7 +332,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      "(alternating rounds, wall clock), and the default search's wall time with each.", _evaluator_pool, None,
      "python bench/evaluator_pool.py"),
     ("search_quality", "Search quality at equal measurement budgets",
-     "Hypervolume (search.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
+     "Hypervolume (search.records.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
      "measured frontier each method finds with the same number of measured plans, every plan measured through "
      "one Evaluator in one process, frontier plans measured once more at the end. \"agents (search run)\" is "
      "`python -m search.run --reward hybrid --no-warm-start` with its budget (the rules it always measures "
@@ -356,7 +361,7 @@ SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., list[
      _table("fidelity", "workloads"), fig_fidelity, "python bench/fidelity.py"),
     ("units_table", "Decision units on library models",
      "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "
-     "choice (env.unit_choice), each measured as all-recompute against all-keep: units, share of the saved "
+     "choice (env.units.choice), each measured as all-recompute against all-keep: units, share of the saved "
      "activation bytes they hold, saving of the step's whole peak.",
      _table("units_table", "rows"), None, "python bench/units_table.py"),
     ("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.", _env_speed, None,
@@ -405,7 +410,7 @@ GPU_SECTIONS: list[tuple[str, str, str, Callable[[Result], str], Callable[..., l
      lambda r, p: fig_fidelity(r, p, "gpu_fidelity")),
     ("gpu_premium", "The checkpointing premium on a GPU", "As on the CPU, at the built-in default sizes.",
      _table("premium", None), lambda r, p: fig_premium(r, p, "gpu_premium")),
-    ("gpu_offload", "Offload on a GPU", "Every unit offloaded with copies on a side stream (`env.offload`) against "
+    ("gpu_offload", "Offload on a GPU", "Every unit offloaded with copies on a side stream (`env.runtime.offload`) against "
      "the blocking `save_on_cpu`, recompute and keep, measured in interleaved rounds.", _gpu_offload, None),
     ("gpu_search", "A default search on a GPU", "`python -m search.run --device cuda`, time-boxed.", _gpu_search, None),
 ]

@@ -6,7 +6,7 @@
 1. Env steps per second in ``model`` mode: taken from ``bench/results/env_speed.json`` when
    ``bench/env_speed.py`` has written it, else measured here on a synthetic 6-unit profile.
 2. Measurements per second per workload (bench sizes): new plans measured through
-   ``search.evaluator.Evaluator`` (warm-up, profiled step and timed steps each).
+   ``search.engine.evaluator.Evaluator`` (warm-up, profiled step and timed steps each).
 3. PPO throughput: ``agents.ppo.PPOAgent`` as Ray actors in ``model`` mode on
    ``ray.init(num_cpus=2)``, with 1 and with 2 workers training at once; env steps/s summed.
 4. Growth with the number of decision units (8 .. 128) and actions (2, 3) on synthetic profiles:
@@ -34,10 +34,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, set_threads, workload_specs, write_result  # noqa: E402
-from env.checkpoint_env import CheckpointEnv  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.records import ModelProfile, Segment, UnitCost  # noqa: E402
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.model_profile import ModelProfile, Segment, UnitCost  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.gym.checkpoint_env import CheckpointEnv  # noqa: E402
 
 MB = 1_000_000
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
@@ -140,7 +140,7 @@ def scaling(units: Sequence[int], n_actions: Sequence[int], limit_s: float, epis
 
 def measurements_per_second(specs: dict[str, str], count: int, repeats: int, threads: int) -> list[dict[str, Any]]:
     """New plans measured per second through an Evaluator, per workload."""
-    from search.evaluator import Evaluator
+    from search.engine.evaluator import Evaluator
 
     rows = []
     plans = [["keep"], ["recompute"], ["selective"], ["recompute", "keep"]]

@@ -4,10 +4,10 @@
     python bench/search_quality.py --workloads gpt --measurements 24
     python bench/search_quality.py --quick               # tiny sizes, for the smoke test
 
-For each workload, in one process and through one ``search.evaluator.Evaluator`` (one
+For each workload, in one process and through one ``search.engine.evaluator.Evaluator`` (one
 measurement function, one cache):
 
-1. the search service (``search.driver.Driver``, as ``python -m search.run --reward hybrid
+1. the search service (``search.engine.driver.Driver``, as ``python -m search.run --reward hybrid
    --no-warm-start --max-measurements M``): K PPO agents; it measures the baseline rules it
    always shows, then the agents' candidates, up to M plans in all;
 2. random search: M distinct plans, each unit's action uniform;
@@ -18,7 +18,7 @@ measurement function, one cache):
 
 Then every method's frontier plans and the baseline are measured once more (interleaved, so
 load that changed over the run falls on all alike), and each method's hypervolume is computed
-from all its plans' merged records on the ``search.pareto`` axes. Reported per method: the
+from all its plans' merged records on the ``search.records.pareto`` axes. Reported per method: the
 hypervolume, its ratio to the measured exact frontier's, the evaluations after which it first
 reached 99% of that, and for the agents whether any rule lies beyond their own plans'
 frontier. Writes ``bench/results/search_quality.json``.
@@ -41,19 +41,29 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (RESULTS_DIR, Ledger, front_of, hv_of, machine_info,  # noqa: E402
-                          machine_label, point_row, set_threads, workload_specs, write_result)
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from env.cost_model import CostModel  # noqa: E402
-from search.config import SearchConfig  # noqa: E402
-from env.records import MeasuredPlan  # noqa: E402
-from search import ray_session  # noqa: E402
-from search.driver import Driver, prepare  # noqa: E402
-from search.evaluator_pool import EvaluatorPool  # noqa: E402
-from search.ledger import Ledger as SearchLedger  # noqa: E402
-from search.pareto import hypervolume  # noqa: E402
-from search.store import RunStore  # noqa: E402
+from bench.common import (  # noqa: E402
+    RESULTS_DIR,
+    Ledger,
+    front_of,
+    hv_of,
+    machine_info,
+    machine_label,
+    point_row,
+    set_threads,
+    workload_specs,
+    write_result,
+)
+from env.cost.cost_model import CostModel  # noqa: E402
+from env.data.measured import MeasuredPlan  # noqa: E402
+from search.engine import ray_session  # noqa: E402
+from search.engine.driver import Driver, prepare  # noqa: E402
+from search.engine.evaluator_pool import EvaluatorPool  # noqa: E402
+from search.engine.ledger import Ledger as SearchLedger  # noqa: E402
+from search.records.config import SearchConfig  # noqa: E402
+from search.records.pareto import hypervolume  # noqa: E402
+from search.records.store import RunStore  # noqa: E402
 
 Plan = tuple[int, ...]
 TARGET = 0.99  # agents / exact hypervolume the search aims for

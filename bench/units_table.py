@@ -5,10 +5,10 @@
     python bench/units_table.py --quick              # small sizes, seconds (smoke test)
 
 For each model, three unit sets: ``blocks`` (the old rule: the children of the largest
-ModuleList/Sequential, ``env.units.find_units``), ``expert`` (what a person who read the model
-would name: every block of each stage, encoder and decoder) and ``auto`` (``env.unit_choice``:
+ModuleList/Sequential, ``env.units.find.find_units``), ``expert`` (what a person who read the model
+would name: every block of each stage, encoder and decoder) and ``auto`` (``env.units.choice``:
 chosen from one instrumented step where the saved activations are). Each is measured with
-``env.measure.measure`` as all-``recompute`` against the all-``keep`` baseline (the same
+``env.measure.measurement.measure`` as all-``recompute`` against the all-``keep`` baseline (the same
 plan whatever the units); ``peak saving`` is the share of the step's whole peak (weights,
 gradients, AdamW state, batch and activations) that recomputing every unit removes. The
 plans are measured in ``--rounds`` interleaved rounds so that a change of machine load falls
@@ -29,12 +29,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, interleaved, set_threads, write_result  # noqa: E402
-from env.apply import plan_for  # noqa: E402
-from env.measure import measure  # noqa: E402
-from env.records import MeasuredPlan as Measurement  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.unit_choice import resolve_units  # noqa: E402
-from env.workloads import Workload, load_workload  # noqa: E402
+from env.data.measured import MeasuredPlan as Measurement  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.measure.measurement import measure  # noqa: E402
+from env.runtime.apply import plan_for  # noqa: E402
+from env.units.choice import resolve_units  # noqa: E402
+from env.workloads.workload import Workload, load_workload  # noqa: E402
 
 RESULTS = RESULTS_DIR / "units_table.json"
 MB = 2 ** 20

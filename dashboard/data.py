@@ -21,12 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from env.errors import CkptSearchError
-from env.plan import Plan, action_summary
-from env.records import MeasuredPlan, ModelProfile, UnitChoice
-from search.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
-from search.pareto import fastest_within, nondominated
-from search.store import STORE_NAME, RunStore, StoreError
+from env.data.errors import CkptSearchError
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from env.data.plan import Plan, action_summary
+from env.data.unit_choice import UnitChoice
+from search.records.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
+from search.records.pareto import fastest_within, nondominated
+from search.records.store import STORE_NAME, RunStore, StoreError
 
 LOG_NAME = "search.log"  # what a search started from the dashboard prints
 
@@ -63,7 +65,7 @@ class RunData:
     profile: ModelProfile | None
     baseline_peak_bytes: float
     baseline_seconds: float
-    clock: str  # what the run's step times were read from (env.timeline.step_clock)
+    clock: str  # what the run's step times were read from (env.measure.timeline.step_clock)
     evaluations: pd.DataFrame  # one row per plan; see _evaluations_frame
     frontier: pd.DataFrame  # measured non-dominated plans, fewest bytes first
     frontier_source: str  # "frontier.json" or "evaluations" (computed here)
@@ -76,7 +78,7 @@ class RunData:
     snapshots: pd.DataFrame
     unit_choice: UnitChoice | None  # the decision units with the bytes each saves for backward
     headroom: str | None  # set when no plan over the units can lower the peak by more than 5%
-    peers: pd.DataFrame  # measured peers (env.peers): peer, peak_bytes, step_seconds, peak_rel, time_rel, note
+    peers: pd.DataFrame  # measured peers (env.measure.peers): peer, peak_bytes, step_seconds, peak_rel, time_rel, note
     started_at: float | None = None
     finished_at: float | None = None
     workload: str = ""
@@ -138,7 +140,7 @@ def list_runs(root: str | Path) -> list[RunSummary]:
 
 
 def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
-    """One row per plan; times as the search ranked them (``env.records.Ranking``)."""
+    """One row per plan; times as the search ranked them (``search.records.ranking.Ranking``)."""
     rank = store.ranking()
     by_digest: dict[str, str] = {}
     for name, d in rules.items():  # two rules can give the same plan (every_2 and sqrt_n on 4 units)

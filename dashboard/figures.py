@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.data import RunData
-from env.records import MIB
+from env.data.types import MIB
 
 ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2"}
 FRONTIER_TRACE = "measured frontier"

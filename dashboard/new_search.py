@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboard.data import LOG_NAME
-from env.errors import CkptSearchError
-from env.workloads import WorkloadSpec, builtin_options
-from search.runs import run_id
+from env.data.errors import CkptSearchError
+from env.workloads.spec import WorkloadSpec, builtin_options
+from search.records.runs import run_id
 
 ROOT = Path(__file__).resolve().parent.parent  # where `python -m search.run` resolves
 

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from env.errors import CkptSearchError
+from env.data.errors import CkptSearchError
 
 GB = 10**9  # GPU memory as vendors state it (80 GB = 80e9 bytes)
 

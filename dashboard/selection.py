@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import plotly.graph_objects as go
 
 from dashboard.data import RunData, select_plan
-from env.records import MIB
+from env.data.types import MIB
 
 SELECTED = "selected_digest"
 BUDGET = "budget_mib"

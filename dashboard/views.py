@@ -15,10 +15,10 @@ import streamlit as st
 
 from dashboard import figures, pricing, selection
 from dashboard.data import RunData, nearest_rule, unit_table
-from env.records import MIB
 from dashboard.new_search import LaunchPolicy, start_search
-from env.errors import CkptSearchError
-from search.snippet import plan_snippet
+from env.data.errors import CkptSearchError
+from env.data.types import MIB
+from search.training.snippet import plan_snippet
 
 LIVE_EVERY_S = 2.0
 
@@ -130,7 +130,7 @@ def plan_page(run: RunData) -> None:
     export_section(run, digest)
 
 
-CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.timeline.step_clock
+CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.measure.timeline.step_clock
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:

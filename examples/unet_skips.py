@@ -5,7 +5,7 @@ Spec: ``examples/unet_skips.py:build`` (options: ``?batch_size=2&image_size=64&w
 The encoder's outputs are kept for the decoder (skip connections), the blocks are plain named
 attributes, each block's layers one ``nn.Sequential``, and one ``MaxPool2d`` is called three
 times a step. "The children of the largest Sequential" picks the six layers of one block here
-and saves nothing; the automatic units (``env.unit_choice``) find the blocks.
+and saves nothing; the automatic units (``env.units.choice``) find the blocks.
 """
 
 from __future__ import annotations

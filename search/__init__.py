@@ -10,14 +10,14 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "apply_plan": "search.apply",
-    "read_plan": "search.apply",
-    "DynamicPlan": "search.dynamic",
-    "load_frontier": "search.frontier_file",
-    "write_frontier": "search.frontier_file",
-    "FrontierFile": "search.frontier_file",
-    "FrontierPoint": "search.frontier_file",
-    "plan_snippet": "search.snippet",
+    "apply_plan": "search.training.apply",
+    "read_plan": "search.training.apply",
+    "DynamicPlan": "search.training.dynamic",
+    "load_frontier": "search.records.frontier_file",
+    "write_frontier": "search.records.frontier_file",
+    "FrontierFile": "search.records.frontier_file",
+    "FrontierPoint": "search.records.frontier_file",
+    "plan_snippet": "search.training.snippet",
 }
 
 __all__ = sorted(_LAZY)

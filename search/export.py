@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
 
-from env.errors import CkptSearchError
-from env.plan import Plan
-from env.records import MIB
-from search.frontier_file import FrontierFile, FrontierPoint, load_frontier
-from search.snippet import plan_snippet
+from env.data.errors import CkptSearchError
+from env.data.plan import Plan
+from env.data.types import MIB
+from search.records.frontier_file import FrontierFile, FrontierPoint, load_frontier
+from search.training.snippet import plan_snippet
 
 Format = Literal["json", "py"]
 FORMATS: tuple[str, ...] = ("json", "py")

@@ -21,20 +21,20 @@ import threading
 import time
 from typing import Sequence
 
-from env.errors import CkptSearchError
-from env.workloads import WorkloadSpec, builtin_options
-from search.config import parse_config
-from search.runs import make_run_dir
-from search.store import RunStore
+from env.data.errors import CkptSearchError
+from env.workloads.spec import WorkloadSpec, builtin_options
+from search.records.config import parse_config
+from search.records.runs import make_run_dir
+from search.records.store import RunStore
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from search import ray_session
-    from search.driver import Driver, prepare
-    from search.evaluator_pool import EvaluatorPool
-    from search.ledger import Ledger
-    from search.progress import ProgressView, RoundStatus
-    from search.report import write_outputs
+    from search.engine import ray_session
+    from search.engine.driver import Driver, prepare
+    from search.engine.evaluator_pool import EvaluatorPool
+    from search.engine.ledger import Ledger
+    from search.engine.progress import ProgressView, RoundStatus
+    from search.engine.report import write_outputs
 
     try:
         cfg = parse_config(argv)
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if interrupted.is_set():
             raise KeyboardInterrupt
         if cfg.batch_scaling:
-            from search.scaling import measure_batch_scaling
+            from search.engine.scaling import measure_batch_scaling
 
             measure_batch_scaling(cfg.workload, ledger, pool.first)
         report = write_outputs(cfg, run_dir, ledger)
@@ -106,7 +106,7 @@ def explain_units(choice: dict | None, headroom: str | None) -> None:
     """The decision units on stderr, each with the bytes it saves for backward, and the coverage;
     then, when no plan can save much, the one line that says so."""
     if choice:
-        from env.records import UnitChoice
+        from env.data.unit_choice import UnitChoice
 
         for line in UnitChoice.model_validate(choice).lines():
             print(f"units: {line}", file=sys.stderr)

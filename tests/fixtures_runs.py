@@ -2,8 +2,8 @@
 
 A run folder is what ``python -m search.run`` writes: ``store.sqlite`` (RunStore) and, once the
 frontier is known, ``frontier.json``. Every number here is measured on this machine with
-``env.measure.measure`` and predicted with ``env.cost_model.CostModel`` from a real
-``env.profile.profile``; only the choice of plans is scripted (the baseline rules, the cost
+``env.measure.measurement.measure`` and predicted with ``env.cost.cost_model.CostModel`` from a real
+``env.measure.profiler.profile``; only the choice of plans is scripted (the baseline rules, the cost
 model's exact frontier, a few random plans), not their memory or time.
 """
 
@@ -19,16 +19,17 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from env.cost_model import CostModel
-from env.measure import measure
-from env.plan import Action, Plan, fingerprint
-from env.profile import profile
-from env.records import MeasuredPlan, ModelProfile
-from env.units import find_units
-from env.workloads import load_workload
-from search.frontier_file import Baseline, FrontierFile, point_from, write_frontier
-from search.pareto import hypervolume, nondominated
-from search.store import STORE_NAME, RunStore
+from env.cost.cost_model import CostModel
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action, Plan, fingerprint
+from env.measure.measurement import measure
+from env.measure.profiler import profile
+from env.units.find import find_units
+from env.workloads.workload import load_workload
+from search.records.frontier_file import Baseline, FrontierFile, point_from, write_frontier
+from search.records.pareto import hypervolume, nondominated
+from search.records.store import STORE_NAME, RunStore
 
 RULE_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
 
@@ -96,7 +97,7 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
 
 
 def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
-    """``frontier.json`` (search.frontier_file) from the store's measured non-dominated evaluations."""
+    """``frontier.json`` (search.records.frontier_file) from the store's measured non-dominated evaluations."""
     units = store.get_meta("units")
     evals = [e for e in store.measured() if not e.oom]
     front = [e for e, k in zip(evals, nondominated([[e.peak_bytes, e.step_seconds] for e in evals])) if k]

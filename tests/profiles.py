@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from env.plan import ACTIONS
-from env.records import ModelProfile, Segment, UnitCost
+from env.data.model_profile import ModelProfile, Segment, UnitCost
+from env.data.plan import ACTIONS
 
 
 def _segment(rng: np.random.Generator, scale: int) -> Segment:

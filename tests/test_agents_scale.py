@@ -1,11 +1,11 @@
 """Budget-conditioned agents reach the exact frontier on a 64-unit profile of varied units.
 
 The yardstick is the exact frontier's hypervolume on the cost model (baseline-normalised axes,
-``search.pareto.REFERENCE``). The exact solver needs ~2 minutes on this profile (4903 frontier
+``search.records.pareto.REFERENCE``). The exact solver needs ~2 minutes on this profile (4903 frontier
 points), so its hypervolume is a constant here, computed with::
 
-    python -c "from tests.profiles import layered_profile; from env.cost_model import CostModel; \
-from agents.exact import exact_frontier; from search.pareto import hypervolume, normalise; \
+    python -c "from tests.profiles import layered_profile; from env.cost.cost_model import CostModel; \
+from agents.exact import exact_frontier; from search.records.pareto import hypervolume, normalise; \
 cm = CostModel(layered_profile(64, 0)); b = [0] * 64; f = exact_frontier(cm); \
 print(len(f), hypervolume(normalise([(p.peak_bytes, p.step_seconds) for p in f], cm.peak_bytes(b), cm.step_seconds(b))))"
 
@@ -22,8 +22,8 @@ import torch
 
 from agents.baselines import baseline_rules
 from agents.ppo import PPOAgent
-from env.cost_model import CostModel
-from search.pareto import hypervolume, nondominated, normalise
+from env.cost.cost_model import CostModel
+from search.records.pareto import hypervolume, nondominated, normalise
 from tests.profiles import layered_profile
 
 N_UNITS = 64

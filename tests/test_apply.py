@@ -16,12 +16,11 @@ import torch.nn as nn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from env.apply import apply_actions, plan_for
-from env.errors import PlanError
-from env.plan import Action
-from env.units import find_units
-from env.workloads import load_workload
-
+from env.data.errors import PlanError
+from env.data.plan import Action
+from env.runtime.apply import apply_actions, plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 
 STEP_SEED = 1234
 TINY = ("gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny")

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from env.errors import PlanError
-from env.plan import Action
-from env.apply import plan_for
-from env.units import find_units
-from env.workloads import load_workload
+from env.data.errors import PlanError
+from env.data.plan import Action
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from search import apply_plan
-from search.apply import PlanMismatchWarning
+from search.training.apply import PlanMismatchWarning
 
 ROOT = Path(__file__).resolve().parents[1]
 MIXED = ["recompute", "selective", "keep", "recompute"]

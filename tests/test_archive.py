@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from env.records import MeasuredPlan
-from search.archive import ParetoArchive, spread_picks
+from env.data.measured import MeasuredPlan
+from search.engine.archive import ParetoArchive, spread_picks
 
 
 def _result(digest: str, peak: int, seconds: float, source: str = "agent_0", oom: bool = False) -> MeasuredPlan:
@@ -114,7 +114,7 @@ def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_nois
 
 
 def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() -> None:
-    from search.agent_pool import _rule_only
+    from search.engine.agent_pool import _rule_only
 
     assert _rule_only(_result("a", 1, 1.0, "rule:every_2"))
     assert not _rule_only(_result("a", 1, 1.0, "exact")) and not _rule_only(_result("a", 1, 1.0, "agent_1"))
@@ -122,7 +122,7 @@ def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() 
 
 
 def test_with_warm_start_the_teacher_may_demonstrate_the_rules_plans_too() -> None:
-    from search.agent_pool import may_demonstrate
+    from search.engine.agent_pool import may_demonstrate
 
     rule, mine = _result("a", 1, 1.0, "rule:segments_2"), _result("b", 1, 1.0, "agent_0")
     assert may_demonstrate(rule, warm_start=True) and not may_demonstrate(rule, warm_start=False)

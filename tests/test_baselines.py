@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.baselines import baseline_rules, checkpoint_sequential_plan, sequential_segments, sqrt_n_plan
-from env.plan import Action
+from env.data.plan import Action
 
 KRS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 

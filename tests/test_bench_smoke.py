@@ -179,7 +179,7 @@ def test_peers_quick(tmp_path: Path) -> None:
 
 def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:
     from bench.common import interleaved, rotated
-    from env.records import MeasuredPlan
+    from env.data.measured import MeasuredPlan
 
     assert [rotated("abc", r)[0] for r in range(4)] == ["a", "b", "c", "a"] and rotated([], 3) == []
     order: list[str] = []
@@ -199,7 +199,7 @@ def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples()
 
 def test_a_peer_quote_timed_unequally_is_refused() -> None:
     from bench.common import check_equal_samples
-    from env.records import MeasuredPlan
+    from env.data.measured import MeasuredPlan
 
     def rec(samples: list[float]) -> MeasuredPlan:
         return MeasuredPlan(workload="w", batch_shape="b", digest="d", actions=["keep"], peak_bytes=1,
@@ -248,9 +248,9 @@ def test_the_second_quote_measures_each_flagged_rule_beside_the_agents_plan_it_w
     sys.path.insert(0, str(ROOT))
     from agents.baselines import baseline_rules
     from bench.agents_search import _fastest, _samples, analyse, confirm
-    from env.plan import Action
     from bench.common import Ledger
-    from search.evaluator import Evaluator
+    from env.data.plan import Action
+    from search.engine.evaluator import Evaluator
 
     ev = Evaluator("gpt/tiny", 0, [], ["keep", "recompute"], repeats=2, device="cpu", threads=1, name="quote")
     first = Ledger(ev.evaluate, [Action.KEEP, Action.RECOMPUTE])

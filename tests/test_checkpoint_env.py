@@ -13,18 +13,18 @@ import torch
 
 import env  # noqa: F401  (registers CkptSearch-v1)
 from agents.exact import exact_frontier
-from env.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, BudgetShare, CheckpointEnv
-from env.cost_model import CostModel
-from env.plan import Action
-from env.records import ModelProfile
+from env.cost.cost_model import CostModel
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from env.gym.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, BudgetShare, CheckpointEnv
 from tests.profiles import layered_profile, synthetic_profile
 
 
 @pytest.fixture(scope="module")
 def gpt_tiny() -> ModelProfile:
-    from env.profile import profile
-    from env.units import find_units
-    from env.workloads import load_workload
+    from env.measure.profiler import profile
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
 
     w = load_workload("gpt/tiny")
     return profile(w, find_units(w.model), repeats=1, baseline=False)

@@ -17,26 +17,25 @@ import torch
 import torch.nn as nn
 from torch._dynamo.testing import EagerAndRecordGraphs
 
-from env.apply import apply_actions, plan_for
-from env.compiled import CompileOptions
-from env.errors import MeasurementError
-from env.measure import measure
-from env.records import MeasuredPlan as Measurement
-from env.plan import Plan, fingerprint
-from env.units import find_units
-from env.workloads import Workload, load_workload
-from search.integrations import hf_available, hf_units
-
+from env.data.errors import MeasurementError
+from env.data.measured import MeasuredPlan as Measurement
+from env.data.plan import Plan, fingerprint
+from env.measure.compiled import CompileOptions
+from env.measure.measurement import measure
+from env.runtime.apply import apply_actions, plan_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
+from search.training.integrations import hf_available, hf_units
 from tests.test_workloads import one_line_error
 
-LLAMA = "search.integrations:hf_llama"
+LLAMA = "env.workloads.zoo:hf_llama"
 MIXED = ["keep", "recompute", "selective", "recompute"]  # every CPU action, on gpt/tiny's 4 blocks
 SEED = 7
 needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
 
 
 def _units(w: Workload) -> list[str]:
-    return hf_units(w.model) if w.spec.startswith("search.integrations") else find_units(w.model)
+    return hf_units(w.model) if w.spec.startswith("search.training.integrations") else find_units(w.model)
 
 
 def _actions(units: list[str]) -> list[str]:

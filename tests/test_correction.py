@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from env.correction import MeasuredCorrection
-from env.cost_model import CostModel
+from env.cost.correction import MeasuredCorrection
+from env.cost.cost_model import CostModel
 from tests.profiles import synthetic_profile
 
 N = 6
@@ -184,10 +184,10 @@ def test_timing_noise_costs_the_corrected_frontier_little_at_48_units() -> None:
     from pathlib import Path
 
     from agents.exact import exact_frontier
-    from env.plan import Action
-    from env.records import ModelProfile
-    from search.archive import spread_picks
-    from search.pareto import hypervolume, normalise
+    from env.data.model_profile import ModelProfile
+    from env.data.plan import Action
+    from search.engine.archive import spread_picks
+    from search.records.pareto import hypervolume, normalise
 
     path = Path(__file__).resolve().parents[1] / "bench" / "profiles" / "gpt_small_12_subblock.json"
     cm = CostModel(ModelProfile.model_validate_json(path.read_text()))

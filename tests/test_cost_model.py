@@ -11,14 +11,13 @@ import random
 
 import pytest
 
-from env.apply import plan_for
-from env.cost_model import CostModel
-from env.errors import PlanError
-from env.measure import measure
-from env.profile import ModelProfile, Segment, profile
-from env.units import find_units
-from env.workloads import Workload, load_workload
-
+from env.cost.cost_model import CostModel
+from env.data.errors import PlanError
+from env.measure.measurement import measure
+from env.measure.profiler import ModelProfile, Segment, profile
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
 from tests.test_workloads import one_line_error
 
 SPECS = ("gpt/tiny", "cnn/tiny")

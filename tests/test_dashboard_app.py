@@ -10,13 +10,13 @@ import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from dashboard.launch import RUNS_ENV
 from dashboard.data import load_run, select_plan
-from env.records import MIB
+from dashboard.launch import RUNS_ENV
 from dashboard.new_search import LaunchPolicy, search_command, start_search
-from env.errors import CkptSearchError
-from env.plan import Plan
-from search.store import STORE_NAME, RunStore
+from env.data.errors import CkptSearchError
+from env.data.plan import Plan
+from env.data.types import MIB
+from search.records.store import STORE_NAME, RunStore
 from tests.fixtures_runs import cached_run
 
 APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")

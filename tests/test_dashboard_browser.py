@@ -14,7 +14,7 @@ import pytest
 
 from dashboard.data import load_run, select_plan
 from dashboard.launch import free_port, start_server
-from env.plan import Plan
+from env.data.plan import Plan
 from tests.fixtures_runs import cached_run
 
 CHROMIUM = "/usr/bin/chromium"

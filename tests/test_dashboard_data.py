@@ -12,12 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dashboard.data import (RunDataError, RunNotReady, list_runs, load_run, nearest_rule, select_plan,
-                            unit_table)
-from dashboard.pricing import (GB, Cluster, LinearFit, PricingError, fit_line, fit_scaling, max_micro_batch,
-                               price_plan, price_table)
-from env.cost_model import CostModel
-from search.store import STORE_NAME, RunStore
+from dashboard.data import RunDataError, RunNotReady, list_runs, load_run, nearest_rule, select_plan, unit_table
+from dashboard.pricing import (
+    GB,
+    Cluster,
+    LinearFit,
+    PricingError,
+    fit_line,
+    fit_scaling,
+    max_micro_batch,
+    price_plan,
+    price_table,
+)
+from env.cost.cost_model import CostModel
+from search.records.store import STORE_NAME, RunStore
 from tests.fixtures_runs import cached_run
 
 

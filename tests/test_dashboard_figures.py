@@ -9,8 +9,8 @@ import pytest
 
 from dashboard import figures, selection
 from dashboard.data import RunData, load_run, unit_table
-from env.records import MIB
 from dashboard.pricing import Cluster, price_table
+from env.data.types import MIB
 from tests.fixtures_runs import cached_run
 
 pytestmark = pytest.mark.slow  # the run folder is measured once per process (about 5 s)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from env.plan import Action
-from env.records import MeasuredPlan, median_seconds, paired
-from search.evaluator import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, Evaluator
-from search.ledger import Ledger, SearchSetup
-from search.store import RunStore
+from env.data.measured import MeasuredPlan, median_seconds
+from env.data.plan import Action
+from search.engine.evaluator import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, Evaluator
+from search.engine.ledger import Ledger, SearchSetup
+from search.records.ranking import paired
+from search.records.store import RunStore
 from tests.profiles import synthetic_profile
 
 
@@ -204,7 +205,7 @@ def test_the_deciding_passes_rank_the_plans_they_measured_side_by_side(tmp_path)
     assert front[0].step_seconds / led.scale == pytest.approx(1.4, rel=0.01)
     assert front[1].step_seconds / led.scale == pytest.approx(1.3, rel=0.01)
     # ranked on every measurement (no deciding passes), A still dominates B
-    from env.records import Ranking
+    from search.records.ranking import Ranking
 
     every = [Ranking(led.store.baseline())(m) for m in led.store.measured()]
     assert {m.digest: m.step_seconds for m in every}[d_a] < {m.digest: m.step_seconds for m in every}[d_b]

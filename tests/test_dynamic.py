@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from env.plan import Action, fingerprint
-from env.units import find_units
-from env.workloads import load_workload
-from search.dynamic import DynamicPlan
-from env.records import MIB
-from search.frontier_file import Baseline, FrontierError, FrontierFile, FrontierPoint, load_frontier, write_frontier
+from env.data.plan import Action, fingerprint
+from env.data.types import MIB
+from env.units.find import find_units
+from env.workloads.workload import load_workload
+from search.records.frontier_file import (
+    Baseline,
+    FrontierError,
+    FrontierFile,
+    FrontierPoint,
+    load_frontier,
+    write_frontier,
+)
+from search.training.dynamic import DynamicPlan
 
 W = load_workload("gpt/tiny")
 UNITS = find_units(W.model)

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
-from env.cost_model import CostModel
-from env.plan import Action
+from env.cost.cost_model import CostModel
+from env.data.plan import Action
 from tests.profiles import layered_profile, synthetic_profile
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
@@ -61,7 +61,7 @@ def test_restricted_actions_only_use_them() -> None:
 
 
 def test_relative_steps_keep_the_frontier_within_a_tenth_of_a_percent() -> None:
-    from search.pareto import hypervolume, normalise
+    from search.records.pareto import hypervolume, normalise
 
     prof = layered_profile(24, seed=0)
     cm = CostModel(prof)

@@ -15,19 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from env.measure import measure
-from env.plan import Action, Plan, fingerprint
-from env.units import find_units
-from env.workloads import load_workload
+from env.data.plan import Action, Plan, fingerprint
+from env.data.types import MIB
+from env.measure.measurement import measure
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from search.export import main
-from env.records import MIB
-from search.frontier_file import Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
-from search.integrations import hf_available, hf_units
-from search.store import RunStore
+from search.records.frontier_file import Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
+from search.records.store import RunStore
+from search.training.integrations import hf_available, hf_units
 
 ROOT = Path(__file__).resolve().parents[1]
 GPT = "gpt/tiny"
-HF_GPT2 = "search.integrations:hf_gpt2"
+HF_GPT2 = "env.workloads.zoo:hf_gpt2"
 
 
 def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=find_units) -> FrontierFile:
@@ -54,7 +54,7 @@ def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=fin
 
 
 # A fresh process: build the model, apply the plan (MODE), compare gradients with an unplanned twin
-# (same seed, same dropout draws), then measure one step's peak with env.measure and print both.
+# (same seed, same dropout draws), then measure one step's peak with env.measure.measurement and print both.
 CHILD = textwrap.dedent('''
     import json, sys
     mode, spec, plan_file = sys.argv[1:4]
@@ -64,15 +64,15 @@ CHILD = textwrap.dedent('''
         leaked = sorted(m for m in ("env", "search", "pydantic") if m in sys.modules)
         assert not leaked, f"the snippet imported {leaked}"
     import torch
-    from env.workloads import load_workload
-    from env.measure import measure
-    from env.plan import Plan, fingerprint
+    from env.workloads.workload import load_workload
+    from env.measure.measurement import measure
+    from env.data.plan import Plan, fingerprint
 
     def apply(model):
         if mode == "snippet":
             return ns["apply_checkpoint_plan"](model)
         if mode == "hf":
-            from search.integrations import apply_hf_plan
+            from search.training.integrations import apply_hf_plan
             return apply_hf_plan(model, plan_file)
         from search import apply_plan
         return apply_plan(model, plan_file)

@@ -14,18 +14,17 @@ import pytest
 import torch
 
 from agents.exact import exact_frontier
-from env.apply import plan_for
-from env.cost_model import CostModel
-from env.measure import measure
-from env.offload import offloader_for
-from env.plan import Action
-from env.profile import check_profile, profile
-from env.timeline import profiled_step, profiler_events, train_step
-from env.trace import MEMORY_EVENT, PEAK_TOLERANCE
-from env.units import find_units
-from env.workloads import Workload, load_workload
-from search.snippet import plan_snippet
-
+from env.cost.cost_model import CostModel
+from env.data.plan import Action
+from env.measure.measurement import measure
+from env.measure.profiler import check_profile, profile
+from env.measure.timeline import profiled_step, profiler_events, train_step
+from env.measure.trace import MEMORY_EVENT, PEAK_TOLERANCE
+from env.runtime.apply import plan_for
+from env.runtime.offload import offloader_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
+from search.training.snippet import plan_snippet
 from tests.test_apply import Case, compare
 
 pytestmark = pytest.mark.gpu

@@ -7,17 +7,21 @@ import functools
 import pytest
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-    CheckpointImpl, CheckpointWrapper, apply_activation_checkpointing, checkpoint_wrapper)
+    CheckpointImpl,
+    CheckpointWrapper,
+    apply_activation_checkpointing,
+    checkpoint_wrapper,
+)
 
-from env.apply import plan_for
-from env.errors import PlanError
-from env.units import find_units
-from env.workloads import load_workload
-from search.integrations import apply_hf_plan, fsdp_check_fn, hf_available, hf_plan_for, hf_units
+from env.data.errors import PlanError
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
+from search.training.integrations import apply_hf_plan, fsdp_check_fn, hf_available, hf_plan_for, hf_units
 
 needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
-GPT2 = "search.integrations:hf_gpt2"
-BERT = "search.integrations:hf_bert?n_layer=3"
+GPT2 = "env.workloads.zoo:hf_gpt2"
+BERT = "env.workloads.zoo:hf_bert?n_layer=3"
 
 
 def _grads(w) -> dict[str, torch.Tensor]:

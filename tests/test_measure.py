@@ -8,16 +8,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from env.apply import plan_for
-from env.errors import MeasurementError
-from env.measure import measure, warm_up
-from env.records import MeasuredPlan
-from env.plan import Action
-from env.profile import profile
-from env.timeline import UnitMarkers, train_step
-from env.units import find_units
-from env.workloads import Workload, load_workload
-
+from env.data.errors import MeasurementError
+from env.data.measured import MeasuredPlan
+from env.data.plan import Action
+from env.measure.measurement import measure, warm_up
+from env.measure.profiler import profile
+from env.measure.timeline import UnitMarkers, train_step
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
 from tests.test_workloads import one_line_error
 
 MIXED = [Action.RECOMPUTE, Action.KEEP, Action.SELECTIVE, Action.KEEP]

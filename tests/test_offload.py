@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from env.apply import plan_for
-from env.offload import ActivationOffloader, HostPool, is_model_state, offloaded_forward, state_storages
-from env.units import find_units
-from env.workloads import Workload, load_workload
-from search.snippet import plan_snippet
+from env.runtime.apply import plan_for
+from env.runtime.offload import ActivationOffloader, HostPool, is_model_state, offloaded_forward, state_storages
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
+from search.training.snippet import plan_snippet
 
 SEED = 99
 CPU = torch.device("cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from search.pareto import REFERENCE, hypervolume, nondominated, normalise, reference_point
+from search.records.pareto import REFERENCE, hypervolume, nondominated, normalise, reference_point
 
 
 def test_nondominated_drops_dominated_and_repeated_points() -> None:

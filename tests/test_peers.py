@@ -15,19 +15,28 @@ import pytest
 import torch
 import torch.nn as nn
 
-from env.apply import apply_actions, plan_for
-from env.compiled import CompileOptions, compiled
-from env.errors import PlanError, WorkloadError
-from env.peers import (BUDGETS, Peer, PeerKind, checkpoint_sequential_peer, compile_budget_peer, find_chain,
-                       hf_checkpointing_peer, measure_peer, peers_for, prepared)
-from env.units import find_units
-from env.workloads import Workload, load_workload
-from search.integrations import hf_available
-
+from env.data.errors import PlanError, WorkloadError
+from env.measure.compiled import CompileOptions, compiled
+from env.measure.peers import (
+    BUDGETS,
+    Peer,
+    PeerKind,
+    checkpoint_sequential_peer,
+    compile_budget_peer,
+    find_chain,
+    hf_checkpointing_peer,
+    measure_peer,
+    peers_for,
+    prepared,
+)
+from env.runtime.apply import apply_actions, plan_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
+from search.training.integrations import hf_available
 from tests.test_workloads import one_line_error
 
-LLAMA = "search.integrations:hf_llama"
-LLAMA4 = "search.integrations:hf_llama?n_layer=4"
+LLAMA = "env.workloads.zoo:hf_llama"
+LLAMA4 = "env.workloads.zoo:hf_llama?n_layer=4"
 needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
 SEED = 5
 
@@ -108,7 +117,7 @@ def _eager_peer_cases() -> list[tuple[str, Peer]]:
 
 @pytest.mark.parametrize("spec, peer", _eager_peer_cases(), ids=lambda v: v.name if isinstance(v, Peer) else v)
 def test_an_eager_peer_keeps_the_gradients_saves_activations_and_undoes_cleanly(spec: str, peer: Peer) -> None:
-    if spec.startswith("search.integrations") and not hf_available():
+    if spec.startswith("search.training.integrations") and not hf_available():
         pytest.skip("transformers is not installed")
     w = load_workload(spec)
     initial = copy.deepcopy(w.model.state_dict())

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from env.apply import apply_actions, plan_for
-from env.errors import PlanError
-from env.plan import SCHEMA_VERSION, Action, Plan, check_plan, fingerprint, parse_action
-from env.units import find_units
-from env.workloads import load_workload
-
+from env.data.errors import PlanError
+from env.data.plan import SCHEMA_VERSION, Action, Plan, check_plan, fingerprint, parse_action
+from env.runtime.apply import apply_actions, plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from tests.test_workloads import one_line_error
 
 
@@ -97,7 +96,7 @@ def test_a_missing_plan_file(tmp_path: Path) -> None:
 
 
 def test_the_codec_converts_plans_without_changing_their_digest() -> None:
-    from env.codec import PlanCodec
+    from env.data.codec import PlanCodec
 
     units, fp = ["blocks.0", "blocks.1", "blocks.2"], "abc123"
     codec = PlanCodec(units, ["keep", "recompute", "selective"], fp)

@@ -10,11 +10,11 @@ import pytest
 
 from agents.exact import exact_frontier
 from agents.ppo import AgentConfig, PPOAgent
-from env.correction import MeasuredCorrection
-from env.cost_model import CostModel
-from env.plan import Action
-from env.records import ModelProfile
-from search.pareto import hypervolume, normalise
+from env.cost.correction import MeasuredCorrection
+from env.cost.cost_model import CostModel
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from search.records.pareto import hypervolume, normalise
 from tests.profiles import layered_profile
 
 
@@ -141,7 +141,7 @@ def test_the_teacher_prices_measured_plans_as_measured_and_takes_up_incumbents()
     Before, the teacher was the exact frontier of the corrected model, an additive fit that smooths
     over single measurements: neither moved it."""
     from agents.imitation import teacher_frontier
-    from env.checkpoint_env import CheckpointEnv
+    from env.gym.checkpoint_env import CheckpointEnv
 
     prof = layered_profile(10, seed=2)
     cm = CostModel(prof)

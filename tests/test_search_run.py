@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from env.records import measurements_of
-from search.config import parse_config
-from search.driver import ANSWER_ROUNDS, FRONTIER_MEASUREMENTS
-from search.store import RunStore
+from search.engine.driver import ANSWER_ROUNDS, FRONTIER_MEASUREMENTS
+from search.records.config import parse_config
+from search.records.ranking import measurements_of
+from search.records.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -92,12 +92,12 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
 
 @pytest.mark.slow
 def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
-    from search.config import SearchConfig
-    from search.driver import Driver, prepare
-    from search.evaluator_pool import EvaluatorPool
-    from search.ledger import Ledger
-    from search.progress import RoundStatus
-    from search.report import write_outputs
+    from search.engine.driver import Driver, prepare
+    from search.engine.evaluator_pool import EvaluatorPool
+    from search.engine.ledger import Ledger
+    from search.engine.progress import RoundStatus
+    from search.engine.report import write_outputs
+    from search.records.config import SearchConfig
 
     cfg = SearchConfig(workload="gpt/tiny", agents=2, timesteps=384, chunk_timesteps=128, max_measurements=12,
                        repeats=2, progress=False, batch_scaling=False).validate()
@@ -330,7 +330,7 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
 
 
 def test_run_ids_are_readable() -> None:
-    from search.runs import run_id
+    from search.records.runs import run_id
 
     at = time.mktime((2026, 12, 1, 12, 0, 0, 0, 0, -1))
     assert run_id("models/unet.py:build", at) == "unet-build-20261201-120000"
@@ -371,8 +371,8 @@ def test_measured_reward_records_what_the_agents_measured(tmp_path, ray_session)
 
 
 def test_the_measurement_budget_grows_with_the_units_and_a_negative_one_is_refused():
-    from env.errors import CkptSearchError
-    from search.config import parse_config
+    from env.data.errors import CkptSearchError
+    from search.records.config import parse_config
 
     assert parse_config([]).measurement_budget(6) == 33 and parse_config([]).measurement_budget(48) == 54
     assert parse_config(["--max-measurements", "12"]).measurement_budget(96) == 12  # given: a cap as it is

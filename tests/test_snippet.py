@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from env.apply import plan_for
-from env.measure import measure
-from env.plan import Plan, fingerprint
-from env.units import find_units
-from env.workloads import load_workload
+from env.data.plan import Plan, fingerprint
+from env.measure.measurement import measure
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from search import apply_plan
-from search.snippet import plan_snippet
+from search.training.snippet import plan_snippet
 
 MIXED = ["recompute", "selective", "keep", "recompute"]
 

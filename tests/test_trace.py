@@ -15,23 +15,32 @@ from pathlib import Path
 
 import pytest
 
-from env.apply import plan_for
-from env.cost_model import CostModel
-from env.errors import MeasurementError
-from env.plan import Action
-from env.profile import check_profile, profile
-from env.trace import (MARK_PREFIX, MEMORY_EVENT, PeakCheck, ProfilerEvent, check_peaks, load_events, memory_trace,
-                       save_events, segment_bytes, step_segments)
-from env.units import find_units
-from env.workloads import load_workload
-
+from env.cost.cost_model import CostModel
+from env.data.errors import MeasurementError
+from env.data.plan import Action
+from env.measure.profiler import check_profile, profile
+from env.measure.trace import (
+    MARK_PREFIX,
+    MEMORY_EVENT,
+    PeakCheck,
+    ProfilerEvent,
+    check_peaks,
+    load_events,
+    memory_trace,
+    save_events,
+    segment_bytes,
+    step_segments,
+)
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from tests.test_workloads import one_line_error
 
 RECORDED = Path(__file__).parent / "data" / "gpt_tiny_cpu_trace.json"
 
 
 def test_the_trace_module_needs_no_torch() -> None:
-    code = "import sys, env.trace; assert 'torch' not in sys.modules, 'env.trace imported torch'"
+    code = "import sys, env.measure.trace; assert 'torch' not in sys.modules, 'env.measure.trace imported torch'"
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[1], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
 

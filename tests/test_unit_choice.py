@@ -15,16 +15,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from env.apply import apply_actions, plan_for
-from env.cost_model import CostModel
-from env.errors import MeasurementError, UnitError
-from env.headroom import lowest_and_keep_peak, nothing_to_save
-from env.measure import measure
-from env.plan import Action
-from env.profile import profile
-from env.unit_choice import MAX_UNITS, UnitChoice, choose_units, module_memory, out_of_order, resolve_units
-from env.units import find_units
-from env.workloads import Workload, load_workload
+from env.cost.cost_model import CostModel
+from env.cost.headroom import lowest_and_keep_peak, nothing_to_save
+from env.data.errors import MeasurementError, UnitError
+from env.data.plan import Action
+from env.measure.measurement import measure
+from env.measure.profiler import profile
+from env.runtime.apply import apply_actions, plan_for
+from env.units.choice import MAX_UNITS, UnitChoice, choose_units, module_memory, out_of_order, resolve_units
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
 from tests.test_workloads import one_line_error
 from tests.test_zoo import SMALL as SMALL_ZOO
 from tests.test_zoo import needs_zoo, small
@@ -328,6 +328,6 @@ def test_nothing_to_save_is_silent_when_a_plan_saves() -> None:
 
 
 def test_headroom_imports_without_torch() -> None:
-    code = "import sys, env.headroom; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, env.cost.headroom; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 import torch.nn as nn
 
-from env.errors import UnitError
-from env.units import find_units
-from env.workloads import load_workload
-
+from env.data.errors import UnitError
+from env.units.find import find_units
+from env.workloads.workload import load_workload
 from tests.test_workloads import one_line_error
 
 EXPECTED_BLOCKS = {

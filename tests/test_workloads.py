@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from env.errors import WorkloadError
-from env.workloads import PRESETS, Workload, WorkloadSpec, builtin_options, load_workload, workload_names
+from env.data.errors import WorkloadError
+from env.workloads.spec import PRESETS, WorkloadSpec, builtin_options, workload_names
+from env.workloads.workload import Workload, load_workload
 
 TINY = [f"{name}/tiny" for name in ("gpt", "cnn", "lstm", "mlp")]
 
@@ -186,7 +187,7 @@ def test_a_module_factory_that_cannot_be_imported() -> None:
 
 def test_gpt_tokens_are_shorter_sequences_on_the_same_model() -> None:
     """``tokens``: a batch of shorter sequences than the context; the model (and a plan's fingerprint) stays."""
-    from env.plan import fingerprint
+    from env.data.plan import fingerprint
 
     short, full = load_workload("gpt/tiny?tokens=8"), load_workload("gpt/tiny")
     assert short.inputs[0].shape == (2, 8) and full.inputs[0].shape == (2, 16)

@@ -11,13 +11,14 @@ import importlib.util
 import pytest
 import torch
 
-from env.apply import plan_for
-from env.errors import PlanError
-from env.plan import Action
-from env.unit_choice import resolve_units
-from env.workloads import PRESETS, WorkloadSpec, builtin_options, load_workload, workload_names
-from env.zoo import zoo_available, zoo_specs
-from search.integrations import apply_hf_plan
+from env.data.errors import PlanError
+from env.data.plan import Action
+from env.runtime.apply import plan_for
+from env.units.choice import resolve_units
+from env.workloads.spec import PRESETS, WorkloadSpec, builtin_options, workload_names, zoo_specs
+from env.workloads.workload import load_workload
+from env.workloads.zoo import zoo_available
+from search.training.integrations import apply_hf_plan
 from tests.test_workloads import refused
 
 needs_zoo = pytest.mark.skipif(not zoo_available(), reason="transformers/diffusers are not installed")

@@ -2,9 +2,9 @@
 
     python tests/data/record_trace.py
 
-The file holds the step's allocation events and unit marks as ``env.trace.ProfilerEvent`` rows,
+The file holds the step's allocation events and unit marks as ``env.measure.trace.ProfilerEvent`` rows,
 with what was measured beside it (live bytes before the step, the measured peak of the same plan),
-so that tests of ``env.trace`` read a real trace without running a model.
+so that tests of ``env.measure.trace`` read a real trace without running a model.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from env.apply import apply_actions, plan_for  # noqa: E402
-from env.measure import live_bytes, measure  # noqa: E402
-from env.plan import Action  # noqa: E402
-from env.timeline import UnitMarkers, profiler_events, train_step  # noqa: E402
-from env.trace import save_events  # noqa: E402
-from env.units import find_units  # noqa: E402
-from env.workloads import load_workload  # noqa: E402
+from env.data.plan import Action  # noqa: E402
+from env.measure.measurement import live_bytes, measure  # noqa: E402
+from env.measure.timeline import UnitMarkers, profiler_events, train_step  # noqa: E402
+from env.measure.trace import save_events  # noqa: E402
+from env.runtime.apply import apply_actions, plan_for  # noqa: E402
+from env.units.find import find_units  # noqa: E402
+from env.workloads.workload import load_workload  # noqa: E402
 
 OUT = Path(__file__).with_name("gpt_tiny_cpu_trace.json")
 

@@ -1,0 +1,110 @@
+"""Predict a plan's peak memory and step time from a ModelProfile, without the model.
+
+Walks the step's timeline (``env.data``): forward segments keep bytes, backward segments
+free them while gradients accumulate and recomputation adds its transient; the peak is the
+maximum of (level at a segment's start + that segment's rise), never a sum. Time is the sum
+of the segments' times. Arrays are precomputed once per profile; a prediction costs O(n).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from env.data.errors import PlanError
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action, Plan
+
+
+@dataclass(frozen=True)
+class Prediction:
+    peak_bytes: int
+    step_seconds: float
+
+
+class CostModel:
+    """``predict(action_indices)`` for the profile's units; indices into ``profile.actions``."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        self.profile = profile
+        acts = profile.actions
+        n = len(profile.units)
+        # (n, A) arrays: forward/backward delta, rise, seconds of unit i under action a
+        self.f_delta = np.array([[profile.costs[a][i].fwd.delta_bytes for a in acts] for i in range(n)], dtype=np.int64)
+        self.f_rise = np.array([[profile.costs[a][i].fwd.rise_bytes for a in acts] for i in range(n)], dtype=np.int64)
+        self.b_delta = np.array([[profile.costs[a][i].bwd.delta_bytes for a in acts] for i in range(n)], dtype=np.int64)
+        self.b_rise = np.array([[profile.costs[a][i].bwd.rise_bytes for a in acts] for i in range(n)], dtype=np.int64)
+        self.seconds = np.array([[profile.costs[a][i].fwd.seconds + profile.costs[a][i].bwd.seconds for a in acts]
+                                 for i in range(n)])
+        self.fixed_seconds = profile.pre.seconds + profile.post.seconds + profile.tail.seconds
+        # python lists: faster than numpy indexing for the short loops below
+        self._fd, self._fr = self.f_delta.tolist(), self.f_rise.tolist()
+        self._bd, self._br = self.b_delta.tolist(), self.b_rise.tolist()
+        self._s = self.seconds.tolist()
+
+    def with_step_seconds(self, seconds: np.ndarray, fixed_seconds: float) -> "CostModel":
+        """This model with its step times replaced: ``seconds[i][a]`` per unit and action plus
+        ``fixed_seconds`` (e.g. the times a correction fitted to measurements); peaks unchanged."""
+        seconds = np.asarray(seconds, dtype=float)
+        if seconds.shape != self.seconds.shape:
+            raise ValueError(f"step seconds of shape {seconds.shape} for a model of shape {self.seconds.shape}; "
+                             "give one time per unit and profiled action")
+        cm = copy.copy(self)
+        cm.seconds, cm._s, cm.fixed_seconds = seconds, seconds.tolist(), float(fixed_seconds)
+        return cm
+
+    @property
+    def n_units(self) -> int:
+        return len(self.profile.units)
+
+    def action_index(self, action: Action) -> int:
+        return self.profile.actions.index(action)
+
+    def indices(self, plan: Plan) -> list[int]:
+        if plan.fingerprint != self.profile.fingerprint:
+            raise PlanError(f"plan fingerprint {plan.fingerprint} is not this profile's ({self.profile.fingerprint}); "
+                            "profile the plan's model")
+        try:
+            return [self.profile.actions.index(a) for a in plan.action_list(self.profile.units)]
+        except ValueError:
+            raise PlanError(f"plan uses an action the profile lacks; profiled actions: "
+                            f"{', '.join(a.value for a in self.profile.actions)}") from None
+
+    def forward_levels(self, actions: Sequence[int]) -> list[int]:
+        """Bytes live after each unit's forward, for the first ``len(actions)`` units."""
+        level = self.profile.base_bytes + self.profile.pre.delta_bytes
+        out = []
+        for i, a in enumerate(actions):
+            level += self._fd[i][a]
+            out.append(level)
+        return out
+
+    def peak_bytes(self, actions: Sequence[int]) -> int:
+        p = self.profile
+        level = p.base_bytes
+        peak = level + p.pre.rise_bytes
+        level += p.pre.delta_bytes
+        fd, fr, bd, br = self._fd, self._fr, self._bd, self._br
+        for i, a in enumerate(actions):
+            peak = max(peak, level + fr[i][a])
+            level += fd[i][a]
+        peak = max(peak, level + p.post.rise_bytes)
+        level += p.post.delta_bytes
+        for i in range(len(actions) - 1, -1, -1):
+            a = actions[i]
+            peak = max(peak, level + br[i][a])
+            level += bd[i][a]
+        return max(peak, level + p.tail.rise_bytes)
+
+    def step_seconds(self, actions: Sequence[int]) -> float:
+        s = self._s
+        return self.fixed_seconds + sum(s[i][a] for i, a in enumerate(actions))
+
+    def predict(self, actions: Sequence[int] | Plan) -> Prediction:
+        idx = self.indices(actions) if isinstance(actions, Plan) else list(actions)
+        if len(idx) != self.n_units:
+            raise PlanError(f"{len(idx)} actions for {self.n_units} units; give one per unit")
+        return Prediction(self.peak_bytes(idx), self.step_seconds(idx))

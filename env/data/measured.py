@@ -1,0 +1,122 @@
+"""``MeasuredPlan``: one plan measured on one workload and device, the one record that travels
+from the Evaluator to the store, the archive, ``frontier.json``, the report, the dashboard and
+the benchmarks. Repeated measurements of a plan merge in one place, ``merged()``. Beside it the
+statistics of step-time samples (``median_seconds``, ``spread_seconds``). Torch-free.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+from pydantic import BaseModel, Field
+
+from env.data.errors import MeasurementError
+
+
+def median_seconds(samples: Sequence[float]) -> float:
+    """Median step time; infinite for a plan without samples (it never ran: out of memory)."""
+    return statistics.median(samples) if samples else float("inf")
+
+
+def spread_seconds(samples: Sequence[float]) -> float:
+    """Interquartile range of step times (with fewer than 4 samples: max - min)."""
+    s = sorted(samples)
+    if len(s) < 4:
+        return (s[-1] - s[0]) if s else 0.0
+    q = statistics.quantiles(s, n=4)
+    return q[2] - q[0]
+
+
+class MeasuredPlan(BaseModel):
+    """One plan measured on one workload and device: every repeat of it, merged."""
+
+    workload: str
+    batch_shape: str
+    digest: str  # env.data.plan.plan_digest of the plan
+    actions: list[str]  # action name per unit, in the profile's unit order
+    sources: list[str] = Field(default_factory=list)  # everyone who proposed it, first first
+    peak_bytes: int  # everything live at the step's peak
+    live_before_bytes: int  # parameters, optimizer state and inputs, before the step
+    peak_reserved_bytes: int | None = None  # CUDA caching allocator's reserve at its peak
+    step_seconds_samples: list[float]  # one per timed step, all repeats together
+    # per sample: the median step of the reference plan (all keep) measured on the same Evaluator just before,
+    # so that plans measured minutes apart compare as if side by side (``paired``); empty: not measured so
+    reference_seconds: list[float] = Field(default_factory=list)
+    clock: str  # what the samples were read from: env.measure.timeline.step_clock
+    device: str
+    torch_version: str
+    oom: bool = False  # the plan ran out of memory: infeasible on this device
+    measurement_ids: list[str] = Field(default_factory=list)  # one per measurement merged in
+    evaluators: list[str] = Field(default_factory=list)  # who measured it (evaluator@node), per measurement
+    compile_seconds: float | None = None  # torch.compile's warm-up, apart from the steps; None: eager steps
+    recompiles: int | None = None  # graphs compiled again during the measured steps (compiled only; 0 expected)
+    graph_breaks: int | None = None  # graph breaks of the compiled model (compiled only; 0: one graph)
+
+    @property
+    def source(self) -> str:
+        """Who proposed it first."""
+        return self.sources[0] if self.sources else ""
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.peak_bytes - self.live_before_bytes
+
+    @property
+    def step_seconds(self) -> float:
+        return median_seconds(self.step_seconds_samples)
+
+    @property
+    def spread_seconds(self) -> float:
+        return spread_seconds(self.step_seconds_samples)
+
+    @property
+    def is_paired(self) -> bool:
+        """Every sample has its reference (``reference_seconds``)."""
+        return len(self.reference_seconds) == len(self.step_seconds_samples)
+
+    @property
+    def has_references(self) -> bool:
+        """Measured with references: at least one sample, and each with its reference."""
+        return bool(self.reference_seconds) and self.is_paired
+
+    @property
+    def n_measurements(self) -> int:
+        return max(1, len(self.measurement_ids))
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.workload, self.batch_shape, self.digest)
+
+    def proposed_by(self, *sources: str) -> "MeasuredPlan":
+        """This record with ``sources`` added to its proposers (first proposer stays first)."""
+        new = [s for s in sources if s and s not in self.sources]
+        return self.model_copy(update={"sources": self.sources + new}) if new else self
+
+    def merged(self, other: "MeasuredPlan") -> "MeasuredPlan":
+        """This record with another measurement of the same plan added: samples appended, peak the
+        larger, proposers united. A measurement already merged in (same id) is not added twice;
+        measurements taken with another clock or on another device model are refused."""
+        if other.key != self.key:
+            raise MeasurementError(f"cannot merge measurements of different plans {self.key} and {other.key}")
+        if (self.compile_seconds is None) != (other.compile_seconds is None):
+            raise MeasurementError(f"cannot merge a compiled and an eager measurement of plan {self.digest}; "
+                                   "keep compiled and eager records apart")
+        if other.clock != self.clock or other.device != self.device:
+            raise MeasurementError(
+                f"plan {self.digest}: a measurement by the {other.clock} clock on {other.device} cannot join those "
+                f"by the {self.clock} clock on {self.device}; compare plans measured on one device model and clock")
+        fresh = [i for i in other.measurement_ids if i not in self.measurement_ids]
+        merged = self.proposed_by(*other.sources)
+        if other.measurement_ids and not fresh:
+            return merged  # every measurement in ``other`` is here already
+        return merged.model_copy(update={
+            "peak_bytes": max(self.peak_bytes, other.peak_bytes),
+            "peak_reserved_bytes": max(self.peak_reserved_bytes or 0, other.peak_reserved_bytes or 0) or None,
+            "step_seconds_samples": self.step_seconds_samples + other.step_seconds_samples,
+            "reference_seconds": (self.reference_seconds + other.reference_seconds
+                                  if self.is_paired and other.is_paired else []),
+            "oom": self.oom and other.oom,
+            "measurement_ids": self.measurement_ids + fresh,
+            "evaluators": self.evaluators + other.evaluators,
+        })

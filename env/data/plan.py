@@ -1,0 +1,172 @@
+"""Checkpoint plans: one action per decision unit, bound to a model by its fingerprint.
+
+A plan is plain data with a versioned JSON form::
+
+    {"schema_version": 1, "fingerprint": "3f2a...", "actions": {"blocks.0": "recompute", ...}}
+
+The fingerprint hashes the unit FQNs with their classes and every parameter's name and shape,
+so a plan made for one model is refused by another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from env.data.errors import PlanError
+
+if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
+    import torch.nn as nn
+
+SCHEMA_VERSION = 1
+
+
+class Action(str, Enum):
+    """What a unit does with its activations."""
+
+    KEEP = "keep"  # store them (no checkpointing)
+    RECOMPUTE = "recompute"  # store the unit's inputs only; rerun its forward in backward
+    SELECTIVE = "selective"  # store matmul/conv/attention outputs; recompute the cheap ops
+    OFFLOAD = "offload"  # store them in pinned CPU memory (CUDA only)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIONS: tuple[Action, ...] = tuple(Action)
+ACTION_NAMES: tuple[str, ...] = tuple(a.value for a in Action)
+
+
+def parse_action(value: str | Action) -> Action:
+    try:
+        return Action(value)
+    except ValueError:
+        raise PlanError(f"unknown action '{value}'; choose one of {', '.join(ACTION_NAMES)}") from None
+
+
+def plan_digest(fingerprint: str, actions: Mapping[str, str]) -> str:
+    """Stable id of a plan's content (unit -> action name): same decisions, same model, same digest."""
+    body = json.dumps({"fp": fingerprint, "a": dict(sorted(actions.items()))})
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def action_summary(actions: Iterable[str | Action]) -> str:
+    """``recompute 4, keep 2`` style: counts per action, most used first."""
+    counts: dict[str, int] = {}
+    for a in actions:
+        name = a.value if isinstance(a, Action) else str(a)
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def fingerprint(model: "nn.Module", units: Sequence[str]) -> str:
+    """Hash of the unit FQNs and classes and every parameter's name and shape."""
+    h = hashlib.sha256()
+    for u in sorted(units):
+        h.update(f"unit:{u}:{type(model.get_submodule(u)).__name__};".encode())
+    for name, p in model.named_parameters():
+        h.update(f"param:{name}:{tuple(p.shape)};".encode())
+    return h.hexdigest()[:16]
+
+
+class Plan(BaseModel):
+    """Unit FQN -> action, for the model whose fingerprint it carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    fingerprint: str
+    actions: dict[str, Action]
+
+    @field_validator("actions", mode="before")
+    @classmethod
+    def _known_actions(cls, v: dict) -> dict:
+        if isinstance(v, dict):
+            for unit, action in v.items():
+                if isinstance(action, str) and action not in ACTION_NAMES:
+                    raise PlanError(f"unknown action '{action}' for unit '{unit}'; choose one of {', '.join(ACTION_NAMES)}")
+        return v
+
+    @classmethod
+    def uniform(cls, units: Iterable[str], action: Action | str, fp: str) -> "Plan":
+        a = parse_action(action)
+        return cls(fingerprint=fp, actions={u: a for u in units})
+
+    @classmethod
+    def from_list(cls, units: Sequence[str], actions: Sequence[Action | str], fp: str) -> "Plan":
+        if len(units) != len(actions):
+            raise PlanError(f"{len(actions)} actions for {len(units)} units; give one action per unit")
+        return cls(fingerprint=fp, actions={u: parse_action(a) for u, a in zip(units, actions)})
+
+    def action_list(self, units: Sequence[str]) -> list[Action]:
+        return [self.actions.get(u, Action.KEEP) for u in units]
+
+    @property
+    def digest(self) -> str:
+        """Stable id of the plan's content: same decisions for the same model, same digest."""
+        return plan_digest(self.fingerprint, {k: v.value for k, v in self.actions.items()})
+
+    def summary(self) -> str:
+        """``recompute 4, keep 2`` style: counts per action, most used first."""
+        return action_summary(self.actions.values())
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"schema_version": self.schema_version, "fingerprint": self.fingerprint,
+             "actions": {k: v.value for k, v in self.actions.items()}}, indent=2)
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(self.to_json() + "\n")
+        return path
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "plan") -> "Plan":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PlanError(f"{source} is not JSON ({e.msg} at line {e.lineno}); export it again with python -m search.export") from None
+        if not isinstance(data, dict) or "actions" not in data:
+            raise PlanError(f"{source} is not a checkpoint plan (no 'actions'); export one with python -m search.export")
+        if "plan" in data and isinstance(data["plan"], dict) and "actions" in data["plan"]:
+            data = data["plan"]
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            hint = "upgrade ckpt-search" if isinstance(version, int) and version > SCHEMA_VERSION else "re-export it with this version"
+            raise PlanError(f"{source} has plan schema version {version!r}, this ckpt-search reads version {SCHEMA_VERSION}; {hint}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise PlanError(f"{source} is not a valid plan: {where}: {first['msg']}; export it again with python -m search.export") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        path = Path(path)
+        if not path.is_file():
+            raise PlanError(f"plan file '{path}' does not exist; export one with python -m search.export RUN_DIR")
+        return cls.from_json(path.read_text(), source=f"plan file '{path}'")
+
+
+def check_plan(plan: Plan, model: "nn.Module", units: Sequence[str] | None = None) -> None:
+    """Refuse a plan for another model, or naming units the model does not have."""
+    names = {n for n, _ in model.named_modules()}
+    missing = [u for u in plan.actions if u not in names]
+    if missing:
+        raise PlanError(
+            f"plan names unit '{missing[0]}' which {type(model).__name__} does not have"
+            f"{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; "
+            "make the plan for this model, or apply with strict=False to skip missing units"
+        )
+    fp = fingerprint(model, units if units is not None else list(plan.actions))
+    if fp != plan.fingerprint:
+        raise PlanError(
+            f"plan was made for another model (fingerprint {plan.fingerprint}, this model {fp}); "
+            "search this model again, or apply with strict=False to apply the units that match"
+        )

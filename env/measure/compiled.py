@@ -1,0 +1,160 @@
+"""Compiled training steps: a workload's model under ``torch.compile``, warmed up until compiled.
+
+Users who train compiled want plans measured compiled: the compiler fuses ops, plans its own
+buffers and (``torch._functorch.config.activation_memory_budget``) decides what to recompute, so
+eager peaks and times do not carry over. :func:`compiled` gives the workload with its model
+compiled, fresh (``torch._dynamo.reset()`` before and after, so one plan's graphs never serve
+another), with ``fullgraph=True`` where the model allows and graph breaks counted where it does
+not. :meth:`CompiledWorkload.warm_up` runs steps until one compiles nothing new and reports
+the compile time apart from the step time; :meth:`CompiledWorkload.stats` also counts graphs
+compiled later (recompilations: a guard that fails during the measured steps).
+
+Compile time depends on inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), which
+``reset`` leaves alone: a graph compiled before in any process compiles again in a fraction of
+the time. That is what users see on their second run; quote compile times with that in mind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+import torch._dynamo
+import torch._functorch.config
+from torch._dynamo.utils import counters
+
+from env.data.errors import MeasurementError
+from env.measure.timeline import is_oom, train_step
+from env.workloads.workload import Workload
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a workload's model is compiled for measurement."""
+
+    fullgraph: bool = True  # one graph; a model that breaks it is compiled with breaks (counted), not refused
+    # torch._functorch.config.activation_memory_budget while compiling: 1.0 is the partitioner's
+    # default (recompute what is free), 0.0 recomputes everything it can; None leaves the config as is
+    activation_memory_budget: float | None = None
+    backend: str = "inductor"
+    max_compile_steps: int = 4  # warm-up steps that may compile before the measurement gives up
+
+    def __post_init__(self) -> None:
+        b = self.activation_memory_budget
+        if b is not None and not 0.0 <= b <= 1.0:
+            raise MeasurementError(f"activation_memory_budget={b} must be between 0.0 and 1.0 "
+                                   "(the fraction of the default partition's saved activations), or None")
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """What compiling a workload cost, from :meth:`CompiledWorkload.stats`."""
+
+    compile_seconds: float  # wall seconds of the warm-up steps that compiled, less a compiled step's time each
+    graphs: int  # graphs dynamo compiled during warm-up (1 with fullgraph)
+    graph_breaks: int  # graph breaks dynamo met (0 with fullgraph)
+    recompiles: int  # graphs compiled after warm-up, during the measured steps: 0 when the guards hold
+    fullgraph: bool  # compiled as one graph (False: the model broke it and was compiled with breaks)
+
+
+def _graphs() -> int:
+    return counters["stats"]["unique_graphs"]
+
+
+def _breaks() -> int:
+    return sum(counters["graph_break"].values())
+
+
+class CompiledWorkload:
+    """The workload with its model compiled; ``workload`` is what the measured steps run."""
+
+    def __init__(self, workload: Workload, options: CompileOptions) -> None:
+        self.original = workload
+        self.options = options
+        self.fullgraph = options.fullgraph
+        self.workload = self._compile(self.fullgraph)
+        self._graphs0, self._breaks0 = _graphs(), _breaks()
+        self._warm: tuple[float, int] | None = None  # (compile seconds, graphs) once warm
+
+    def _compile(self, fullgraph: bool) -> Workload:
+        # dynamic=False: a measured step has one shape; automatic dynamic shapes (after a second
+        # shape is seen in a frame behind a graph break) only add symbolic sizes that inductor
+        # sometimes cannot order (torch 2.13 on diffusers' UNet: "cannot determine truth value of
+        # Relational"); a frame seen with another shape compiles again and is counted
+        model = torch.compile(self.original.model, fullgraph=fullgraph, backend=self.options.backend, dynamic=False)
+        # a copy sharing everything but the model: inputs, loss, optimizer factory, meta
+        return dataclasses.replace(self.original, model=model)
+
+    def warm_up(self, optimizer: torch.optim.Optimizer, min_steps: int = 1) -> float:
+        """Run steps until one compiles nothing (and at least ``min_steps``); returns compile seconds."""
+        compiling: list[float] = []  # wall seconds of the steps that compiled
+        steady: float | None = None  # wall seconds of a step that compiled nothing
+        steps = 0
+        while steady is None or steps < min_steps:
+            if len(compiling) > self.options.max_compile_steps:
+                raise MeasurementError(
+                    f"workload '{self.original.spec}' compiled new graphs in each of {len(compiling)} warm-up steps "
+                    "(a guard fails every step: dynamic shapes or changing Python state); make the step static, "
+                    "raise CompileOptions.max_compile_steps, or measure it eagerly"
+                )
+            before = _graphs()
+            t0 = time.perf_counter()
+            try:
+                train_step(self.workload, optimizer)
+            except torch._dynamo.exc.BackendCompilerFailed as e:
+                if is_oom(e):
+                    raise  # measured as what it is: out of memory
+                cause = getattr(e, "inner_exception", None) or e  # the compiler's own error, not dynamo's wrapper
+                first = (str(cause).strip().splitlines() or [""])[0]
+                raise MeasurementError(
+                    f"workload '{self.original.spec}' failed to compile with backend '{self.options.backend}' "
+                    f"({type(cause).__name__}: {first[:200]}); a compiler bug, not the plan's: measure it eagerly "
+                    "(without --compile) or with another torch version") from e
+            except torch._dynamo.exc.Unsupported:
+                if not self.fullgraph:
+                    raise
+                optimizer.zero_grad(set_to_none=True)  # the failed step never reached backward
+                torch._dynamo.reset()
+                self.fullgraph = False  # the model breaks the graph: compile it with breaks, as users would
+                self.workload = self._compile(False)
+                self._graphs0, self._breaks0 = _graphs(), _breaks()
+                continue
+            wall = time.perf_counter() - t0
+            steps += 1
+            if _graphs() > before or steps == 1:  # step 1 compiles (its backward at least) even on a cache hit
+                compiling.append(wall)
+            else:
+                steady = wall
+        self._warm = (max(0.0, sum(compiling) - len(compiling) * steady), _graphs())
+        return self._warm[0]
+
+    @property
+    def compile_seconds(self) -> float:
+        """Compile seconds of the warm-up (0.0 before it finished)."""
+        return self._warm[0] if self._warm else 0.0
+
+    def stats(self) -> CompileStats:
+        if self._warm is None:
+            raise MeasurementError("CompiledWorkload.stats() before warm_up(); warm the compiled model up first")
+        compile_seconds, warm_graphs = self._warm
+        return CompileStats(compile_seconds=compile_seconds, graphs=warm_graphs - self._graphs0,
+                            graph_breaks=_breaks() - self._breaks0, recompiles=_graphs() - warm_graphs,
+                            fullgraph=self.fullgraph)
+
+
+@contextlib.contextmanager
+def compiled(workload: Workload, options: CompileOptions | None = None) -> Iterator[CompiledWorkload]:
+    """The workload with its model compiled, from a fresh dynamo state; dynamo is reset again on exit."""
+    options = options or CompileOptions()
+    budget = contextlib.nullcontext() if options.activation_memory_budget is None else \
+        torch._functorch.config.patch(activation_memory_budget=options.activation_memory_budget)
+    torch._dynamo.reset()
+    try:
+        with budget:
+            yield CompiledWorkload(workload, options)
+    finally:
+        torch._dynamo.reset()

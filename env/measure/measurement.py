@@ -1,0 +1,184 @@
+"""Measure a plan: peak memory and step time of real training steps (the ground truth).
+
+- CUDA: ``reset_peak_memory_stats`` -> step -> ``max_memory_allocated`` (and reserved beside
+  it); ``torch.cuda.synchronize`` around timed steps.
+- CPU: the profiler's memory events over one step; the peak of their running sum is exact and
+  repeatable (process RSS is not). Time: warm-up steps, then the median of N timed steps, read
+  from the measuring thread's CPU time when the step runs on one torch thread, so that other
+  processes on the machine do not lengthen it (``env.measure.timeline.step_clock``; ``clock`` says which).
+
+Compiled (``compile=True`` or a :class:`env.measure.compiled.CompileOptions`): the plan is applied, then
+the model compiled from a fresh dynamo state and warmed up until a step compiles nothing new;
+``compile_seconds`` is reported apart from the steps, and peak and time are read as above.
+
+``peak_bytes`` is everything live at the step's peak (parameters, optimizer state, inputs,
+activations, gradients): what must fit on the device. ``activation_bytes`` is the part above
+what was live before the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+
+from env.data.errors import MeasurementError
+from env.data.measured import MeasuredPlan
+from env.data.plan import Plan
+from env.measure.compiled import CompileOptions, compiled
+from env.measure.timeline import is_oom, profiled_step, step_clock, sync, train_step
+from env.runtime.apply import apply_actions
+from env.workloads.workload import Workload
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: object) -> int:
+    """Bytes of the distinct storages of parameters, gradients, optimizer state and inputs."""
+    seen: dict[int, int] = {}
+
+    def add(t: object) -> None:
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+        elif isinstance(t, dict):
+            for v in t.values():
+                add(v)
+        elif isinstance(t, (list, tuple)):
+            for v in t:
+                add(v)
+
+    for p in model.parameters():
+        add(p)
+        add(p.grad)
+    add(list(optimizer.state.values()))
+    add(list(model.buffers()))
+    add(inputs)
+    return sum(seen.values())
+
+
+def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes live on the workload's device now, counted as a step's peak is: the caching allocator's
+    ``memory_allocated`` on CUDA (its blocks, workspaces included), the distinct storages on CPU."""
+    if workload.device.type == "cuda":
+        return torch.cuda.memory_allocated(workload.device)
+    return state_bytes(workload.model, optimizer, workload.inputs)
+
+
+def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
+            warmup: int = 1, source: str = "", measurement_id: str = "",
+            compile: bool | CompileOptions = False) -> MeasuredPlan:
+    """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
+
+    Model weights move with every step (the optimizer runs), as in training. An out-of-memory
+    error on CUDA returns a measurement marked ``oom`` instead of raising. ``source`` (who
+    proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
+    ``compile``: measure compiled steps (the plan applied, then the model compiled; see
+    :mod:`env.measure.compiled`).
+    """
+    names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
+    with apply_actions(workload.model, plan, units):
+        return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id)
+
+
+def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
+                     compile: bool | CompileOptions = False, source: str = "",
+                     measurement_id: str = "") -> MeasuredPlan:
+    """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``."""
+    if repeats < 1:
+        raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
+    device = workload.device
+    optimizer = workload.optimizer
+    steady_numerics(device)
+    clock_name, clock = step_clock(device)
+    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
+                sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
+                device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
+    options = CompileOptions() if compile is True else (compile or None)
+    oom = False
+    with (compiled(workload, options) if options else contextlib.nullcontext()) as session:
+        stepped = session.workload if session else workload
+        try:
+            if session:
+                session.warm_up(optimizer, warmup)  # until compiled, and at least ``warmup`` steps
+            else:
+                for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
+                    train_step(workload, optimizer)
+            peak, live_before, reserved = _peak(stepped, optimizer)
+            samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)]
+        except RuntimeError as e:
+            if device.type != "cuda" or not is_oom(e):
+                raise
+            oom = True  # cleaned up below, once the exception no longer holds the step's tensors
+        stats = session.stats() if session else None
+    compile_fields = {} if stats is None else dict(compile_seconds=stats.compile_seconds, recompiles=stats.recompiles,
+                                                   graph_breaks=stats.graph_breaks)
+    if oom:
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
+                            live_before_bytes=0, step_seconds_samples=[], oom=True, **compile_fields)
+    return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
+                        step_seconds_samples=samples, **compile_fields)
+
+
+def steady_numerics(device: torch.device) -> None:
+    """On a CPU, flush denormal numbers to zero (``torch.set_flush_denormal``) before timing steps.
+
+    A CPU computes on denormal floats many times slower than on normal ones, and how many flow
+    through a step depends on where training stands, not on the plan: on gpt/small (one thread)
+    a fresh model's steps took 250 ms and fell to 100 ms over its first 30 training steps, so a
+    plan measured early in a process looked up to 2.5x slower than the same plan measured later.
+    With flushing, every step took 100 ms from the first. GPUs compute on denormals at full speed;
+    nothing changes there. Gradient checks (``tests/test_apply.py``) compare plans under the same
+    setting, so they are unaffected."""
+    if device.type == "cpu":
+        torch.set_flush_denormal(True)
+
+
+def warm_up(workload: Workload, max_steps: int = 24, min_steps: int = 4, tolerance: float = 0.05) -> list[float]:
+    """Training steps of the model as it is until the last three step times lie within
+    ``tolerance`` of their median (at least ``min_steps``, at most ``max_steps``); their seconds.
+
+    A fresh process runs its first steps slower (caches, allocator, lazily built kernels; on a
+    GPU, cuDNN's autotuning); every Evaluator warms up once before it measures, so that the first
+    plan it measures (often the baseline) is not timed on a cold process."""
+    steady_numerics(workload.device)
+    _, clock = step_clock(workload.device)
+    times: list[float] = []
+    while len(times) < max_steps:
+        times.append(_timed_step(workload, workload.optimizer, clock))
+        last = sorted(times[-3:])
+        if len(times) >= min_steps and last[-1] - last[0] <= tolerance * last[1]:
+            break
+    return times
+
+
+def _timed_step(workload: Workload, optimizer: torch.optim.Optimizer, clock: Callable[[], int]) -> float:
+    """One training step's seconds by ``clock`` (nanoseconds), the device synchronised around it."""
+    sync(workload.device)
+    t0 = clock()
+    train_step(workload, optimizer)
+    sync(workload.device)
+    return (clock() - t0) / 1e9
+
+
+def _peak(workload: Workload, optimizer: torch.optim.Optimizer) -> tuple[int, int, int | None]:
+    device = workload.device
+    if device.type == "cuda":
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        live_before = live_bytes(workload, optimizer)
+        train_step(workload, optimizer)
+        sync(device)
+        return torch.cuda.max_memory_allocated(device), live_before, torch.cuda.max_memory_reserved(device)
+    live_before = live_bytes(workload, optimizer)
+    trace = profiled_step(workload, optimizer)
+    return live_before + trace.peak_delta(), live_before, None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads)"

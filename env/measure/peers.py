@@ -1,0 +1,310 @@
+"""Peers: the checkpointing users pick instead of a searched plan, measured the same way.
+
+A peer is plain data (:class:`Peer`: a name, a kind and its parameters) and :func:`prepared`
+installs it on a workload and undoes it, so :func:`measure_peer` measures it with the same
+code as a plan (:func:`env.measure.measurement.measure_prepared`). Peers export nothing: they are measured
+and shown beside the plans. :func:`peers_for` lists the ones that apply to a workload.
+
+=====================  ==========================================================  =======================  ================================
+kind                   what runs                                                   parameters               applies to
+=====================  ==========================================================  =======================  ================================
+compile_budget         ``torch.compile`` with the partitioner's                    ``budget`` 0.0 ... 1.0   every workload
+                       ``torch._functorch.config.activation_memory_budget``
+                       set while compiling; a fresh compile per budget
+hf_checkpointing       transformers' ``activation_checkpointing_enable``           ``every_n_layers``       transformers models that support
+                       (``gradient_checkpointing_enable`` before v5), kwargs       1, 2, 3, 4               gradient checkpointing
+                       ``use_reentrant=False``; ``every_n_layers`` is
+                       transformers' own (v5: layer ``i`` is checkpointed when
+                       ``i % n == 0``)
+checkpoint_sequential  ``torch.utils.checkpoint.checkpoint_sequential`` over the   ``segments`` k           models whose blocks run as a
+                       model's chain of blocks in k segments (every segment but                             chain (:func:`find_chain`)
+                       the last is recomputed), ``use_reentrant=False``
+=====================  ==========================================================  =======================  ================================
+
+All of them keep the gradients of no checkpointing (dropout masks are replayed; tested), except
+compile budgets below 1.0 on a model with dropout: in torch 2.13 the partitioner may recompute a
+dropout in backward with fresh random numbers (pytorch/pytorch#190758, open; reproduced here on
+CPU, aot_eager and inductor alike; ``Peer.note`` says so). ``checkpoint_sequential`` is skipped by
+dynamo, so compiled it runs with graph breaks (counted in the measurement).
+Unlike a plan, ``checkpoint_sequential`` and transformers' checkpointing update BatchNorm's
+running statistics again when they recompute: that is how users get them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import math
+from enum import Enum
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+from pydantic import BaseModel, ConfigDict
+from torch.utils.checkpoint import checkpoint_sequential
+
+from env.data.errors import PlanError, WorkloadError
+from env.data.measured import MeasuredPlan
+from env.measure.compiled import CompileOptions
+from env.measure.measurement import measure_prepared
+from env.runtime.apply import planned_units
+from env.workloads.workload import Workload
+
+BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
+EVERY_N_LAYERS: tuple[int, ...] = (1, 2, 3, 4)
+
+
+class PeerKind(str, Enum):
+    COMPILE_BUDGET = "compile_budget"
+    HF_CHECKPOINTING = "hf_checkpointing"
+    CHECKPOINT_SEQUENTIAL = "checkpoint_sequential"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Peer(BaseModel):
+    """One peer configuration: ``compile-budget-0.5``, ``hf-checkpointing-every-2``, ``checkpoint-sequential-3``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: PeerKind
+    params: dict[str, float | int | str]  # budget / every_n_layers / segments (and chain: the container's FQN)
+    note: str = ""  # a caveat to show beside its measurement (a known bug of the peer)
+
+    @property
+    def digest(self) -> str:
+        """What a measurement of this peer is filed under, in place of a plan digest."""
+        return f"peer:{self.name}"
+
+
+# pytorch/pytorch#190758 (open in torch 2.13, tested here): below 1.0 the partitioner may recompute random ops
+BUDGET_DROPOUT_NOTE = ("torch <= 2.13: with dropout, budgets below 1.0 recompute its mask with fresh random numbers "
+                       "in backward, so gradients are wrong (pytorch/pytorch#190758)")
+
+
+def compile_budget_peer(budget: float) -> Peer:
+    return Peer(name=f"compile-budget-{budget:.1f}", kind=PeerKind.COMPILE_BUDGET, params={"budget": float(budget)},
+                note=BUDGET_DROPOUT_NOTE if budget < 1.0 else "")
+
+
+def hf_checkpointing_peer(every_n_layers: int = 1) -> Peer:
+    name = "hf-checkpointing" + (f"-every-{every_n_layers}" if every_n_layers > 1 else "")
+    return Peer(name=name, kind=PeerKind.HF_CHECKPOINTING, params={"every_n_layers": int(every_n_layers)})
+
+
+def checkpoint_sequential_peer(segments: int, chain: str) -> Peer:
+    return Peer(name=f"checkpoint-sequential-{segments}", kind=PeerKind.CHECKPOINT_SEQUENTIAL,
+                params={"segments": int(segments), "chain": chain})
+
+
+# ---------------------------------------------------------------------------------------------
+# Which peers apply
+
+def is_hf_checkpointing_layer(module: nn.Module) -> bool:
+    """A transformers layer that its own gradient checkpointing wraps (``GradientCheckpointingLayer``)."""
+    return any(c.__name__ == "GradientCheckpointingLayer" for c in type(module).__mro__)
+
+
+def _hf_model(model: nn.Module) -> bool:
+    return bool(getattr(model, "supports_gradient_checkpointing", False)) and (
+        hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable"))
+
+
+def _supports_every_n(model: nn.Module) -> bool:
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    return enable is not None and "every_n_layers" in inspect.signature(enable).parameters
+
+
+def find_chain(workload: Workload) -> str | None:
+    """FQN of the largest ``ModuleList``/``Sequential`` whose children run as a chain, else None.
+
+    A chain: in one forward each child runs once, in order, on one positional tensor that is
+    the previous child's output, and returns one tensor. That is what ``checkpoint_sequential``
+    can segment. Found by one forward without gradients (RNG state restored afterwards).
+    """
+    model = workload.model
+    containers = {name: m for name, m in model.named_modules()
+                  if isinstance(m, (nn.ModuleList, nn.Sequential)) and len(m) >= 2}
+    calls: dict[int, list[tuple[int, Any, Any, dict]]] = {}  # id(child) -> [(order, args, output, kwargs)]
+    order = iter(range(1 << 62))
+
+    def hook(module: nn.Module, args: Any, kwargs: dict, output: Any) -> None:
+        calls.setdefault(id(module), []).append((next(order), args, output, kwargs))
+
+    handles = [child.register_forward_hook(hook, with_kwargs=True)
+               for m in containers.values() for child in m.children()]
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            workload.loss()
+    finally:
+        for h in handles:
+            h.remove()
+    chains = [name for name, m in containers.items() if _is_chain(list(m.children()), calls)]
+    if not chains:
+        return None
+    return max(chains, key=lambda n: (sum(p.numel() for p in containers[n].parameters()), len(containers[n])))
+
+
+def _is_chain(children: list[nn.Module], calls: dict[int, list[tuple[int, Any, Any, dict]]]) -> bool:
+    previous: tuple[int, Any] | None = None
+    for child in children:
+        seen = calls.get(id(child), [])
+        if len(seen) != 1:
+            return False
+        at, args, output, kwargs = seen[0]
+        if kwargs or len(args) != 1 or not isinstance(args[0], torch.Tensor) or not isinstance(output, torch.Tensor):
+            return False
+        if previous is not None and (at < previous[0] or args[0] is not previous[1]):
+            return False
+        previous = (at, output)
+    return True
+
+
+def _layer_sets(n_layers: int, every_n: Sequence[int]) -> list[int]:
+    """The ``every_n`` values that checkpoint distinct sets of layers, in order."""
+    seen: set[frozenset[int]] = set()
+    kept = []
+    for n in every_n:
+        if n < 1:
+            raise WorkloadError(f"every_n_layers={n} must be at least 1 (1 checkpoints every layer)")
+        layers = frozenset(range(0, n_layers, n))
+        if layers not in seen:
+            seen.add(layers)
+            kept.append(n)
+    return kept
+
+
+def default_segments(n_blocks: int) -> list[int]:
+    """2, sqrt(n) (Chen et al. 2016) and n segments: the usual choices, each at most n."""
+    return sorted({k for k in (2, round(math.sqrt(n_blocks)), n_blocks) if 2 <= k <= n_blocks})
+
+
+def peers_for(workload: Workload, budgets: Sequence[float] = BUDGETS, every_n: Sequence[int] = EVERY_N_LAYERS,
+              segments: Sequence[int] | None = None) -> list[Peer]:
+    """The peers that apply to this workload: compile budgets always; transformers' checkpointing
+    on a transformers model; ``checkpoint_sequential`` (``segments``, default :func:`default_segments`)
+    where the model has a chain of blocks."""
+    peers = [compile_budget_peer(b) for b in budgets]
+    model = workload.model
+    if _hf_model(model):
+        n_layers = sum(1 for m in model.modules() if is_hf_checkpointing_layer(m))
+        ns = _layer_sets(n_layers, every_n) if _supports_every_n(model) else [1]
+        peers += [hf_checkpointing_peer(n) for n in ns]
+    chain = find_chain(workload)
+    if chain is not None:
+        n_blocks = len(model.get_submodule(chain))
+        ks = default_segments(n_blocks) if segments is None else [k for k in segments if 1 <= k <= n_blocks]
+        peers += [checkpoint_sequential_peer(k, chain) for k in ks]
+    return peers
+
+
+# ---------------------------------------------------------------------------------------------
+# Installing a peer, and measuring it
+
+def _refuse_plan(workload: Workload, peer: Peer) -> None:
+    planned = planned_units(workload.model)
+    if planned:
+        raise PlanError(f"peer '{peer.name}' on workload '{workload.spec}': unit '{planned[0]}' has a plan applied; "
+                        "remove the plan first (handle.remove()), a peer is measured on the bare model")
+
+
+_HF_ATTRS = ("gradient_checkpointing", "_gradient_checkpointing_func", "_require_grads_hooks", "_require_grads_hook")
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def _hf_checkpointing(workload: Workload, peer: Peer) -> Iterator[None]:
+    model, n = workload.model, int(peer.params["every_n_layers"])
+    if not _hf_model(model):
+        raise WorkloadError(f"peer '{peer.name}' needs a transformers model that supports gradient checkpointing; "
+                            f"workload '{workload.spec}' has a {type(model).__name__}; pick another peer")
+    if n != 1 and not _supports_every_n(model):
+        raise WorkloadError(f"peer '{peer.name}': this transformers has no every_n_layers (transformers 5 does); "
+                            "upgrade transformers or use every_n_layers=1")
+    # transformers' disable leaves its attributes and the input-grad hook behind: put back what was there
+    saved = [(m, {a: m.__dict__.get(a, _MISSING) for a in _HF_ATTRS}) for m in model.modules()]
+    hooks_before = list(getattr(model, "_require_grads_hooks", []) or [])
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=n)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    try:
+        yield
+    finally:
+        for hook in getattr(model, "_require_grads_hooks", []) or []:
+            if hook not in hooks_before:
+                hook.remove()
+        for m, attrs in saved:
+            for a, v in attrs.items():
+                if v is _MISSING:
+                    m.__dict__.pop(a, None)
+                else:
+                    m.__dict__[a] = v
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+@contextlib.contextmanager
+def _checkpoint_sequential(workload: Workload, peer: Peer) -> Iterator[None]:
+    chain, k = str(peer.params["chain"]), int(peer.params["segments"])
+    try:
+        container = workload.model.get_submodule(chain)
+    except AttributeError:
+        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{chain}'; "
+                            "list the peers of this workload with env.measure.peers.peers_for") from None
+    children = list(container.children())
+    if not 1 <= k <= len(children):
+        raise WorkloadError(f"peer '{peer.name}': segments={k} must be between 1 and the chain's {len(children)} blocks")
+    taken = [i for i, c in enumerate(children) if "forward" in c.__dict__]
+    if taken:
+        raise PlanError(f"peer '{peer.name}': block {chain}.{taken[0]} already has its forward replaced; "
+                        "remove that wrapper first")
+    forwards = [c.forward for c in children]
+
+    def segmented(x: torch.Tensor) -> torch.Tensor:
+        return checkpoint_sequential(forwards, k, x, use_reentrant=False, preserve_rng_state=True)
+
+    # The parent calls the blocks in order: the first runs the whole chain in segments, the rest pass through.
+    # (The blocks' own forward hooks are bypassed meanwhile.)
+    children[0].forward = segmented
+    for c in children[1:]:
+        c.forward = _identity
+    try:
+        yield
+    finally:
+        for c in children:
+            c.__dict__.pop("forward", None)
+
+
+@contextlib.contextmanager
+def prepared(workload: Workload, peer: Peer) -> Iterator[CompileOptions | None]:
+    """Install ``peer`` on the workload; yields the compile options it needs (None: eager). Undone on exit."""
+    _refuse_plan(workload, peer)
+    if peer.kind is PeerKind.COMPILE_BUDGET:
+        yield CompileOptions(activation_memory_budget=float(peer.params["budget"]))
+        return
+    install: Callable[[Workload, Peer], contextlib.AbstractContextManager[None]] = {
+        PeerKind.HF_CHECKPOINTING: _hf_checkpointing, PeerKind.CHECKPOINT_SEQUENTIAL: _checkpoint_sequential,
+    }[peer.kind]
+    with install(workload, peer):
+        yield None
+
+
+def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int = 1,
+                 compile: bool | CompileOptions = False, source: str = "", measurement_id: str = "") -> MeasuredPlan:
+    """Measure ``peer`` as a plan is measured, filed under ``peer.digest``. ``compile`` compiles the
+    eager peers too (a ``compile_budget`` peer is always compiled, with its budget)."""
+    asked = CompileOptions() if compile is True else (compile or None)
+    with prepared(workload, peer) as options:
+        if options is None:
+            options = asked
+        elif asked is not None:  # the caller's compile options, with the peer's budget
+            options = dataclasses.replace(asked, activation_memory_budget=options.activation_memory_budget)
+        return measure_prepared(workload, peer.digest, [], repeats, warmup, options or False,
+                                source or peer.digest, measurement_id)

@@ -1,0 +1,1 @@
+"""Decision units: found where the activation memory is (``choice``), or given as FQNs and globs (``find``)."""

@@ -1,0 +1,172 @@
+"""The PPO agents of a search as Ray actors: start, train a round, feed measurements, restart.
+
+One ``AgentSlot`` per agent (its budget, seed, progress and status, mirrored in the store's
+``progress`` table). An actor that dies is restarted once from its last saved policy, then
+left out; what happened goes to the ledger's events, which the report lists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from env.data.measured import MeasuredPlan
+from env.data.types import RewardMode
+from search.engine import ray_session
+from search.engine.ledger import Ledger
+from search.records.config import SearchConfig
+
+
+@dataclass
+class AgentSlot:
+    name: str
+    budget_bytes: int  # the memory budget its plan is exported for (plans/budget_<N>MB.json)
+    seed: int
+    share: Any = None  # env.gym.checkpoint_env.BudgetShare: the slice of reachable budgets it learns plans for
+    budget_range: tuple[int, int] | None = None  # that slice in bytes, as the agent reports it
+    handle: Any = None
+    timesteps: int = 0
+    restarts: int = 0
+    status: str = "running"  # running | finished | died
+    episodes: int = 0
+    best_reward: float = float("-inf")
+    last_error: str = ""
+
+
+MeasureFn = Callable[[list[int]], tuple[int, float]]
+
+
+class AgentPool:
+    """K agents, one per memory budget, trained in rounds of ``chunk_timesteps``."""
+
+    def __init__(self, cfg: SearchConfig, ledger: Ledger, run_dir: Path,
+                 measure_for: Callable[[str], MeasureFn] | None = None) -> None:
+        import ray
+
+        self.ray, self.cfg, self.ledger, self.run_dir = ray, cfg, ledger, run_dir
+        self.measure_for = measure_for  # measured reward: agent name -> its function measuring a new plan
+        self.slots: list[AgentSlot] = []
+
+    @property
+    def running(self) -> list[AgentSlot]:
+        return [s for s in self.slots if s.status == "running"]
+
+    def start(self, budgets: list[int]) -> None:
+        (self.run_dir / "agents").mkdir(exist_ok=True)
+        store = self.ledger.store
+        done = {p["agent"]: p for p in store.progress()}
+        store.set_meta("agents", [{"name": f"agent_{i}", "budget_bytes": b} for i, b in enumerate(budgets)])
+        from agents.ppo import budget_slices
+
+        shares = budget_slices(len(budgets))  # one budget-conditioned agent per slice of the frontier
+        for i, b in enumerate(budgets):
+            slot = AgentSlot(f"agent_{i}", b, self.cfg.seed + i, shares[i])
+            prev = done.get(slot.name)
+            if prev:
+                slot.timesteps, slot.restarts, slot.episodes = prev["timesteps"], prev["restarts"], prev["episodes"]
+                slot.status = "finished" if prev["timesteps"] >= self.cfg.timesteps else "running"
+            self.slots.append(slot)
+            if slot.status == "running":
+                self._spawn(slot)
+            self._save_progress(slot)
+        if self.cfg.reward == RewardMode.HYBRID:
+            self.feed(self.ledger.points())
+
+    def _spawn(self, slot: AgentSlot) -> None:
+        from agents.ppo import PPOAgent
+
+        # a whole CPU each when there are enough; else a share, so that every agent starts
+        # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
+        cpus = self.ray.cluster_resources().get("CPU", 1.0)
+        remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(PPOAgent)
+        slot.handle = remote.remote(slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
+                                    slot.seed + 1000 * slot.restarts, self.cfg.reward,
+                                    self.measure_for(slot.name) if self.measure_for else None,
+                                    str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
+
+    def _save_progress(self, slot: AgentSlot) -> None:
+        self.ledger.store.set_progress(
+            slot.name, budget_bytes=slot.budget_bytes, timesteps=slot.timesteps, total_timesteps=self.cfg.timesteps,
+            episodes=slot.episodes, best_reward=None if math.isinf(slot.best_reward) else slot.best_reward,
+            budget_low_bytes=slot.budget_range[0] if slot.budget_range else None,
+            status=slot.status, restarts=slot.restarts)
+
+    def train_round(self, answer: bool = False) -> list[dict[str, Any]]:
+        """Every live agent trains ``chunk_timesteps`` more steps; returns their reports. ``answer``:
+        instead, every agent that finished its timesteps in this run trains none and only clones
+        the teacher on the measurements fed since (``PPOAgent.train(0)``)."""
+        if answer:
+            futures = {s.handle.train.remote(0): s for s in self.slots
+                       if s.status == "finished" and s.handle is not None}
+        else:
+            futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+                       for s in self.running}
+        reports = []
+        for fut, slot in futures.items():
+            try:
+                rep = self.ray.get(fut)
+            except ray_session.actor_gone() as e:
+                self._died(slot, e)
+                continue
+            slot.timesteps, slot.episodes, slot.best_reward = rep["timesteps"], rep["episodes"], rep["best_reward"]
+            if rep.get("budget_range"):
+                slot.budget_range = tuple(int(b) for b in rep["budget_range"])
+            if slot.timesteps >= self.cfg.timesteps:
+                slot.status = "finished"
+            self._save_progress(slot)
+            reports.append(rep)
+        return reports
+
+    def rounds_left(self) -> float:
+        """Training rounds still to come, on average over the agents."""
+        chunk = self.cfg.chunk_timesteps
+        left = sum(max(0, math.ceil((self.cfg.timesteps - s.timesteps) / chunk)) for s in self.running)
+        return left / max(1, len(self.slots))
+
+    def _died(self, slot: AgentSlot, error: Exception) -> None:
+        slot.restarts += 1
+        slot.last_error = ray_session.death_cause(error)
+        if slot.restarts <= 1:
+            self.ledger.events.append(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
+            slot.status = "running"
+            self._spawn(slot)
+            if self.cfg.reward == RewardMode.HYBRID:
+                self.feed(self.ledger.points(), [slot])
+        else:
+            self.ledger.events.append(f"{slot.name} died again ({slot.last_error}); the run went on without it")
+            slot.status = "died"
+        self._save_progress(slot)
+
+    def feed(self, records: list[MeasuredPlan], slots: list[AgentSlot] | None = None) -> None:
+        """Hybrid reward: measurements go to the agents, whose env corrects the cost model with them
+        (to the finished ones too, for ``train_round(answer=True)``)."""
+        codec = self.ledger.codec
+        recs = [r for r in records if not r.oom]
+        if not recs:
+            return
+        fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
+        teach = [may_demonstrate(r, self.cfg.warm_start) for r in recs]
+        for s in slots or self.slots:
+            if s.status in ("running", "finished") and s.handle is not None:
+                try:
+                    self.ray.get(s.handle.observe.remote(fed, teach))
+                except self.ray.exceptions.RayActorError as e:
+                    self._died(s, e)
+
+
+def may_demonstrate(record: MeasuredPlan, warm_start: bool) -> bool:
+    """Whether the agents' teacher may demonstrate this measured plan where it beats the teacher's plans
+    (``PPOAgent.observe``'s ``teach``). With warm start the agents start from every plan the search
+    measured, the rules' too: on a 48-unit gpt/small search the rule segments_2 (the first half of the
+    units recomputed) measured 1.242 of the baseline at 86.8 MB, faster than every plan of the corrected
+    cost model's frontier near it (1.25-1.29), and as it was never demonstrated no agent proposed it;
+    the agents' frontier stayed 2.3% behind there. Without warm start a rule's plan corrects the cost
+    model and is never demonstrated, so that every plan an agent proposes stays its own find."""
+    return warm_start or not _rule_only(record)
+
+
+def _rule_only(record: MeasuredPlan) -> bool:
+    """Whether only rules proposed the plan (``rule:<name>``), no agent and no warm start."""
+    return bool(record.sources) and all(src.startswith("rule:") for src in record.sources)

@@ -1,0 +1,214 @@
+"""Evaluator: owns one device, its workload and the measurement cache.
+
+One Evaluator per device (each GPU; one on a CPU-only machine), so two measurements never
+share a device. It answers with ``env.data.measured.MeasuredPlan`` records: each measurement gets an
+id unique across Evaluators and restarts, so the store never records one twice. Everything
+measured is kept in ``journal`` until the driver drains it into the run store; a resumed run
+preloads the store's records so nothing is measured again. ``ray_evaluator`` makes the same
+class a Ray actor.
+
+Drift: with ``reference_every`` seconds, the Evaluator measures the reference plan (all keep)
+again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
+have been measured since, and labels each sample with the median of the last
+``REFERENCE_WINDOW`` reference measurements' samples (``MeasuredPlan.reference_seconds``), so
+that plans compare as if side by side (``search.records.ranking.paired``) although the machine's speed drifts
+over minutes. One reference is a median of a few steps and errs by a few percent at load; pooled
+over the last few it errs less and still follows drift over minutes. The label is what the
+Evaluator knows when it measures (an agent's measured reward uses it); the search ranks plans
+against the references nearest to them on both sides once those are measured
+(``search.records.ranking.Ranking``), read from the measurement ids, which count everything one Evaluator
+measured in order.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from typing import Any, Sequence
+
+import torch
+
+from env.data.measured import MeasuredPlan, median_seconds
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action, parse_action
+from env.measure.measurement import measure, warm_up
+from env.measure.peers import Peer, measure_peer, peers_for
+from env.measure.profiler import profile
+from env.runtime.apply import plan_for
+from env.units.choice import MAX_UNITS, resolve_units
+from env.workloads.spec import WorkloadSpec
+from env.workloads.workload import Workload, load_workload
+
+REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
+REFERENCE_WINDOW = 3  # a sample's reference: the median of the samples of this many last reference measurements
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+class Evaluator:
+    def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
+                 device: str = "auto", threads: int | None = None, name: str = "evaluator_0", compile: bool = False,
+                 max_units: int = MAX_UNITS, reference_every: float = 0.0) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.device = resolve_device(device)
+        self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
+        self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
+        self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        self.units = list(self.unit_choice.units)
+        self.actions = [parse_action(a) for a in actions]
+        self.node = _node_name()
+        self.label = f"{name}@{self.node}"
+        self._id_prefix = f"{name}-{uuid.uuid4().hex[:8]}"  # unique across restarts and resumed runs
+        self.cache: dict[str, MeasuredPlan] = {}
+        self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
+        self.n_measured = 0
+        self._other_batch: Workload | None = None
+        self.reference_every = 0.0 if compile else reference_every  # compiled: each reference would compile again
+        self._keep = [Action.KEEP.value] * len(self.units)
+        self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
+        self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
+        self.n_references = 0
+
+    def info(self) -> dict[str, Any]:
+        return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
+                "device": self.device, "pid": os.getpid(), "node": self.node,
+                "batch_shape": self.workload.batch_shape, "evaluator": self.label,
+                "device_model": device_model(self.workload.device)}
+
+    def profile(self) -> dict[str, Any]:
+        prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
+        return prof.model_dump(mode="json")
+
+    def warm_up(self) -> dict[str, Any]:
+        """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""
+        return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
+
+    def preload(self, records: Sequence[MeasuredPlan]) -> int:
+        """Known measurements (from a resumed store): answered from the cache from now on."""
+        for r in records:
+            self.cache[r.digest] = r
+        return len(self.cache)
+
+    def evaluate(self, actions: Sequence[str], source: str, again: bool = False) -> MeasuredPlan:
+        """Measure a plan (action names per unit, in ``units`` order) unless it is cached.
+
+        Returns the new measurement, or the cached record when nothing was measured. ``again``
+        measures a cached plan once more (the store merges the two).
+        """
+        plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
+        cached = self.cache.get(plan.digest)
+        if cached is not None and not again:
+            return cached.proposed_by(source)
+        is_reference = list(actions) == self._keep
+        if not is_reference:
+            self._refresh_reference()
+        m = self._measure(plan, source, is_reference)
+        self.cache[plan.digest] = cached.merged(m) if cached is not None else m
+        self.journal.append(m)
+        return m
+
+    def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
+        self.n_measured += 1
+        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
+                    measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+        return self._labelled(m, is_reference)
+
+    def _refresh_reference(self) -> None:
+        """With references on, the all-keep plan measured again when its last measurement is older than
+        ``reference_every`` seconds and ``REFERENCE_MIN_PLANS`` plans were measured since (or there is
+        none): into the journal (the store gets it by ``drain``), not the cache, which answers the
+        driver with records whose measurements the store has (or gets in the same answer), as a store
+        merges a record's samples only whole."""
+        if not self.reference_every:
+            return
+        if self._reference is not None:
+            _, at, n = self._reference
+            if time.monotonic() - at <= self.reference_every or self.n_measured - n < REFERENCE_MIN_PLANS:
+                return
+        plan = plan_for(self.workload.model, self.units, [Action(a) for a in self._keep])
+        self.journal.append(self._measure(plan, "rule:none", is_reference=True))
+
+    def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
+        """The measurement with this Evaluator's label and, when references are on, each sample's reference."""
+        update: dict[str, Any] = {"evaluators": [self.label]}
+        if is_reference and m.oom:
+            self.reference_every = 0.0  # all keep does not fit this device: nothing to pair with
+        if self.reference_every and is_reference:
+            self._reference_samples.append(m.step_seconds_samples)
+            pooled = median_seconds([x for samples in self._reference_samples for x in samples])
+            self._reference = (pooled, time.monotonic(), self.n_measured)
+            self.n_references += 1
+        if self.reference_every and self._reference is not None:
+            update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)
+        return m.model_copy(update=update)
+
+    def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
+        """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
+        return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
+
+    def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
+        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
+        self._refresh_reference()
+        self.n_measured += 1
+        m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
+                         measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        return self._labelled(m, is_reference=False)
+
+    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
+        """Peak and time of a plan at another batch size (built-in workloads)."""
+        spec = WorkloadSpec.parse(self.spec)
+        opts = dict(spec.options)
+        opts["batch_size"] = str(batch_size)
+        other = WorkloadSpec(spec.target, spec.preset, tuple(sorted(opts.items())))
+        if self._other_batch is None or self._other_batch.spec != str(other):
+            self._other_batch = load_workload(other, seed=self.seed, device=self.device)
+        w = self._other_batch
+        plan = plan_for(w.model, self.units, [Action(a) for a in actions])
+        m = measure(w, plan, self.units, repeats=self.repeats)
+        return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
+                "clock": m.clock}
+
+    def drain(self) -> list[MeasuredPlan]:
+        """Every measurement since the last drain (the store skips those it already has)."""
+        out, self.journal = self.journal, []
+        return out
+
+
+def device_model(device: torch.device) -> str:
+    """What plans measured here can be compared on: the GPU's name, or the CPU's model and threads."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "cpu")
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def _node_name() -> str:
+    """The Ray node this process runs on (short id and IP), or the host name outside Ray."""
+    import ray
+
+    if ray.is_initialized():  # a Ray actor, or a process that joined Ray: its node has a runtime context
+        return f"{ray.get_runtime_context().get_node_id()[:8]}/{ray.util.get_node_ip_address()}"
+    return socket.gethostname()
+
+
+def ray_evaluator(num_gpus: int = 0):  # type: ignore[no-untyped-def]
+    """The Evaluator as a Ray actor class pinned to one device (a GPU when ``num_gpus``)."""
+    import ray
+
+    return ray.remote(num_cpus=0, num_gpus=num_gpus, max_concurrency=1)(Evaluator)

@@ -1,0 +1,205 @@
+"""EvaluatorPool: one Evaluator per device of the Ray cluster, fed from one queue.
+
+- Devices: one Evaluator per GPU the cluster offers (``num_gpus=1`` each, at most ``--devices``),
+  or on CPU-only clusters ``--evaluators N`` CPU Evaluators placed round-robin over the nodes, each
+  with its own measuring threads. Each builds the workload itself from the spec; nothing large travels.
+- Queue: ``measure(jobs)`` hands each plan to whichever Evaluator is free (``ray.wait``) and
+  gives every result to ``on_result`` the moment it arrives, so the store has it at once.
+- Comparable: every Evaluator says its device model; a cluster whose Evaluators differ is
+  refused in one line, so a frontier never mixes device models.
+- Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
+  queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
+  what happened, for the report.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from env.data.errors import CkptSearchError
+from env.data.measured import MeasuredPlan
+from search.engine import ray_session
+from search.engine.evaluator import ray_evaluator, resolve_device
+from search.records.config import SearchConfig
+
+Job = tuple[Sequence[str], str, bool]  # (action names, source, again)
+
+
+@dataclass
+class EvaluatorSlot:
+    name: str
+    gpu: bool
+    handle: Any = None
+    info: dict[str, Any] | None = None
+    restarts: int = 0
+    alive: bool = True
+
+
+def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
+    """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count."""
+    device = resolve_device(cfg.device) if cfg.device != "auto" else ("cuda" if cluster_gpus >= 1 else "cpu")
+    if device.startswith("cuda"):
+        if cluster_gpus < 1:
+            raise CkptSearchError(f"--device {cfg.device}: the Ray cluster offers no GPU; use --device cpu, or join "
+                                  "a cluster with GPUs (--address)")
+        n = int(cluster_gpus)
+        return (min(n, cfg.devices) if cfg.devices else n), True
+    return cfg.evaluators, False
+
+
+class EvaluatorPool:
+    def __init__(self, cfg: SearchConfig) -> None:
+        import ray
+
+        self.ray, self.cfg = ray, cfg
+        n, gpu = evaluator_count(cfg, ray.cluster_resources().get("GPU", 0.0))
+        self.slots = [EvaluatorSlot(f"evaluator_{i}", gpu) for i in range(n)]
+        self.events: list[str] = []
+        self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up ({evaluator, steps}), for the report
+        for slot in self.slots:
+            self._start(slot)
+        self._check_device_models()
+        self._warm_up(self.slots)
+
+    @property
+    def units(self) -> list[str]:
+        """The decision units, as the first Evaluator chose them; the others are given these FQNs."""
+        return list(self.slots[0].info["units"]) if self.slots and self.slots[0].info else []
+
+    def _placement(self, slot: EvaluatorSlot) -> Any:
+        """Where a slot's Evaluator goes: GPU Evaluators by Ray's SPREAD (one GPU each already places
+        them); CPU Evaluators round-robin over the nodes alive now that offer CPUs, in node order, pinned
+        there (an Evaluator takes no CPU from Ray's accounting, so any node fits it). SPREAD, and a
+        soft affinity too, put both of two CPU Evaluators on one node of a busy two-node cluster in
+        3 of 5 tries here."""
+        if slot.gpu:
+            return "SPREAD"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
+        if len(nodes) < 2:
+            return "SPREAD"
+        return NodeAffinitySchedulingStrategy(nodes[self.slots.index(slot) % len(nodes)], soft=False)
+
+    def _start(self, slot: EvaluatorSlot) -> None:
+        cfg = self.cfg
+        threads = None if slot.gpu else (cfg.measure_threads or None)
+        actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy=self._placement(slot))
+        units = self.units or cfg.units  # one choice of units for every Evaluator
+        slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units,
+                                   cfg.reference_every)
+        slot.info = ray_session.get(slot.handle.info.remote())
+
+    def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:
+        """Every Evaluator steps until its step time settles, all at once, before the first measurement."""
+        self.warm_ups += ray_session.get([s.handle.warm_up.remote() for s in slots])
+
+    def _check_device_models(self) -> None:
+        models = {s.info["device_model"] for s in self.slots if s.info}
+        if len(models) > 1:
+            raise CkptSearchError(f"the cluster's Evaluators measure on different device models ({', '.join(sorted(models))}); "
+                                  "plans are compared only on one model: limit the search to one (--devices, or a "
+                                  "cluster of one GPU type)")
+
+    # -- what the driver asks -------------------------------------------------------------------
+    @property
+    def live(self) -> list[EvaluatorSlot]:
+        return [s for s in self.slots if s.alive]
+
+    @property
+    def first(self) -> Any:
+        """The Evaluator that profiles the workload and measures other batch sizes."""
+        return self.live[0].handle
+
+    @property
+    def on_gpus(self) -> bool:
+        return bool(self.slots) and all(s.gpu for s in self.slots)
+
+    def describe(self) -> list[dict[str, Any]]:
+        warm = {w["evaluator"]: w for w in self.warm_ups}  # the latest warm-up of each label
+        return [{"name": s.name, "label": s.info["evaluator"] if s.info else s.name, "node": (s.info or {}).get("node"),
+                 "device": (s.info or {}).get("device_model"), "pid": (s.info or {}).get("pid"),
+                 "restarts": s.restarts, "alive": s.alive,
+                 "warm_up_steps": warm.get((s.info or {}).get("evaluator"), {}).get("steps")} for s in self.slots]
+
+    def preload(self, records: Sequence[MeasuredPlan]) -> None:
+        ray_session.get([s.handle.preload.remote(list(records)) for s in self.live])
+
+    def measure(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
+        """Measure every job on whichever Evaluator is free; ``on_result`` gets each as it arrives.
+        Returns what ``on_result`` returned, in the jobs' order."""
+        return self._dispatch(jobs, lambda handle, job: handle.evaluate.remote(list(job[0]), job[1], job[2]), on_result)
+
+    def measure_peers(self, peers: Sequence[Any], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
+        """Measure ``env.measure.peers.Peer``s the same way, on whichever Evaluator is free."""
+        return self._dispatch(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), on_result)
+
+    def _dispatch(self, jobs: Sequence[Any], call: Callable[[Any, Any], Any],
+                  on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
+        queue: deque[int] = deque(range(len(jobs)))
+        running: dict[Any, tuple[EvaluatorSlot, int]] = {}
+        out: dict[int, MeasuredPlan] = {}
+        while queue or running:
+            for slot in self.live:
+                if queue and all(s is not slot for s, _ in running.values()):
+                    k = queue.popleft()
+                    running[call(slot.handle, jobs[k])] = (slot, k)
+            if not running:
+                raise CkptSearchError("every Evaluator died; see the events in the run's report and start it again "
+                                      "with --resume")
+            done, _ = self.ray.wait(list(running), num_returns=1)
+            slot, k = running.pop(done[0])
+            try:
+                out[k] = on_result(ray_session.get(done[0]))
+            except ray_session.actor_gone() as e:
+                self._died(slot, e)
+                queue.appendleft(k)  # measured by whichever Evaluator is free next
+        return [out[k] for k in range(len(jobs))]
+
+    def measure_async(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> threading.Thread:
+        """``measure`` in a thread, for agents training meanwhile on other cores (GPU Evaluators)."""
+        t = threading.Thread(target=self.measure, args=(list(jobs), on_result), daemon=True, name="measurements")
+        t.start()
+        return t
+
+    def on_each(self, names: Sequence[str], source: str) -> list[MeasuredPlan]:
+        """The same plan measured once on every live Evaluator (the baseline: a slow device shows)."""
+        out = []
+        for slot in list(self.live):
+            for _ in range(2):  # a restarted Evaluator measures it too
+                try:
+                    out.append(ray_session.get(slot.handle.evaluate.remote(list(names), source, True)))
+                    break
+                except ray_session.actor_gone() as e:
+                    self._died(slot, e)
+                    if not slot.alive:
+                        break
+        return out
+
+    def drain(self) -> list[MeasuredPlan]:
+        """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
+        return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]
+
+    def _gather(self, refs: list[Any]) -> list[Any]:
+        out = []
+        for slot, ref in zip(list(self.live), refs):
+            try:
+                out.append(ray_session.get(ref))
+            except ray_session.actor_gone() as e:
+                self._died(slot, e)
+        return out
+
+    def _died(self, slot: EvaluatorSlot, error: Exception) -> None:
+        slot.restarts += 1
+        what = ray_session.death_cause(error, limit=160)
+        if slot.restarts <= 1:
+            self.events.append(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
+            self._start(slot)
+            self._warm_up([slot])
+        else:
+            self.events.append(f"{slot.name} died again ({what}); the run went on without it")
+            slot.alive = False

@@ -1,0 +1,192 @@
+"""The search's ledger: every plan proposed, predicted, measured and remeasured, in one place.
+
+It owns the run's ``ParetoArchive`` (what the driver reasons with), the ``RunStore`` (what
+survives the process) and the ``PlanCodec`` (plan forms), and keeps them in step: a proposal
+goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, never twice) and
+the archive gets the merged record back. The driver decides what to do; the ledger only
+records and answers.
+
+The store keeps every sample as measured; the archive keeps each record as the search ranks it
+(``search.records.ranking.Ranking``): paired with the reference plan measured beside it, in the baseline's
+median seconds, so that the frontier, the candidates, the correction and the report compare
+plans as if measured side by side, and no plan ranked faster than the baseline.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from env.cost.correction import MeasuredCorrection
+from env.cost.cost_model import CostModel
+from env.data.codec import Indices, PlanCodec
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from search.engine.archive import ParetoArchive, hypervolume_of
+from search.records.ranking import Ranking, measurements_of
+from search.records.store import RunStore
+
+
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a search knows before its loop starts: the profile and what is made from it."""
+
+    profile: ModelProfile
+    cost_model: CostModel
+    codec: PlanCodec
+
+    @classmethod
+    def from_profile(cls, profile: ModelProfile) -> "SearchSetup":
+        return cls(profile, CostModel(profile), PlanCodec(profile.units, profile.actions, profile.fingerprint))
+
+
+@dataclass
+class Ledger:
+    setup: SearchSetup
+    store: RunStore
+    archive: ParetoArchive = field(default_factory=ParetoArchive)
+    events: list[str] = field(default_factory=list)  # what the report must mention (deaths, OOMs)
+    n_new_measurements: int = 0
+    # measurements may arrive on another thread (agents training meanwhile): one writer at a time
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.baseline_digest: str | None = self.store.get_meta("baseline_digest")
+        self._rank = Ranking(None)  # from the baseline as the store has it, once measured
+
+    @property
+    def scale(self) -> float | None:
+        """The baseline's median: the seconds paired times are given in."""
+        return self._rank.scale
+
+    @property
+    def codec(self) -> PlanCodec:
+        return self.setup.codec
+
+    def load_store(self) -> list[MeasuredPlan]:
+        """A resumed run: the store's measured plans join the archive (they are never measured again)."""
+        known = self.store.measured()
+        self._rescale(known)
+        return known
+
+    def set_baseline(self, digest: str) -> None:
+        """The all-keep plan's digest: the reference every plan's time is paired with."""
+        self.store.set_meta("baseline_digest", digest)
+        with self.lock:
+            self.baseline_digest = digest
+            self._rescale()
+
+    def decide_from_here(self) -> dict[str, int]:
+        """From now on, a plan measured again is ranked on its measurements from here alone
+        (``search.records.ranking.Ranking``, store meta ``decided_from``: per Evaluator, the place in its order
+        after the last measurement the store has); returns the mapping."""
+        with self.lock:
+            since: dict[str, int] = {}
+            for m in self.store.measured():
+                for who, n, _ in measurements_of(m) or []:
+                    since[who] = max(since.get(who, 0), n + 1)
+            self.store.set_meta("decided_from", since)
+            self._rescale()
+            return since
+
+    def _rescale(self, known: list[MeasuredPlan] | None = None) -> None:
+        """The baseline measured again (or a store resumed): every measured record, as the store has
+        it (``known``, or read once), ranked anew into the archive."""
+        known = self.store.measured() if known is None else known
+        self._rank = self.store.ranking()
+        for m in known:
+            self.archive.add(self._rank(m))
+
+    def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
+        """Record a plan someone proposed, with its cost-model prediction; returns its digest.
+        Agents' and warm-start plans become measurement candidates; rules' do not."""
+        idx = tuple(int(a) for a in idx)
+        pred = self.setup.cost_model.predict(list(idx))
+        digest = self.codec.digest(idx)
+        is_candidate = not source.startswith("rule:") if candidate is None else candidate
+        with self.lock:
+            self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
+            self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)
+        return digest
+
+    def record(self, m: MeasuredPlan) -> MeasuredPlan:
+        """A measurement into the store and the archive; returns the plan's whole record."""
+        with self.lock:
+            row = self.store.get(m.digest)
+            if row is None:
+                self.propose(self.codec.indices(m.actions), m.source)
+            before = row.measurement if row is not None else None  # as stored: a ranked record can be cut
+            stored = self.store.record(m)
+            merged = self._rank(stored)
+            self.archive.add(merged)
+            if m.digest == self.baseline_digest:
+                self._rescale()
+                merged = self.archive.measured[m.digest]
+            if before is None or len(stored.measurement_ids) > len(before.measurement_ids):
+                self.n_new_measurements += 1
+                if m.oom:
+                    self.events.append(f"plan {m.digest} ran out of memory: recorded as infeasible")
+            return merged
+
+    def record_peer(self, name: str, m: MeasuredPlan, note: str = "") -> MeasuredPlan:
+        """A peer's measurement: kept beside the plans (store meta ``peers``), never on their frontier."""
+        with self.lock:
+            peers = self.store.get_meta("peers", {})
+            old = MeasuredPlan.model_validate(peers[name]["record"]) if name in peers else None
+            merged = old.merged(m) if old is not None else m
+            peers[name] = {"record": merged.model_dump(mode="json"), "note": note}
+            self.store.set_meta("peers", peers)
+        return merged
+
+    def peers(self) -> dict[str, MeasuredPlan]:
+        return {k: self._rank(MeasuredPlan.model_validate(v["record"]))
+                for k, v in self.store.get_meta("peers", {}).items()}
+
+    def proposers(self, idx: Indices) -> list[str]:
+        with self.lock:
+            row = self.store.get(self.codec.digest(idx))
+        return row.proposers if row else []
+
+    # -- what is known -------------------------------------------------------------------------
+    def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        with self.lock:
+            return self.archive.points(sources)
+
+    def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        with self.lock:
+            return self.archive.frontier(sources)
+
+    def contenders(self, margin: float, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+        with self.lock:
+            return self.archive.contenders(margin, sources)
+
+    def baseline(self) -> MeasuredPlan | None:
+        return self.archive.measured.get(self.baseline_digest) if self.baseline_digest else None
+
+    def hv(self, rows: list[MeasuredPlan]) -> float:
+        return hypervolume_of(rows, self.baseline())
+
+    def corrected(self) -> MeasuredCorrection:
+        """The cost model corrected by every plan measured so far, as the agents' envs see it."""
+        c = MeasuredCorrection(self.setup.cost_model)
+        for r in self.points():
+            c.add(self.codec.indices(r.actions), r.peak_bytes, r.step_seconds)
+        return c
+
+    def candidates(self, limit: int, margin: float = 0.0) -> list[Indices]:
+        """Unmeasured proposed plans worth measuring next, ranked by the corrected cost model: first
+        the agents' answers to the measured plans beyond their frontier (predicted within ``margin``
+        of them), then where they add most to the agents' own measured frontier. Not to the whole
+        frontier: a rule or a warm-start plan measured there would leave the agents' frontier with a
+        gap that none of their plans is ever measured to fill, and their own finds are what the
+        search is for."""
+        correction = self.corrected()
+        with self.lock:
+            return self.archive.candidates(limit, self.codec.digest, correction.predict, self.baseline(),
+                                           known_sources=("agent",), margin=margin)
+
+    def snapshot(self) -> None:
+        with self.lock:
+            front = self.frontier()
+            self.store.snapshot(len(front), self.hv(front))

@@ -1,0 +1,65 @@
+"""Ray for a search: start it locally or join a cluster, and read actor results as project errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from env.data.errors import CkptSearchError
+
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
+_PROJECT_ERROR = re.compile(r"(?:WorkloadError|UnitError|PlanError|MeasurementError|CkptSearchError): ([^\n]+)")
+
+
+def start_ray(address: str = "", num_cpus: int | None = None) -> None:
+    """Join the cluster at ``address``, or start a new local instance (``num_cpus``: all cores).
+    Actors find this checkout through PYTHONPATH, so a search runs from a source tree too."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    root = str(Path(__file__).resolve().parent.parent)
+    runtime_env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                                "RAY_DEDUP_LOGS": "0"}}
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    else:
+        # "local": a new instance even when another cluster runs on this machine (that one needs --address).
+        # A single-node instance serves this machine only: Ray binds it to loopback when told that
+        # no other node will join, instead of to the host's network address.
+        os.environ.setdefault(LOCAL_ONLY_ENV, "0")
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 runtime_env=runtime_env, log_to_driver=False)
+
+
+def get(ref: Any) -> Any:
+    """``ray.get`` that turns a project error raised inside an actor back into that error."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as e:
+        if isinstance(e.cause, CkptSearchError):
+            raise e.cause from None
+        raise
+    except ray.exceptions.RayActorError as e:
+        found = _PROJECT_ERROR.findall(str(e))
+        if found:
+            raise CkptSearchError(found[-1]) from None
+        raise
+
+
+
+def actor_gone() -> tuple[type[BaseException], ...]:
+    """The errors a call raises when its actor's process died (killed, crashed): catch these to restart it."""
+    import ray
+
+    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+
+
+def death_cause(error: BaseException, limit: int = 200) -> str:
+    """``Type: first line naming an error`` of a dead actor's exception, for the run's events."""
+    cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
+    return f"{type(error).__name__}: {cause[:limit]}"

@@ -1,0 +1,157 @@
+"""The end-of-run report: the measured frontier beside the baseline rules and the exact frontier.
+
+Written to ``report.md`` and ``report.json`` in the run folder; ``plans/`` gets one JSON plan
+per agent budget (the fastest measured frontier plan under it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from env.data.measured import MeasuredPlan
+from env.data.plan import action_summary
+from env.data.types import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from search.engine.ledger import Ledger
+from search.records.config import SearchConfig
+from search.records.frontier_file import FrontierFile, point_from, write_frontier
+from search.records.pareto import fastest_within
+
+
+def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
+    """frontier.json, report.md/json and plans/ for a finished (or interrupted) search."""
+    prof, codec, store = ledger.setup.profile, ledger.codec, ledger.store
+    base = ledger.baseline()
+    if base is None:
+        raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
+    front = ledger.frontier()
+    agents_front = ledger.frontier(sources=("agent",))
+    exact_digests = set(store.get_meta("exact", []))
+    exact_measured = [r for r in ledger.points() if r.digest in exact_digests]
+    exact_front = ledger.frontier(sources=("exact",))
+    rules = store.get_meta("rules", {})
+    units = list(codec.units)
+
+    points = [point_from(r, units) for r in front]
+    write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
+                                         clock=base.clock, fingerprint=prof.fingerprint, units=units,
+                                         baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+                                         points=points))
+    plans_dir = run_dir / "plans"
+    plans_dir.mkdir(exist_ok=True)
+    for a in store.get_meta("agents", []):
+        best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
+        if best is not None:
+            codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MB:.0f}MB.json")
+
+    on_front = {r.digest for r in front}
+    rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
+                  "on_frontier": r.digest in on_front}
+                 for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
+    peer_rows = peers_against(ledger.peers(), front, store.get_meta("peers", {}))
+    hv_all, hv_agents, hv_exact = ledger.hv(front), ledger.hv(agents_front), ledger.hv(exact_front)
+    report = {
+        "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
+        "units": len(units), "evaluations": store.count(), "measured": store.count(True),
+        "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+        "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
+        "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
+                        "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
+        "exact_plans_measured": len(exact_measured), "rules": rule_rows, "peers": peer_rows, "events": ledger.events,
+        "agents": store.progress(), "evaluators": store.get_meta("evaluators", []),
+        "measurement_mode": store.get_meta("measurement_mode", ""),
+        "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
+        "unit_choice": store.get_meta("unit_choice"), "headroom": store.get_meta("headroom"),
+        "paired": base.has_references,
+        "references": base.n_measurements,
+    }
+    (run_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (run_dir / "report.md").write_text(to_markdown(report))
+    return report
+
+
+def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
+                  raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each peer beside the fastest frontier plan at no more memory (same run, same Evaluators)."""
+    rows = []
+    for name, m in sorted(peers.items(), key=lambda kv: kv[1].peak_bytes):
+        if m.oom:
+            rows.append({"peer": name, "oom": True, "note": raw.get(name, {}).get("note", "")})
+            continue
+        best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], m.peak_bytes)
+        ours = front[best] if best is not None else None
+        rows.append({"peer": name, "oom": False, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
+                     "compile_seconds": m.compile_seconds, "graph_breaks": m.graph_breaks,
+                     "ours_peak_bytes": ours.peak_bytes if ours else None,
+                     "ours_step_seconds": ours.step_seconds if ours else None,
+                     "time_ratio_peer_over_ours": m.step_seconds / ours.step_seconds if ours else None,
+                     "note": raw.get(name, {}).get("note", "")})
+    return rows
+
+
+def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The peers table (rows of ``peers_against``): each peer against our fastest plan at no more memory."""
+    out = ["| peer | peak MiB | step ms | our fastest plan at no more memory: MiB / ms | peer / ours | note |",
+           "|---|---:|---:|---|---:|---|"]
+    for r in rows:
+        if r["oom"]:
+            out.append(f"| {r['peer']} | out of memory | | | | |")
+            continue
+        ours = (f"{r['ours_peak_bytes'] / MB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
+                else "none: no plan of ours measured this low")
+        ratio = r["time_ratio_peer_over_ours"]
+        shown = f"{ratio:.2f}x" + (" (peer faster)" if ratio < 1 else "") if ratio else "-"
+        out.append(f"| {r['peer']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {shown} | "
+                   f"{r['note'][:80]} |")
+    return out
+
+
+def to_markdown(rep: dict[str, Any]) -> str:
+    b = rep["baseline"]
+    lines = [f"# Search report: {rep['workload']}", "",
+             f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
+             f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MB:.1f} MB, "
+             f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}"
+             + (f"; each taken relative to the baseline measured beside it on the same Evaluator ({rep['references']} "
+                "measurements of it), in the baseline's median seconds, so plans measured minutes apart compare as "
+                "if side by side" if rep.get("paired") else "") + ".", ""]
+    if rep.get("headroom"):
+        lines += [f"**{rep['headroom']}**", ""]
+    lines += ["## Measured frontier", "",
+             "| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
+    for p in rep["frontier"]:
+        summary = action_summary(p["plan"].values())
+        lines.append(f"| {p['peak_bytes'] / MB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
+                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
+    lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | on the frontier? |", "|---|---:|---:|---|"]
+    for r in rep["rules"]:
+        lines.append(f"| {r['rule']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
+                     f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
+    if rep["peers"]:
+        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
+    hv = rep["hypervolume"]
+    ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
+    lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",
+              f"- measured frontier: {hv['frontier']:.4f}", f"- agents' plans only: {hv['agents_only']:.4f}",
+              f"- exact solver's plans, measured: {hv['exact_measured']:.4f}", f"- agents / exact: {ratio}"]
+    if rep.get("unit_choice"):
+        from env.data.unit_choice import UnitChoice
+
+        lines += ["", "## Decision units", ""] + [f"- {line}" for line in UnitChoice.model_validate(rep["unit_choice"]).lines()]
+    lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", "",
+              "| evaluator | node | device | restarts | warm-up steps | baseline ms |", "|---|---|---|---:|---:|---:|"]
+    by_label = rep["baseline_by_evaluator"]
+    for e in rep["evaluators"]:
+        own = by_label.get(e["label"])
+        lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
+                     + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
+    if rep["events"]:
+        lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
+    return "\n".join(lines) + "\n"
+
+
+def _clock_words(clock: str) -> str:
+    """What a clock name means, for readers of the report."""
+    return {"thread-cpu": "medians of the measuring thread's CPU time (clock thread-cpu)",
+            "wall": "medians of the wall clock between synchronisations (clock wall)"}.get(clock, f"clock {clock}")

@@ -1,0 +1,1 @@
+"""What a run leaves behind and how it is read: the SQLite store, its typed meta, the ranking, ``frontier.json``."""

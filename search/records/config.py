@@ -1,0 +1,163 @@
+"""SearchConfig: everything a search run needs, and the CLI generated from it.
+
+Each field's docstring (the ``doc`` metadata) is its ``--help`` line, as in CleanRL's ``Args``.
+A run folder keeps its config as ``config.json``; ``--config FILE`` reads one back, and
+explicit flags override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence, get_args, get_origin
+
+from env.data.errors import CkptSearchError
+from env.data.types import RewardMode
+
+
+def _f(default: Any, doc: str, **kw: Any) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"doc": doc, **kw})
+    return field(default=default, metadata={"doc": doc, **kw})
+
+
+@dataclass
+class SearchConfig:
+    workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
+                                    "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory. The "
+                                    "default, a 6-block GPT at d=128, searches in minutes on 2 CPU cores")
+    units: list[str] = _f(["auto"], "decision units: auto (non-overlapping modules, each run once a step, holding "
+                                    ">= 95%% of the bytes saved for backward, found from one instrumented step), "
+                                    "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
+                                    "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
+    max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
+    actions: list[str] = _f(["keep", "recompute", "selective"], "actions searched per unit (offload needs CUDA)",
+                            nargs="+")
+    agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
+    timesteps: int = _f(4096, "environment steps per agent (one step = one unit's decision)")
+    reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
+                                               "only), hybrid (cost model corrected by measurements; every frontier "
+                                               "point measured)", choices=tuple(m.value for m in RewardMode))
+    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (transformers' "
+                             "gradient checkpointing every 1-4 layers on HF models, checkpoint_sequential on chains); "
+                             "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
+                    choices=("none", "eager", "all"))
+    peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
+                                   "torch.compile activation_memory_budget values measured with --peers all",
+                                   nargs="+")
+    compile: bool = _f(False, "measure compiled training steps: each plan applied, then the model compiled "
+                              "(fullgraph); compile time is reported apart. The profile stays eager")
+    max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
+                                  "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
+                                  "has more points to measure)")
+    repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
+    reference_every: float = _f(30.0, "seconds after which an Evaluator measures the all-keep plan again (at most "
+                                      "once per 4 plans); plans are compared on their time relative to it, so a "
+                                      "machine whose speed drifts during the search ranks them as if side by side "
+                                      "(0: raw times; compiled runs: always raw)")
+    warm_start: bool = _f(True, "also measure the exact solver's frontier plans, and let the agents' teacher "
+                                "demonstrate any measured plan, the rules' too (off: the frontier is the agents' "
+                                "own plus the rules, whose plans are never demonstrated)")
+    batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
+                                   "from two batch sizes); built-in workloads only")
+    out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
+    name: str = _f("", "run id (default: <workload>-<time>)")
+    address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")
+    resume: str = _f("", "run folder to resume: nothing measured there is measured again")
+    config: str = _f("", "JSON config file (a run folder's config.json repeats that run); flags override it")
+    seed: int = _f(0, "seed for workload weights, batch and agents")
+    device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
+    evaluators: int = _f(1, "CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with "
+                            "--measure-threads threads (CPU-only clusters; 1 on a 2-core machine keeps timings steady)")
+    devices: int = _f(0, "GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)")
+    overlap: str = _f("auto", "agents train while plans are measured: auto (when Evaluators use GPUs, so they share no "
+                              "cores with training), on, off", choices=("auto", "on", "off"))
+    measure_threads: int = _f(1, "CPU threads a measurement uses (0: all cores). One keeps step times steady when "
+                                 "other processes share the cores (Ray, agents in measured mode), and times a step "
+                                 "by the measuring thread's CPU time, which they cannot lengthen; GPUs ignore it")
+    chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
+    progress: bool = _f(True, "show the live terminal view")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2)
+
+    def measurement_budget(self, n_units: int) -> int:
+        """``max_measurements``, or with 0 the default for a search of ``n_units``."""
+        return self.max_measurements or 30 + n_units // 2
+
+    def validate(self) -> "SearchConfig":
+        try:
+            self.reward = RewardMode(self.reward)
+        except ValueError:
+            raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of "
+                                  f"{', '.join(m.value for m in RewardMode)}") from None
+        if "keep" not in self.actions:
+            raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
+                                  "relative to; add keep")
+        bad = [b for b in self.peer_budgets if not 0.0 <= b <= 1.0]
+        if bad:
+            raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "
+                                  "between 0.0 (recompute all it can) and 1.0 (save all)")
+        if self.devices < 0:
+            raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
+        if self.reference_every < 0:
+            raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
+        if self.max_measurements < 0:
+            raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
+        for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):
+            if getattr(self, name) < 1:
+                raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        return self
+
+
+def _arg_type(f: dataclasses.Field) -> Any:
+    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "float": float, "RewardMode": RewardMode})
+    t = get_args(t)[0] if get_origin(t) is list else t
+    return str if isinstance(t, type) and issubclass(t, RewardMode) else t  # choices check; validate() converts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m search.run",
+        description="Search activation-checkpointing plans against measured peak memory and step time. "
+                    "The last line printed is the run folder.",
+    )
+    for f in dataclasses.fields(SearchConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = _arg_type(f)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        shown = " ".join(map(str, default)) if isinstance(default, list) else default
+        kw: dict[str, Any] = {"help": f"{f.metadata['doc']} (default: {shown!s})" if shown not in ("", []) else f.metadata["doc"],
+                              "default": argparse.SUPPRESS}
+        if kind is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = kind
+            for k in ("nargs", "choices"):
+                if k in f.metadata:
+                    kw[k] = f.metadata[k]
+        p.add_argument(flag, **kw)
+    return p
+
+
+def parse_config(argv: Sequence[str] | None = None) -> SearchConfig:
+    """Flags over ``--config FILE`` over defaults."""
+    given = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    if given.get("config"):
+        path = Path(given["config"])
+        try:
+            values = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise CkptSearchError(f"config file '{path}' does not exist; give a run folder's config.json") from None
+        except json.JSONDecodeError as e:
+            raise CkptSearchError(f"config file '{path}' is not JSON ({e.msg}, line {e.lineno}); fix or regenerate it") from None
+        known = {f.name for f in dataclasses.fields(SearchConfig)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise CkptSearchError(f"config file '{path}' has unknown keys {unknown}; valid keys: {sorted(known)}")
+    values.update(given)
+    return SearchConfig(**values).validate()

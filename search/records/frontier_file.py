@@ -1,0 +1,158 @@
+"""The run folder's ``frontier.json``: the measured memory/time frontier a search found.
+
+The search service writes it (``write_frontier``) and everything downstream reads it
+(``load_frontier``): the export CLI, ``DynamicPlan`` and the dashboard. Its versioned form::
+
+    {"schema_version": 2, "workload": "gpt/tiny", "batch_shape": "idx:2x16,targets:2x16",
+     "device": "cpu (1 threads)", "clock": "thread-cpu", "fingerprint": "3f2a...", "units": ["blocks.0", ...],
+     "baseline": {"peak_bytes": 123, "step_seconds": 0.01},
+     "points": [{"plan": {"blocks.0": "recompute", ...}, "peak_bytes": 100, "step_seconds": 0.012,
+                 "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
+                 "n_measurements": 2}]}
+
+Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
+``clock`` names what every step time in the file was read from (``env.measure.timeline.step_clock``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel, ValidationError, field_validator
+
+from env.data.errors import CkptSearchError
+from env.data.measured import MeasuredPlan
+from env.data.plan import Action, Plan
+from env.data.types import MIB
+from search.records.pareto import fastest_within
+
+FRONTIER_NAME = "frontier.json"
+SCHEMA_VERSION = 2
+
+
+class FrontierError(CkptSearchError):
+    """A frontier file that is missing or unreadable, or a budget no frontier plan fits."""
+
+
+class Baseline(BaseModel):
+    """The all-``keep`` plan, which every saving is relative to."""
+
+    peak_bytes: int
+    step_seconds: float
+
+
+class FrontierPoint(BaseModel):
+    """One measured plan on the frontier."""
+
+    plan: dict[str, Action]  # unit FQN -> action; units not named are 'keep'
+    peak_bytes: int  # everything live at the step's peak
+    step_seconds: float  # median over the timed steps
+    spread_seconds: float = 0.0  # interquartile range of the step times
+    activation_bytes: int  # peak minus what was live before the step
+    measured: bool = True
+    source: str = ""  # who proposed it first: an agent name, rule:<name>, exact
+    n_measurements: int = 1  # measurements its step times come from
+
+
+def point_from(m: MeasuredPlan, units: Sequence[str]) -> FrontierPoint:
+    """A frontier point from a measured plan (actions in ``units`` order)."""
+    return FrontierPoint(plan={u: Action(a) for u, a in zip(units, m.actions)}, peak_bytes=m.peak_bytes,
+                         step_seconds=m.step_seconds, spread_seconds=m.spread_seconds,
+                         activation_bytes=m.activation_bytes, source=m.source, n_measurements=m.n_measurements)
+
+
+class FrontierFile(BaseModel):
+    """The whole ``frontier.json``: where it was measured, the baseline and the points."""
+
+    schema_version: int = SCHEMA_VERSION
+    workload: str
+    batch_shape: str
+    device: str
+    clock: str  # what every step time here was read from (env.measure.timeline.step_clock)
+    fingerprint: str
+    units: list[str]
+    baseline: Baseline
+    points: list[FrontierPoint]
+
+    @field_validator("points")
+    @classmethod
+    def _sorted_by_peak(cls, v: list[FrontierPoint]) -> list[FrontierPoint]:
+        return sorted(v, key=lambda p: (p.peak_bytes, p.step_seconds))
+
+    def plan(self, point: FrontierPoint) -> Plan:
+        """The point's decisions as a full :class:`Plan` (every unit named) for this model."""
+        return Plan(fingerprint=self.fingerprint,
+                    actions={u: point.plan.get(u, Action.KEEP) for u in self.units})
+
+    def smallest(self) -> FrontierPoint:
+        if not self.points:
+            raise FrontierError(f"frontier of '{self.workload}' has no points; let the search measure some plans first")
+        return self.points[0]
+
+    def fastest_within(self, budget_bytes: int, activation_only: bool = False) -> FrontierPoint:
+        """The fastest point whose peak (or activation part) fits ``budget_bytes``.
+
+        Raises a one-line :class:`FrontierError` naming the smallest possible when none fits.
+        """
+        def need(p: FrontierPoint) -> int:
+            return p.activation_bytes if activation_only else p.peak_bytes
+
+        best = fastest_within([need(p) for p in self.points], [p.step_seconds for p in self.points], budget_bytes)
+        if best is None:
+            low = min(self.points, key=need) if self.points else self.smallest()
+            what = "activation memory" if activation_only else "peak"
+            decisions = self.plan(low).summary()
+            raise FrontierError(
+                f"no frontier plan of '{self.workload}' ({self.batch_shape}) fits {budget_bytes / MIB:.2f} MB: "
+                f"the smallest {what} is {need(low) / MIB:.2f} MB ({decisions}); "
+                f"give a budget of at least {need(low) / MIB:.2f} MB"
+            )
+        return self.points[best]
+
+
+def frontier_path(run_dir: str | Path) -> Path:
+    """``run_dir/frontier.json``; a path to the file itself is accepted too."""
+    p = Path(run_dir)
+    return p if p.suffix == ".json" else p / FRONTIER_NAME
+
+
+def write_frontier(run_dir: Path, frontier: FrontierFile) -> Path:
+    """Write ``frontier.json`` atomically (readers never see half a file); returns its path."""
+    path = frontier_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(frontier.model_dump_json(indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_frontier(run_dir: str | Path) -> FrontierFile:
+    """Read and check a run folder's ``frontier.json``; every failure is one line with the fix."""
+    path = frontier_path(run_dir)
+    if not path.is_file():
+        where = "run folder" if Path(run_dir).is_dir() else "path"
+        raise FrontierError(f"no {FRONTIER_NAME} at '{path}' ({where} '{run_dir}'); "
+                            "pick a run folder of python -m search.run, or wait until its search writes a frontier")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise FrontierError(f"'{path}' is not JSON ({e.msg} at line {e.lineno}); "
+                            "it is written by python -m search.run: run the search again") from None
+    if not isinstance(data, dict):
+        raise FrontierError(f"'{path}' is not a frontier file (a JSON {type(data).__name__}); run the search again")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        hint = "upgrade ckpt-search" if newer else "run the search again with this version"
+        raise FrontierError(f"'{path}' has frontier schema version {version!r}, this ckpt-search reads "
+                            f"version {SCHEMA_VERSION}; {hint}")
+    try:
+        return FrontierFile.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise FrontierError(f"'{path}' is not a valid frontier file: {where}: {first['msg']}; "
+                            "run the search again") from None

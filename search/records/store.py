@@ -1,0 +1,229 @@
+"""RunStore: one SQLite file (WAL) per run folder, written as results arrive.
+
+Tables:
+- ``meta``: key -> JSON value (``config``, ``profile``, ``units``, ``fingerprint``, ``status``,
+  ``started_at``, ``finished_at``, ``notes``).
+- ``evaluations``: one row per distinct plan (``plan_digest`` unique): its actions, everyone who
+  proposed it (an agent name, ``rule:<name>``, ``exact``; first first), its cost-model
+  prediction, and once measured its ``env.data.measured.MeasuredPlan`` (peak, samples, the clock that
+  took them, device, ...); a repeat measurement merges into the same record.
+- ``progress``: one row per agent: timesteps done, episodes, best reward, status.
+- ``snapshots``: the frontier over time (evaluations so far, frontier size, hypervolume).
+
+The dashboard reads this file and never imports Ray; readers open it read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from env.data.errors import CkptSearchError
+from env.data.measured import MeasuredPlan
+from search.records.ranking import Ranking
+
+STORE_NAME = "store.sqlite"
+SCHEMA_VERSION = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    plan_digest TEXT NOT NULL UNIQUE,
+    actions TEXT NOT NULL,              -- JSON list of action names, one per unit (units in meta)
+    proposers TEXT NOT NULL DEFAULT '[]', -- everyone who proposed it, first first (JSON list)
+    predicted_peak_bytes INTEGER,
+    predicted_step_seconds REAL,
+    measured INTEGER NOT NULL DEFAULT 0, -- 1: the columns below hold its measurement
+    record TEXT,                        -- the env.data.measured.MeasuredPlan, every measurement merged (JSON)
+    peak_bytes INTEGER,                 -- from the record, for queries
+    step_seconds REAL,                  -- median of the record's samples
+    clock TEXT,                         -- which clock timed the samples
+    oom INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS progress (
+    agent TEXT PRIMARY KEY, budget_bytes INTEGER, budget_low_bytes INTEGER, timesteps INTEGER NOT NULL DEFAULT 0,
+    total_timesteps INTEGER, episodes INTEGER NOT NULL DEFAULT 0, best_reward REAL,
+    status TEXT NOT NULL DEFAULT 'running', restarts INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at REAL NOT NULL, n_evaluations INTEGER NOT NULL,
+    n_measured INTEGER NOT NULL, frontier_size INTEGER NOT NULL, hypervolume REAL NOT NULL
+);
+"""
+
+
+class StoreError(CkptSearchError):
+    """A run store that cannot be read or written."""
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    """One row of ``evaluations``: a plan someone proposed, its prediction, and its measurement if any."""
+
+    id: int
+    digest: str
+    actions: list[str]
+    proposers: list[str]
+    predicted_peak_bytes: int | None
+    predicted_step_seconds: float | None
+    measurement: MeasuredPlan | None  # None until measured
+    created_at: float
+
+    @property
+    def source(self) -> str:
+        """Who proposed it first."""
+        return self.proposers[0] if self.proposers else ""
+
+
+def _row_to_plan(r: sqlite3.Row) -> StoredPlan:
+    proposers = json.loads(r["proposers"])
+    m = MeasuredPlan.model_validate_json(r["record"]) if r["record"] else None
+    if m is not None:
+        m = m.model_copy(update={"sources": proposers})
+    return StoredPlan(id=r["id"], digest=r["plan_digest"], actions=json.loads(r["actions"]), proposers=proposers,
+                      predicted_peak_bytes=r["predicted_peak_bytes"], predicted_step_seconds=r["predicted_step_seconds"],
+                      measurement=m, created_at=r["created_at"])
+
+
+class RunStore:
+    """The run's SQLite store. ``readonly=True`` for readers (the dashboard, reports)."""
+
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        path = Path(path)
+        if path.is_dir():
+            path = path / STORE_NAME
+        self.path = path
+        if readonly and not path.is_file():
+            raise StoreError(f"no run store at '{path}'; start a run with python -m search.run, or pick a run folder")
+        try:
+            if readonly:
+                self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self.conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.executescript(_SCHEMA)
+            self.conn.row_factory = sqlite3.Row
+            version = self.get_meta("store_schema_version")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(
+                f"run store '{path}' is corrupt or not a ckpt-search store ({e}); "
+                "move it aside and start a new run (nothing was written to it)"
+            ) from None
+        if version is None and not readonly:
+            self.set_meta("store_schema_version", SCHEMA_VERSION)
+        elif version is not None and version != SCHEMA_VERSION:
+            raise StoreError(f"run store '{path}' has schema version {version}, this ckpt-search reads {SCHEMA_VERSION}; "
+                             "open it with the version that wrote it")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- meta ---------------------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    # -- evaluations --------------------------------------------------------------------------
+    def propose(self, digest: str, actions: list[str], source: str, predicted_peak_bytes: int | None = None,
+                predicted_step_seconds: float | None = None) -> None:
+        """Insert a plan, or add ``source`` to its proposers; a prediction replaces the last one."""
+        now = time.time()
+        with self.conn:
+            self._propose(digest, actions, source, now)
+            if predicted_peak_bytes is not None:
+                self.conn.execute(
+                    "UPDATE evaluations SET predicted_peak_bytes = ?, predicted_step_seconds = ?, updated_at = ? "
+                    "WHERE plan_digest = ?", (predicted_peak_bytes, predicted_step_seconds, now, digest))
+
+    def _propose(self, digest: str, actions: list[str], source: str, now: float) -> sqlite3.Row:
+        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+        if row is None:
+            self.conn.execute(
+                "INSERT INTO evaluations(plan_digest, actions, proposers, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                (digest, json.dumps(actions), json.dumps([source] if source else []), now, now))
+        elif source and source not in json.loads(row["proposers"]):
+            self.conn.execute("UPDATE evaluations SET proposers = ? WHERE plan_digest = ?",
+                              (json.dumps(json.loads(row["proposers"]) + [source]), digest))
+        return self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+
+    def record(self, m: MeasuredPlan) -> MeasuredPlan:
+        """Add a measurement to its plan's row (merged with those before, ``MeasuredPlan.merged``:
+        a measurement already in the store is not added twice); returns the plan's whole record."""
+        now = time.time()
+        with self.conn:
+            row = None
+            for source in m.sources or [""]:
+                row = self._propose(m.digest, m.actions, source, now)
+            assert row is not None
+            old = MeasuredPlan.model_validate_json(row["record"]) if row["record"] else None
+            merged = old.merged(m) if old is not None else m
+            merged = merged.model_copy(update={"sources": json.loads(row["proposers"])})
+            self.conn.execute(
+                "UPDATE evaluations SET measured = 1, record = ?, peak_bytes = ?, step_seconds = ?, clock = ?, oom = ?, "
+                "updated_at = ? WHERE plan_digest = ?",
+                (merged.model_dump_json(), merged.peak_bytes, None if merged.oom else merged.step_seconds,
+                 merged.clock, int(merged.oom), now, m.digest))
+        return merged
+
+    def get(self, digest: str) -> StoredPlan | None:
+        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+        return _row_to_plan(row) if row else None
+
+    def plans(self) -> list[StoredPlan]:
+        """Every plan proposed, in the order first proposed."""
+        return [_row_to_plan(r) for r in self.conn.execute("SELECT * FROM evaluations ORDER BY id")]
+
+    def measured(self) -> list[MeasuredPlan]:
+        """Every measured plan's record, in the order first proposed."""
+        q = "SELECT * FROM evaluations WHERE measured = 1 ORDER BY id"
+        return [m for r in self.conn.execute(q) if (m := _row_to_plan(r).measurement) is not None]
+
+    def baseline(self) -> MeasuredPlan | None:
+        """The baseline's (all keep) record as measured; None before it is."""
+        row = self.get(self.get_meta("baseline_digest") or "")
+        return row.measurement if row else None
+
+    def ranking(self) -> Ranking:
+        """How the search ranks the plans this store holds (``search.records.ranking.Ranking``), from the store alone."""
+        return Ranking(self.baseline(), self.get_meta("decided_from"))
+
+    def count(self, measured_only: bool = False) -> int:
+        q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
+        return int(self.conn.execute(q).fetchone()[0])
+
+    # -- progress and snapshots ---------------------------------------------------------------
+    def set_progress(self, agent: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        with self.conn:
+            self.conn.execute("INSERT OR IGNORE INTO progress(agent, updated_at) VALUES (?, ?)", (agent, fields["updated_at"]))
+            self.conn.execute(f"UPDATE progress SET {', '.join(f'{c} = ?' for c in fields)} WHERE agent = ?",
+                              (*fields.values(), agent))
+
+    def progress(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM progress ORDER BY agent")]
+
+    def snapshot(self, frontier_size: int, hypervolume: float) -> None:
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO snapshots(at, n_evaluations, n_measured, frontier_size, hypervolume) VALUES (?, ?, ?, ?, ?)",
+                (time.time(), self.count(), self.count(measured_only=True), frontier_size, hypervolume))
+
+    def snapshots(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]

@@ -1,0 +1,74 @@
+"""``apply_plan(model, plan)``: put an exported checkpoint plan into training code.
+
+    from search import apply_plan
+    handle = apply_plan(model, "plan.json")   # a Plan, a path to a plan file, or its JSON text
+    ...train...
+    handle.remove()                           # or: with apply_plan(model, plan): ...
+
+With ``torch.compile``: apply the plan first, then compile the model. The planned units trace
+into the compiled graph without a graph break (``fullgraph=True`` works) and the compiler
+recomputes them in backward, with the same gradients as without the plan::
+
+    apply_plan(model, "plan.json")
+    model = torch.compile(model)              # or model.compile()
+
+Applying or removing a plan on a model already compiled is seen by dynamo's guards (the units'
+``forward`` changed): the next call compiles again, or reuses the graph of that plan from before.
+
+The work is done by :func:`env.runtime.apply.apply_actions` (the one place that checkpoints); this
+module reads the plan from wherever it comes and decides what to do with a plan made for
+another model: refuse it (``strict=True``), or apply the units the model has, list the rest in
+``handle.skipped`` and warn (``strict=False``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch.nn as nn
+
+from env.data.errors import PlanError
+from env.data.plan import Plan, fingerprint
+from env.runtime.apply import AppliedPlan, apply_actions
+
+PlanSource = Plan | str | Path
+
+
+class PlanMismatchWarning(UserWarning):
+    """A plan applied with ``strict=False`` that does not match the model exactly."""
+
+
+def read_plan(plan_or_path: PlanSource) -> Plan:
+    """A :class:`Plan` from a Plan, a path to a plan JSON file, or the JSON text itself."""
+    if isinstance(plan_or_path, Plan):
+        return plan_or_path
+    if isinstance(plan_or_path, str) and plan_or_path.lstrip().startswith("{"):
+        return Plan.from_json(plan_or_path, source="plan JSON text")
+    if isinstance(plan_or_path, (str, Path)):
+        return Plan.load(plan_or_path)
+    raise PlanError(f"cannot read a plan from {type(plan_or_path).__name__}; "
+                    "give a Plan, a path to a plan JSON file, or its JSON text")
+
+
+def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True) -> AppliedPlan:
+    """Apply a plan to ``model`` in place; returns the handle (``.remove()``, context manager).
+
+    ``strict=True`` refuses a plan whose fingerprint is not this model's. ``strict=False``
+    applies the units the model has, lists the others in ``handle.skipped`` and warns.
+    """
+    plan = read_plan(plan_or_path)
+    if strict:
+        return apply_actions(model, plan, strict=True)
+    handle = apply_actions(model, plan, strict=False)
+    present = [u for u in plan.actions if u not in handle.skipped]
+    fp = fingerprint(model, present)
+    if handle.skipped or fp != plan.fingerprint:
+        skipped = ", ".join(handle.skipped[:5]) + (", ..." if len(handle.skipped) > 5 else "")
+        warnings.warn(
+            f"plan fingerprint {plan.fingerprint} is not this {type(model).__name__}'s ({fp}): applied "
+            f"{len(present)} of {len(plan.actions)} units"
+            + (f", skipped {len(handle.skipped)} the model lacks ({skipped})" if handle.skipped else "")
+            + "; search this model to get a plan made for it",
+            PlanMismatchWarning, stacklevel=2)
+    return handle

@@ -1,0 +1,131 @@
+"""A standalone Python snippet that applies a plan with nothing but torch installed.
+
+The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
+hand-written copy of the checkpointing code, it is *generated from the source of*
+``env/apply.py`` (the policy classes, the saved-op list of ``selective``, the buffer restore
+during recompute), of ``env/offload.py`` (the overlapped offload: side stream, events, pinned
+buffer pool) and of ``env.data.plan.Action`` / ``env.data.plan.fingerprint``, read with ``ast``.
+So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
+reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
+here. The tests check that a snippet gives the same gradients and the same measured peak as
+``apply_plan``, in a process that imports no part of this project, and that its wrappers
+compile with ``torch.compile(fullgraph=True)`` (apply the plan, then compile).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+from typing import Sequence
+
+import env.data.plan
+import env.runtime.apply
+import env.runtime.offload
+from env.data.plan import Plan
+
+# Top-level definitions of env/apply.py that the snippet carries, in source order.
+APPLY_NAMES: tuple[str, ...] = (
+    "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
+    "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
+)
+# Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
+OFFLOAD_NAMES: tuple[str, ...] = (
+    "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "dense_strides", "HostPool", "OffloadStats", "_Group", "_Saved",
+    "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
+)
+EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
+
+_INSTALL = '''
+
+PLAN: dict[str, str] = {plan}
+FINGERPRINT = {fingerprint!r}  # of the model the plan was made for
+
+
+def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[], None]:
+    """Apply PLAN to ``model`` in place; returns a function that removes it again.
+
+    ``strict=True`` refuses a model whose fingerprint is not the plan's (another model).
+    """
+    modules = dict(model.named_modules())
+    if strict:
+        missing = [u for u in PLAN if u not in modules]
+        if missing:
+            raise ValueError(f"plan names unit '{{missing[0]}}' which {{type(model).__name__}} does not have; "
+                             "export the plan for this model, or pass strict=False")
+        fp = fingerprint(model, list(PLAN))
+        if fp != FINGERPRINT:
+            raise ValueError(f"plan was made for another model (fingerprint {{FINGERPRINT}}, this model {{fp}}); "
+                             "export the plan for this model, or pass strict=False")
+    installed: list[nn.Module] = []
+    for fqn, name in PLAN.items():
+        if fqn not in modules:
+            continue
+        action, module = Action(name), modules[fqn]
+        if action is Action.OFFLOAD and not (torch.cuda.is_available() and _on_cuda(module)):
+            raise ValueError(f"action 'offload' (unit '{{fqn}}') needs a CUDA model; move the model to CUDA")
+        wrapped = POLICIES[action].wrap(module, module.forward)
+        if wrapped is not None:
+            module.forward = wrapped  # instance attribute: shadows the class's forward only
+            installed.append(module)
+
+    def remove() -> None:
+        for module in installed:
+            module.__dict__.pop("forward", None)
+        installed.clear()
+
+    return remove
+'''
+
+
+def _segments(module: object, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The module's non-project imports, and the source of each named top-level definition."""
+    source = inspect.getsource(module)  # type: ignore[arg-type]
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    imports: list[str] = []
+    found: dict[str, str] = {}
+    for node in tree.body:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        text = "\n".join(lines[start - 1:node.end_lineno])
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__" and not (node.module or "").startswith("env"):
+            imports.append(text)
+        elif isinstance(node, ast.Import):
+            imports.append(text)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names:
+            found[node.name] = text
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and node.targets[0].id in names:
+            found[node.targets[0].id] = text
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
+            found[node.target.id] = text
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise RuntimeError(f"{getattr(module, '__name__', module)} no longer defines {', '.join(missing)}; "
+                           "update search.training.snippet.APPLY_NAMES / OFFLOAD_NAMES")
+    return imports, found
+
+
+def plan_snippet(plan: Plan, title: str = "") -> str:
+    """Python source, needing only torch, that defines ``apply_checkpoint_plan(model)`` for ``plan``."""
+    offload_imports, offload_defs = _segments(env.runtime.offload, OFFLOAD_NAMES)
+    imports, defs = _segments(env.runtime.apply, APPLY_NAMES)
+    imports = list(dict.fromkeys(offload_imports + imports))
+    header = (f'"""Activation-checkpointing plan{f" for {title}" if title else ""}: {plan.summary()}.\n\n'
+              "Needs only torch. Usage:\n\n"
+              "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n\n"
+              "With torch.compile, apply the plan first, then compile; the wrappers trace into one graph\n"
+              "(fullgraph=True works) and the compiler recomputes the planned units in backward:\n\n"
+              "    remove = apply_checkpoint_plan(model)\n"
+              "    model = torch.compile(model)\n"
+              '"""\n')
+    body = [
+        header, "from __future__ import annotations\n", *EXTRA_IMPORTS, *imports, "",
+        inspect.getsource(env.data.plan.Action) + "\n", inspect.getsource(env.data.plan.fingerprint) + "\n",
+    ]
+    body += [offload_defs[n] + "\n" for n in OFFLOAD_NAMES]
+    body += [defs[n] + "\n" for n in APPLY_NAMES]
+    plan_text = json.dumps({k: v.value for k, v in plan.actions.items()}, indent=4)
+    text = "\n".join(body) + _INSTALL.format(plan=plan_text, fingerprint=plan.fingerprint)
+    compile(text, "<checkpoint plan snippet>", "exec")  # a broken snippet fails here, not in training
+    return text
