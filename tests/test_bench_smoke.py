@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from env.data.errors import CkptSearchError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,7 +72,7 @@ def test_a_quoted_plan_measured_less_than_the_rules_is_refused() -> None:
                        "50%": {"reachable": True, "searched": {"n_measurements": 2}}}}
     check_equal_measurements(row)
     row["targets"]["50%"]["searched"]["n_measurements"] = 1  # the luckiest of fewer samples
-    with pytest.raises(ValueError, match="quote plans measured alike"):
+    with pytest.raises(CkptSearchError, match="quote plans measured alike"):
         check_equal_measurements(row)
 
 
@@ -150,8 +152,8 @@ def test_default_run_quick(tmp_path: Path) -> None:
     r = load(out)
     assert r["workload"] == "gpt/tiny" and r["clock"] == "thread-cpu" and r["wall_seconds"] > 0
     assert 0 < r["measured"] <= 12 and r["frontier"]
-    from bench.readme_numbers import _default_run
-    assert "The default `python -m search.run` took" in _default_run(r)[0]
+    from bench.views import VIEWS
+    assert "The default `python -m search.run` took" in VIEWS["default_run"].summary(r)[0]
 
 
 @pytest.mark.slow
@@ -173,12 +175,12 @@ def test_peers_quick(tmp_path: Path) -> None:
         if p["ours"] is not None:
             assert p["ours"]["samples"] == 1 and p["ours"]["fits"]
             assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours"]["step_seconds"])
-    from bench.peers import markdown
-    assert "compile-budget-0.0" in markdown(load(out))
+    from bench.views import markdown
+    assert "compile-budget-0.0" in markdown("peers", load(out))
 
 
 def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:
-    from bench.common import interleaved, rotated
+    from bench.measuring import interleaved, rotated
     from env.data.measured import MeasuredPlan
 
     assert [rotated("abc", r)[0] for r in range(4)] == ["a", "b", "c", "a"] and rotated([], 3) == []
@@ -198,7 +200,7 @@ def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples()
 
 
 def test_a_peer_quote_timed_unequally_is_refused() -> None:
-    from bench.common import check_equal_samples
+    from bench.measuring import check_equal_samples
     from env.data.measured import MeasuredPlan
 
     def rec(samples: list[float]) -> MeasuredPlan:
@@ -207,7 +209,7 @@ def test_a_peer_quote_timed_unequally_is_refused() -> None:
                             torch_version="t")
 
     assert check_equal_samples([rec([1.0, 1.1]), rec([0.9, 1.0])], "w") == 2
-    with pytest.raises(ValueError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
+    with pytest.raises(CkptSearchError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
         check_equal_samples([rec([1.0, 1.1]), rec([0.9])], "w")
 
 
@@ -248,7 +250,7 @@ def test_the_second_quote_measures_each_flagged_rule_beside_the_agents_plan_it_w
     sys.path.insert(0, str(ROOT))
     from agents.baselines import baseline_rules
     from bench.agents_search import _fastest, _samples, analyse, confirm
-    from bench.common import Ledger
+    from bench.measuring import Ledger
     from env.data.plan import Action
     from search.engine.evaluator import Evaluator
 
@@ -315,7 +317,7 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
     assert b["rules_beyond_noise"] == ["none", "small", "near"]
     assert b["rules_confirmed_by"]["near"] == pytest.approx(0.76 / 0.755 - 1)
     assert b["rules_beyond_confirmed"] == ["none", "small"]
-    from bench.readme_numbers import rules_beyond
+    from bench.views.agents import rules_beyond
     assert rules_beyond(b)[1] == ("none (the baseline), small in both quotes; within it in the second quote: "
                                   "near (agents +0.7% there)")
     assert rules_beyond(a)[1] == "none (the baseline), small"
@@ -330,7 +332,7 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
 
 
 def test_the_quote_mixes_the_groups_it_compares_and_turns_each_round() -> None:
-    from bench.common import evenly_mixed, serpentine
+    from bench.measuring import evenly_mixed, serpentine
 
     assert evenly_mixed("abc", "ABC", "xy") == ["a", "A", "x", "b", "B", "y", "c", "C"]
     assert evenly_mixed([1, 2, 3, 4], [], ["e"]) == [1, 2, "e", 3, 4]  # the lone item in the middle
