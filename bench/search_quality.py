@@ -21,7 +21,9 @@ load that changed over the run falls on all alike), and each method's hypervolum
 from all its plans' merged records on the ``search.records.pareto`` axes. Reported per method: the
 hypervolume, its ratio to the measured exact frontier's, the evaluations after which it first
 reached 99% of that, and for the agents whether any rule lies beyond their own plans'
-frontier. Writes ``bench/results/search_quality.json``.
+frontier, with a verdict in words. Each measurement is ``--repeats`` timed steps by the
+Evaluator's clock (the measuring thread's CPU time, ``--threads`` torch threads); each workload's
+row records the machine and its load. ``--append`` (or ``--merge``) keeps the file's other workloads.
 """
 
 from __future__ import annotations

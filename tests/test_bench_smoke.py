@@ -384,3 +384,88 @@ def test_dynamic_quick(tmp_path: Path) -> None:
     assert r["both_under_cap"] and all(v <= r["cap_mb"] for v in r["static"]["peaks_mb"].values())
     assert r["dynamic_over_static"] == pytest.approx(r["median_seconds"]["dynamic"] / r["median_seconds"]["static"])
 
+
+
+def _counting_bench() -> tuple[Any, Any]:
+    """A benchmark whose rows are named by ``id``; each run measures the ids it is given."""
+    from bench.harness import Bench, Run
+
+    def options(ap: Any) -> None:
+        ap.add_argument("--ids", nargs="+", default=["a", "b"])
+        ap.add_argument("--value", type=int, default=1)
+
+    def measure(run: Run) -> None:
+        for i in run.args.ids:
+            run.add_row({"id": i, "value": run.args.value})
+
+    return Bench("counting", "A benchmark of nothing.", options, quick={"value": 7}, rows="rows",
+                 row_id=lambda r: r["id"]), measure
+
+
+def test_append_keeps_the_rows_a_run_does_not_measure_and_files_the_replaced_ones_as_history(tmp_path: Path) -> None:
+    from bench.harness import main
+
+    bench, measure = _counting_bench()
+    out = tmp_path / "counting.json"
+    main(bench, measure, ["--ids", "a", "b", "c", "--out", str(out)])
+    first = json.loads(out.read_text())
+    assert [r["id"] for r in first["rows"]] == ["a", "b", "c"] and first["settings"]["value"] == 1
+    main(bench, measure, ["--ids", "b", "--value", "2", "--append", "--out", str(out)])
+    second = json.loads(out.read_text())
+    # b measured again in its place; a and c kept with the machine and date they were measured on
+    assert [(r["id"], r["value"]) for r in second["rows"]] == [("a", 1), ("b", 2), ("c", 1)]
+    assert second["rows"][0]["written_at"] == first["written_at"] and "machine" in second["rows"][0]
+    assert "written_at" not in second["rows"][1]  # this run's row: the file's machine line is its own
+    (history,) = second["earlier_runs"]
+    assert history["written_at"] == first["written_at"] and [r["id"] for r in history["rows"]] == ["b"]
+    main(bench, measure, ["--ids", "d", "--out", str(out)])  # without --append: this run's rows alone
+    assert [r["id"] for r in json.loads(out.read_text())["rows"]] == ["d"]
+
+
+def test_quick_sets_what_the_bench_declares_and_a_bad_input_ends_in_one_line(tmp_path: Path) -> None:
+    from bench.harness import parse
+
+    bench, _ = _counting_bench()
+    assert parse(bench, ["--quick"]).value == 7 and parse(bench, []).value == 1
+    assert "--value 7" in bench.parser().format_help()  # --help says what --quick sets
+    sys.path.insert(0, str(ROOT))
+    from bench import measured_table
+    from bench.harness import main
+
+    out = tmp_path / "m.json"
+    with pytest.raises(SystemExit) as stop:
+        main(measured_table.BENCH, measured_table.measure, ["--repeats", "1", "--rounds", "2", "--out", str(out)])
+    assert str(stop.value) == ("bench/measured_table.py: --repeats 1 x --rounds 2 gives fewer than 5 timed steps; "
+                               "raise either") and not out.exists()
+
+
+def test_the_readme_table_is_short_and_every_row_links_its_file_and_an_existing_section() -> None:
+    import re
+
+    from bench.common import RESULTS_DIR, read_results
+    from bench.readme_numbers import render
+
+    results = read_results(RESULTS_DIR)
+    block = render(results)
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| what")]
+    assert 8 <= len(rows) <= 12
+    md = (ROOT / "BENCHMARKS.md").read_text()  # generated from the same results with the README's block
+    anchors = {re.sub(r"[^\w\- ]", "", h[3:].lower()).replace(" ", "-") for h in md.splitlines() if h.startswith("## ")}
+    for line in rows:
+        (path,) = re.findall(r"\]\((bench/results/\w+\.json)\)", line)
+        (anchor,) = re.findall(r"\(BENCHMARKS\.md#([\w-]+)\)", line)
+        assert (ROOT / path).is_file() and anchor in anchors, line
+
+
+def test_benchmark_scripts_import_no_readme_renderer_nor_tests_and_define_no_memory_unit() -> None:
+    import ast
+
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not any(m == "tests" or m.startswith("tests.") for m in imported), path
+        if path.name not in ("report.py", "readme_numbers.py"):
+            assert "bench.readme_numbers" not in imported, path
+        assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        assert not assigned & {"MIB", "MB", "MiB"}, f"{path}: use env.data.types.MIB"
