@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 
+from bench.common import machine_label
 from bench.views.base import Headline, Result, View, measured, mib, span, table
 from search.engine.report import peers_markdown
 
@@ -49,6 +50,9 @@ def default_run_headlines(r: Result) -> list[Headline]:
 
 # --------------------------------------------------------------------------------------------- search_quality
 
+AGENTS, AGENTS_OWN, SEARCHES = "agents (search run)", "agents' own plans", ("random", "NSGA-II", "rules")
+
+
 def search_quality_table(result: Result) -> str:
     """Per workload: each method's hypervolume, its ratio to the measured exact frontier's, the
     evaluations it needed to reach 99% of that, then the verdict the bench drew."""
@@ -63,7 +67,8 @@ def search_quality_table(result: Result) -> str:
                 table(["method", "evaluations (distinct)", "hypervolume", "/ exact", "evaluations to 99% of exact",
                        "hypervolume at the search's count", "frontier points"], rows), "",
                 f"Exact frontier's hypervolume on the cost model (predicted): {w['exact_predicted_hypervolume']:.4f}. "
-                f"{w['new_measurements']} measurements in {w['wall_seconds']:.0f} s.", ""]
+                f"{w['new_measurements']} measurements in {w['wall_seconds']:.0f} s"
+                + (f"; measured on {machine_label(w['machine'])}" if "machine" in w else "") + ".", ""]
         out += [f"- {v}" for v in w["verdict"]] + [""]
     return "\n".join(out)
 
@@ -79,8 +84,6 @@ def search_quality_summary(r: Result) -> list[str]:
                    f"{m['rules']['hypervolume']:.3f}.")
     return out
 
-
-AGENTS, AGENTS_OWN, SEARCHES = "agents (search run)", "agents' own plans", ("random", "NSGA-II", "rules")
 
 
 def search_quality_headlines(r: Result) -> list[Headline]:
