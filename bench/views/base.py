@@ -81,12 +81,13 @@ def load_of(result: Result) -> float | None:
     return load[0]
 
 
-def measured(result: Result, clock: str | None = None, load: float | None = None) -> str:
+def measured(result: Result, clock: str | None = None, load: float | None = None, timed: bool = True) -> str:
     """The clock and load a figure was taken under, for a headline row (``load``: one recorded apart
-    from the machine line, as per-row loads are)."""
+    from the machine line, as per-row loads are; ``timed``: False for a figure of memory alone,
+    which the denormals did not touch)."""
     load = load_of(result) if load is None else load
     words = [clock or result.get("clock") or "", f"load {load:.1f}" if isinstance(load, (int, float)) else ""]
-    if timed_before_flushing(result):
+    if timed and timed_before_flushing(result):
         words.append("before denormals were flushed")
     return ", ".join(w for w in words if w)
 
