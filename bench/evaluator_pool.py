@@ -29,25 +29,21 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import run_search  # noqa: E402
+from bench.measuring import random_plans, run_search  # noqa: E402
 from search.engine import ray_session  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 
 
-def random_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
-    rng = np.random.default_rng(seed)
-    names = ("keep", "recompute", "selective")
-    plans: list[list[str]] = []
-    while len(plans) < count:
-        p = [names[i] for i in rng.integers(0, 3, n_units)]
-        if p not in plans:
-            plans.append(p)
-    return plans
+ACTIONS = ("keep", "recompute", "selective")
+
+
+def named_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
+    """``count`` distinct random plans over keep / recompute / selective, as action names."""
+    return [[ACTIONS[a] for a in p] for p in random_plans(n_units, len(ACTIONS), count, seed)]
 
 
 def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) -> list[dict[str, Any]]:
@@ -60,7 +56,7 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
             cfg = SearchConfig(workload=workload, evaluators=k, repeats=repeats, seed=seed, progress=False).validate()
             pool = EvaluatorPool(cfg)
             n_units = len(pool.slots[0].info["units"])
-            plans = random_plans(n_units, count, seed + r)
+            plans = named_plans(n_units, count, seed + r)
             t0 = time.perf_counter()
             done = pool.measure([(p, "bench", False) for p in plans], on_result=lambda m: m)
             wall = time.perf_counter() - t0
@@ -113,7 +109,7 @@ def ceiling(workload: str, count: int, repeats: int, rounds: int, seed: int, n_u
     ctx = mp.get_context("spawn")
     rows = []
     for r in range(rounds):
-        plans = random_plans(n_units, count, seed + r)
+        plans = named_plans(n_units, count, seed + r)
         for k in (1, 2) if r % 2 == 0 else (2, 1):
             barrier, out = ctx.Barrier(k), ctx.Queue()
             procs = [ctx.Process(target=_plain_worker, args=(workload, plans[i::k], repeats, barrier, out)) for i in range(k)]

@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import measure_rounds  # noqa: E402
+from bench.measuring import measure_rounds, random_plans  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.measure.profiler import profile  # noqa: E402
@@ -46,16 +45,6 @@ from env.workloads.workload import load_workload  # noqa: E402
 
 PEAK_TARGET, TIME_TARGET = 0.05, 0.10
 DEFAULT_WORKLOADS = ("gpt/small", "cnn", "lstm", "mlp/small")
-
-
-def random_plans(n_units: int, n_actions: int, count: int, rng: np.random.Generator) -> list[list[int]]:
-    """``count`` distinct action-index lists (fewer if the space is smaller)."""
-    seen: dict[tuple[int, ...], None] = {}
-    for _ in range(100 * count):
-        if len(seen) == min(count, n_actions ** n_units):
-            break
-        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
-    return [list(p) for p in seen]
 
 
 def rel(predicted: float, measured: float) -> float:
@@ -68,7 +57,7 @@ def run_workload(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     cm = CostModel(profile(w, units, repeats=args.profile_repeats, baseline=False))
     profile_seconds = time.perf_counter() - t0
-    plans = random_plans(len(units), len(cm.profile.actions), args.plans, np.random.default_rng(args.seed))
+    plans = random_plans(len(units), len(cm.profile.actions), args.plans, args.seed)
     by_name = {str(k): plan_for(w.model, units, [cm.profile.actions[a] for a in idx]) for k, idx in enumerate(plans)}
     keep = [cm.action_index(Action.KEEP)] * len(units)
     by_name["keep"] = plan_for(w.model, units, [Action.KEEP] * len(units))  # the reference for time ratios

@@ -7,11 +7,14 @@
 - ``check_equal_samples``: a quote refuses plans timed unequally (no best-of-many flattery).
 - ``hv_of``/``front_of``/``point_row``: measured plans on the normalised axes of
   ``search.records.pareto``.
+- ``random_plans``: distinct uniform random plans, the random-search baseline and the plans
+  that throughput and fidelity are measured on.
 - ``run_search``: the CLI ``python -m search.run`` in a subprocess, as a user runs it.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -58,6 +61,17 @@ def interleaved(jobs: dict[str, Callable[[], MeasuredPlan]], rounds: int) -> dic
             m = jobs[name]()
             got[name] = got[name].merged(m) if name in got else m
     return {name: got[name] for name in jobs}
+
+
+def random_plans(n_units: int, n_actions: int, count: int, seed: int) -> list[tuple[int, ...]]:
+    """``count`` distinct plans as action indices, each unit's action uniform (every plan of the
+    space, in order, when it holds no more than ``count``)."""
+    if n_actions ** n_units <= count:
+        return list(itertools.product(range(n_actions), repeat=n_units))
+    rng, seen = np.random.default_rng(seed), dict[tuple[int, ...], None]()
+    while len(seen) < count:
+        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
+    return list(seen)
 
 
 def measure_rounds(w: Any, units: list[str], plans: dict[str, Any], repeats: int, rounds: int) -> dict[str, MeasuredPlan]:

@@ -29,7 +29,6 @@ row records the machine and its load. ``--append`` (or ``--merge``) keeps the fi
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -47,7 +46,7 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from bench.common import machine_info  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import Ledger, front_of, hv_of, point_row  # noqa: E402
+from bench.measuring import Ledger, front_of, hv_of, point_row, random_plans  # noqa: E402
 from bench.workloads import workload_specs  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
@@ -91,17 +90,6 @@ class Method:
     name: str
     asked: list[Plan]
     note: str = ""
-
-
-def random_plans(n_units: int, n_actions: int, count: int, seed: int) -> list[Plan]:
-    """``count`` distinct plans, each unit's action uniform (every plan when there are fewer)."""
-    total = n_actions ** n_units
-    if total <= count:
-        return [tuple(p) for p in itertools.product(range(n_actions), repeat=n_units)]
-    rng, seen = np.random.default_rng(seed), dict[Plan, None]()
-    while len(seen) < count:
-        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
-    return list(seen)
 
 
 def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) -> list[Plan]:

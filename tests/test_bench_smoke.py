@@ -469,3 +469,12 @@ def test_benchmark_scripts_import_no_readme_renderer_nor_tests_and_define_no_mem
             assert "bench.readme_numbers" not in imported, path
         assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
         assert not assigned & {"MIB", "MB", "MiB"}, f"{path}: use env.data.types.MIB"
+
+
+def test_random_plans_are_distinct_seeded_and_the_whole_space_when_it_is_small() -> None:
+    from bench.measuring import random_plans
+
+    assert random_plans(2, 2, 10, seed=0) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    plans = random_plans(6, 3, 20, seed=1)
+    assert len(set(plans)) == 20 and all(len(p) == 6 and set(p) <= {0, 1, 2} for p in plans)
+    assert plans == random_plans(6, 3, 20, seed=1) != random_plans(6, 3, 20, seed=2)

@@ -146,11 +146,6 @@ def agents_scale_table(r: Result) -> str:
     return "\n".join(out)
 
 
-def agents_scale_summary(r: Result) -> list[str]:
-    cells = [f"{x['profile']} {x['hv_ratio']:.4f}" for x in r["rows"]]
-    return ["Agents' plans against the exact frontier on the cost model (hypervolume ratio): " + ", ".join(cells) + "."]
-
-
 def agents_scale_headlines(r: Result) -> list[Headline]:
     units = [x["n_units"] for x in r["rows"]]
     return [Headline(f"Agents on the cost model, {min(units)}-{max(units)} units: hypervolume over the exact frontier's",
@@ -174,5 +169,5 @@ VIEWS = [
          "python bench/agents_search.py", agents_search_table, agents_search_summary, agents_search_headlines),
     View("agents_scale", "Agents at 6 to 96 units (cost model)", "Budget-conditioned agents cloned from the exact "
          "solver, then PPO, against the exact frontier on the cost model.", "python bench/agents_scale.py",
-         agents_scale_table, agents_scale_summary, agents_scale_headlines),
+         agents_scale_table, headlines=agents_scale_headlines),
 ]

@@ -151,17 +151,6 @@ def units_table_table(result: Result) -> str:
     return table(["model", *(f"{s}: units, coverage, peak saving" for s in UNIT_SETS)], rows)
 
 
-def units_table_summary(r: Result) -> list[str]:
-    out = []
-    for row in r["rows"]:
-        a, e = row["auto"], row.get("expert")
-        line = (f"`{row['workload'].split('?')[0]}`: automatic units ({a['n_units']}, {a['coverage']:.0%} of the saved "
-                f"bytes) save {a['peak_saving_pct']:.0f}% of the peak, ")
-        line += f"an expert's ({e['n_units']}) {e['peak_saving_pct']:.0f}%, " if e else ""
-        out.append(line + f"the old rule's ({row['blocks']['n_units']}) {row['blocks']['peak_saving_pct']:.0f}%.")
-    return out
-
-
 def units_table_headlines(r: Result) -> list[Headline]:
     rows = r["rows"]
 
@@ -190,5 +179,5 @@ VIEWS = [
          "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "
          "choice (env.units.choice), each measured as all-recompute against all-keep: units, share of the saved "
          "activation bytes they hold, saving of the step's whole peak.", "python bench/units_table.py",
-         units_table_table, units_table_summary, units_table_headlines),
+         units_table_table, headlines=units_table_headlines),
 ]

@@ -122,20 +122,6 @@ def evaluator_pool_table(r: Result) -> str:
     return "\n".join(out)
 
 
-def evaluator_pool_summary(r: Result) -> list[str]:
-    med = r["measurements_per_minute_median"]
-    line = (f"Measurements per minute through 1 and 2 CPU Evaluators (same plans, alternating rounds): "
-            f"{med['1']:.1f} and {med['2']:.1f} ({r['speedup_2_over_1']:.2f}x)")
-    plain = r.get("plain_measurements_per_minute_median")
-    if plain:
-        line += (f"; the same plans in 1 and 2 plain processes without Ray: {plain['1']:.1f} and {plain['2']:.1f} "
-                 f"({r['plain_speedup_2_over_1']:.2f}x)")
-    runs = {s["evaluators"]: s["wall_seconds"] for s in r.get("default_search", [])}
-    if runs:
-        line += f"; the default search took {runs[1]:.0f} s with one and {runs[2]:.0f} s with two"
-    return [line + "."]
-
-
 def evaluator_pool_headlines(r: Result) -> list[Headline]:
     med, rounds = r["measurements_per_minute_median"], r["rounds"]
     per_round = [x["measurements_per_minute"] for x in rounds if x["evaluators"] == 2]
@@ -185,16 +171,8 @@ def dynamic_table(r: Result) -> str:
         f"`{r['workload']}`, {r['steps']} batches of {', '.join(lengths)} tokens, cap {r['cap_mb']:.1f} MiB, "
         f"{r['rounds']} rounds, {r['clock']} clock.", "",
         table(["plan", *(f"peak at {n} tokens, MiB" for n in lengths), "total s (median)"], rows), "",
-        f"Dynamic over static: {r['dynamic_over_static']:.3f} of the total step time; both under the cap: "
-        f"{'yes' if r['both_under_cap'] else 'NO'}."])
-
-
-def dynamic_summary(r: Result) -> list[str]:
-    lengths = "/".join(str(n) for n in r["lengths"])
-    return [f"`{r['workload']}`, {r['steps']} batches of {lengths} tokens under a {r['cap_mb']:.1f} MiB cap: the plan "
-            f"`DynamicPlan` picks per batch shape takes {r['dynamic_over_static']:.3f} of the total step time of the "
-            f"one static plan that fits the longest shape (median of {r['rounds']} interleaved rounds); both stay "
-            f"under the cap: {'yes' if r['both_under_cap'] else 'no'}."]
+        f"Dynamic over static: {r['dynamic_over_static']:.3f} of the total step time (medians over the rounds); "
+        f"both under the cap: {'yes' if r['both_under_cap'] else 'NO'}."])
 
 
 def dynamic_headlines(r: Result) -> list[Headline]:
@@ -225,11 +203,11 @@ VIEWS = [
          search_quality_table, search_quality_summary),
     View("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
          "(alternating rounds, wall clock), and the default search's wall time with each.",
-         "python bench/evaluator_pool.py", evaluator_pool_table, evaluator_pool_summary, evaluator_pool_headlines),
+         "python bench/evaluator_pool.py", evaluator_pool_table, headlines=evaluator_pool_headlines),
     View("dynamic", "Dynamic checkpointing", "Batches of varying sequence length under one memory cap: the plan chosen "
          "per batch shape by `search.DynamicPlan` (one search per shape) against the one static plan that fits the "
-         "longest shape, on the same sequence of batches.", "python bench/dynamic.py", dynamic_table, dynamic_summary,
-         dynamic_headlines),
+         "longest shape, on the same sequence of batches.", "python bench/dynamic.py", dynamic_table,
+         headlines=dynamic_headlines),
     View("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
          "solver and the env with the number of decision units (synthetic profiles).", "python bench/search_cost.py",
          search_cost_table),
