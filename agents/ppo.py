@@ -49,7 +49,8 @@ from agents.exact import FrontierPoint, pareto_points
 from agents.imitation import clone, demo_budgets, demonstrations, teacher_frontier
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
-from env.gym.checkpoint_env import Budget, BudgetShare, CheckpointEnv, reward_mode_name
+from env.gym.budget import Budget, BudgetShare, reward_mode_name
+from env.gym.checkpoint_env import CheckpointEnv
 
 Measure = Callable[[list[int]], tuple[int, float]]
 
