@@ -63,3 +63,26 @@ def test_resuming_a_damaged_store_is_one_line_and_leaves_the_file_as_it_was(tmp_
     wal = tmp_path / f"{STORE_NAME}-wal"  # SQLite's write-ahead log: opening may create it, nothing is in it
     assert not wal.exists() or wal.stat().st_size == 0
     assert {p.name for p in tmp_path.iterdir()} <= {STORE_NAME, wal.name, f"{STORE_NAME}-shm"}
+
+
+TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
+        "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--peers", "none"]
+
+
+@pytest.mark.slow
+def test_a_resumed_agent_never_trains_past_its_timesteps(tmp_path: Path, ray_session) -> None:
+    """kill -9 after an agent saved its policy but before its progress row was written: the resumed agent
+    counts the steps of the policy it loads instead of training them again."""
+    from search.run import main
+
+    assert main([*TINY, "--out", str(tmp_path), "--name", "t"]) == 0
+    run = tmp_path / "t"
+    with RunStore(run / STORE_NAME) as store:  # the state a kill -9 between save and progress row leaves
+        for row in store.progress():
+            assert row["timesteps"] == 256
+            store.set_progress(row["agent"], timesteps=0, status="running")
+        store.set_meta("status", "interrupted")
+    assert main(["--resume", str(run), "--no-progress"]) == 0
+    with RunStore(run / STORE_NAME, readonly=True) as store:
+        rows = store.progress()
+    assert [r["timesteps"] for r in rows] == [256, 256] and {r["status"] for r in rows} == {"finished"}
