@@ -13,9 +13,9 @@ import pytest
 
 from env.data.measured import MeasuredPlan, median_seconds
 from env.data.plan import Action
-from search.engine.evaluator import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, Evaluator
+from search.engine.evaluator import Evaluator
 from search.engine.ledger import Ledger, SearchSetup
-from search.records.ranking import paired
+from search.records.ranking import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, paired
 from search.records.store import RunStore
 from tests.profiles import synthetic_profile
 
