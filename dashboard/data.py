@@ -252,12 +252,12 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
     peers = _peers_frame(store.read(meta.PEERS), base_peak, base_seconds, store)
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
+    status = run_status(store.read(meta.STATUS) or "running", store.read(meta.DRIVER))
     return RunData(
-        path=run_dir, run_id=run_dir.name, status=run_status(store.read(meta.STATUS) or "running", store.read(meta.DRIVER)),
-        config=config, units=units,
+        path=run_dir, run_id=run_dir.name, status=status, config=config, units=units,
         fingerprint=store.read(meta.FINGERPRINT) or (profile.fingerprint if profile else ""), profile=profile,
-        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
-        frontier_source=source, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
+        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
+        frontier=frontier, frontier_source=source, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
         batch_scaling={d: [dict(p) for p in points] for d, points in store.read(meta.BATCH_SCALING).items()},
         batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
         snapshots=pd.DataFrame(store.snapshots()), peers=peers,

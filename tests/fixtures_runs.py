@@ -153,7 +153,8 @@ def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontie
     randoms = [Plan.from_list(units, [rng.choice(prof.actions) for _ in units], fp) for _ in range(n_random)]
     with RunStore(run_dir / STORE_NAME) as store:
         started = started_at if started_at is not None else time.time()
-        store.write(meta.CONFIG, {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured", "seed": seed})
+        store.write(meta.CONFIG, {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured",
+                                  "seed": seed})
         for key, value in ((meta.UNITS, units), (meta.FINGERPRINT, fp), (meta.PROFILE, prof),
                            (meta.STATUS, status), (meta.STARTED_AT, started), (meta.BATCH_SIZE, batch_size),
                            (meta.BASELINE_DIGEST, rules["none"].digest),

@@ -105,13 +105,14 @@ def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_nois
               _result("nearer", 110, 1.01), _result("far", 70, 2.5), _result("ruled", 58, 2.05),
               _result("rule", 45, 1.5, source="rule:all")]:
         a.add(r)
+    agents = (SourceKind.AGENT,)
     assert [r.digest for r in a.contenders(0.02)] == ["nearer"]  # the rule dominates lean, near, ruled, far by 25%+
-    assert [r.digest for r in a.contenders(0.02, kinds=(SourceKind.AGENT,))] == ["nearer", "near"]  # 1.0%, 1.5%
-    assert [r.digest for r in a.contenders(0.03, kinds=(SourceKind.AGENT,))] == ["nearer", "near"]  # ruled's 2.5%: capped
-    assert [r.digest for r in a.contenders(0.3, kinds=(SourceKind.AGENT,))] == ["nearer", "near"]
+    assert [r.digest for r in a.contenders(0.02, kinds=agents)] == ["nearer", "near"]  # 1.0%, 1.5%
+    assert [r.digest for r in a.contenders(0.03, kinds=agents)] == ["nearer", "near"]  # ruled's 2.5%: capped
+    assert [r.digest for r in a.contenders(0.3, kinds=agents)] == ["nearer", "near"]
     a.add(_result("more", 30, 3.0))  # a third point on the agents' frontier: room for a third contender
-    assert [r.digest for r in a.contenders(0.03, kinds=(SourceKind.AGENT,))] == ["nearer", "near", "ruled"]
-    assert a.contenders(0.0, kinds=(SourceKind.AGENT,)) == []
+    assert [r.digest for r in a.contenders(0.03, kinds=agents)] == ["nearer", "near", "ruled"]
+    assert a.contenders(0.0, kinds=agents) == []
 
 
 def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() -> None:

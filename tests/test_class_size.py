@@ -17,7 +17,8 @@ def code_lines_per_class(source: str) -> dict[str, int]:
     tree = ast.parse(source)
     docs: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node):
+        documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        if isinstance(node, documented) and ast.get_docstring(node):
             first = node.body[0]
             docs.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     code: set[int] = set()

@@ -152,7 +152,8 @@ FINISHED_AT: MetaKey[float | None] = _key("finished_at", float | None, "Unix tim
 
 # -- what the search prepared -----------------------------------------------------------------
 PROFILE: MetaKey[ModelProfile | None] = _key(
-    "profile", ModelProfile | None, "The workload's profile: what the cost model, the exact solver and the agents read.")
+    "profile", ModelProfile | None,
+    "The workload's profile: what the cost model, the exact solver and the agents read.")
 UNIT_CHOICE: MetaKey[UnitChoice | None] = _key(
     "unit_choice", UnitChoice | None, "The decision units with the bytes each saves for backward.")
 HEADROOM: MetaKey[str | None] = _key(

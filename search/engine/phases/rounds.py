@@ -87,7 +87,8 @@ def measure_round(ctx: RunContext, final: bool = False) -> None:
         agents.feed(arrived)
     room = ctx.max_measurements - ctx.n_measured
     limit = room if final else max(1, math.ceil(room / (agents.rounds_left() + 1)))
-    picked = [(p, _proposer(ctx, p)) for p in ledger.candidates(min(limit, room), margin=timing_noise(ledger.points()))]
+    candidates = ledger.candidates(min(limit, room), margin=timing_noise(ledger.points()))
+    picked = [(p, _proposer(ctx, p)) for p in candidates]
     if ctx.measurer.overlap and not final:
         ctx.measurer.measure_meanwhile(picked)
         return
