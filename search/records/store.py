@@ -5,9 +5,10 @@ Tables:
   (``config``, ``profile``, ``units``, ``status``, ``rules``, ...) and read and written through
   ``read``/``write``.
 - ``evaluations``: one row per distinct plan (``plan_digest`` unique): its actions, everyone who
-  proposed it (an agent name, ``rule:<name>``, ``exact``; first first), its cost-model
-  prediction, and once measured its ``env.data.measured.MeasuredPlan`` (peak, samples, the clock that
-  took them, device, ...); a repeat measurement merges into the same record.
+  proposed it (``env.data.types.PlanSource``: ``agent_<i>``, ``rule:<name>``, ``exact``; first
+  first), its cost-model prediction, and once measured its ``env.data.measured.MeasuredPlan``
+  (peak, samples, the clock that took them, device, ...); a repeat measurement merges into the
+  same record.
 - ``progress``: one row per agent: timesteps done, episodes, best reward, status.
 - ``snapshots``: the frontier over time (evaluations so far, frontier size, hypervolume).
 
