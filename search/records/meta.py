@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter
@@ -91,16 +92,16 @@ class BatchPoint(TypedDict):
 
 @dataclass(frozen=True)
 class MetaKey(Generic[T]):
-    """One meta key: ``name`` as stored, the ``type`` its value has, and what a store without it reads as."""
+    """One meta key: ``name`` as stored, the type its value has, and what a store without it reads as."""
 
     name: str
-    type: Any  # the value's type, as pydantic validates it
+    value_type: Any  # as pydantic validates it
     doc: str
     missing: Callable[[], T] = field(default=lambda: None)  # type: ignore[assignment,return-value]
 
-    @property
+    @cached_property
     def adapter(self) -> TypeAdapter[T]:
-        return _adapter(self)
+        return TypeAdapter(self.value_type)
 
     def dumps(self, value: T) -> str:
         """The value checked against the key's type, as JSON (pydantic's ``ValidationError`` if it is not)."""
@@ -110,15 +111,6 @@ class MetaKey(Generic[T]):
     def loads(self, text: str) -> T:
         """A stored value, checked against the key's type (pydantic's ``ValidationError`` if it is not)."""
         return self.adapter.validate_python(json.loads(text))
-
-
-_ADAPTERS: dict[str, TypeAdapter[Any]] = {}
-
-
-def _adapter(key: MetaKey[Any]) -> TypeAdapter[Any]:
-    if key.name not in _ADAPTERS:
-        _ADAPTERS[key.name] = TypeAdapter(key.type)
-    return _ADAPTERS[key.name]
 
 
 KEYS: dict[str, MetaKey[Any]] = {}

@@ -262,7 +262,7 @@ class RunStore:
 
 def _type_name(key: MetaKey[Any]) -> str:
     """``dict[str, str]``, ``ModelProfile | None``: the key's type as its declaration reads."""
-    t = key.type
+    t = key.value_type
     plain = isinstance(t, type) and get_origin(t) is None
     return t.__name__ if plain else re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", str(t))  # no module paths
 
