@@ -22,7 +22,9 @@ import time
 from typing import Sequence
 
 from env.data.errors import CkptSearchError
+from env.data.unit_choice import UnitChoice
 from env.workloads.spec import WorkloadSpec, builtin_options
+from search.records import meta
 from search.records.config import parse_config
 from search.records.runs import make_run_dir
 from search.records.store import RunStore
@@ -43,11 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             builtin_options(spec)
         cfg, run_dir = make_run_dir(cfg)
         store = RunStore(run_dir / "store.sqlite")
-        if store.get_meta("config") is None:
-            store.set_meta("config", json.loads(cfg.to_json()))
-            store.set_meta("started_at", time.time())
-        store.set_meta("status", "running")
-        store.set_meta("driver", {"pid": os.getpid(), "host": socket.gethostname()})  # a killed run reads as stopped
+        if store.read(meta.CONFIG) is None:
+            store.write(meta.CONFIG, json.loads(cfg.to_json()))
+            store.write(meta.STARTED_AT, time.time())
+        store.write(meta.STATUS, "running")
+        store.write(meta.DRIVER, {"pid": os.getpid(), "host": socket.gethostname()})  # a killed run reads as stopped
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, on_sigint)
         pool = EvaluatorPool(cfg)
         ledger = Ledger(prepare(store, pool), store)
-        explain_units(store.get_meta("unit_choice"), store.get_meta("headroom"))
+        explain_units(store.read(meta.UNIT_CHOICE), store.read(meta.HEADROOM))
         driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round)
         with view:
             driver.run()
@@ -81,19 +83,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             measure_batch_scaling(cfg.workload, ledger, pool.first)
         report = write_outputs(cfg, run_dir, ledger)
-        store.set_meta("status", "finished")
-        store.set_meta("finished_at", time.time())
+        store.write(meta.STATUS, "finished")
+        store.write(meta.FINISHED_AT, time.time())
         view.summary(report)
     except KeyboardInterrupt:
         if driver is not None:
             driver.drain()
-        store.set_meta("status", "interrupted")
+        store.write(meta.STATUS, "interrupted")
         print(f"interrupted: every finished measurement is in {run_dir / 'store.sqlite'}; "
               f"continue with: python -m search.run --resume {run_dir}", file=sys.stderr)
         print(run_dir)
         return 130
     except CkptSearchError as e:
-        store.set_meta("status", "failed")
+        store.write(meta.STATUS, "failed")
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
@@ -102,13 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def explain_units(choice: dict | None, headroom: str | None) -> None:
+def explain_units(choice: UnitChoice | None, headroom: str | None) -> None:
     """The decision units on stderr, each with the bytes it saves for backward, and the coverage;
     then, when no plan can save much, the one line that says so."""
     if choice:
-        from env.data.unit_choice import UnitChoice
-
-        for line in UnitChoice.model_validate(choice).lines():
+        for line in choice.lines():
             print(f"units: {line}", file=sys.stderr)
     if headroom:
         print(f"note: {headroom}", file=sys.stderr)

@@ -16,6 +16,7 @@ from dashboard.new_search import LaunchPolicy, search_command, start_search
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
+from search.records import meta
 from search.records.store import STORE_NAME, RunStore
 from tests.fixtures_runs import cached_run
 
@@ -73,7 +74,7 @@ def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pyte
     live = tmp_path / "runs" / "live-run"
     shutil.copytree(run_dir, live)
     with RunStore(live / STORE_NAME) as s:
-        s.set_meta("status", "running")
+        s.write(meta.STATUS, "running")
     at = _app(live.parent, monkeypatch)
     _no_exception(at)
     metrics = {m.label: m.value for m in at.metric}

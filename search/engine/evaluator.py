@@ -8,16 +8,11 @@ preloads the store's records so nothing is measured again. ``ray_evaluator`` mak
 class a Ray actor.
 
 Drift: with ``reference_every`` seconds, the Evaluator measures the reference plan (all keep)
-again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
-have been measured since, and labels each sample with the median of the last
-``REFERENCE_WINDOW`` reference measurements' samples (``MeasuredPlan.reference_seconds``), so
-that plans compare as if side by side (``search.records.ranking.paired``) although the machine's speed drifts
-over minutes. One reference is a median of a few steps and errs by a few percent at load; pooled
-over the last few it errs less and still follows drift over minutes. The label is what the
-Evaluator knows when it measures (an agent's measured reward uses it); the search ranks plans
-against the references nearest to them on both sides once those are measured
-(``search.records.ranking.Ranking``), read from the measurement ids, which count everything one Evaluator
-measured in order.
+again when ``search.records.ranking.reference_due`` says so, and labels each sample with
+``search.records.ranking.pooled_reference`` of its last references (``MeasuredPlan.reference_seconds``):
+what it knows when it measures (an agent's measured reward uses it). The search ranks plans
+against the references nearest to them on both sides (``search.records.ranking.Ranking``), read
+from the measurement ids, which count everything one Evaluator measured in order.
 """
 
 from __future__ import annotations
@@ -31,9 +26,10 @@ from typing import Any, Sequence
 
 import torch
 
-from env.data.measured import MeasuredPlan, median_seconds
+from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, parse_action
+from env.data.types import PlanSource
 from env.measure.measurement import measure, warm_up
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -41,9 +37,7 @@ from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
 from env.workloads.spec import WorkloadSpec
 from env.workloads.workload import Workload, load_workload
-
-REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
-REFERENCE_WINDOW = 3  # a sample's reference: the median of the samples of this many last reference measurements
+from search.records.ranking import REFERENCE_WINDOW, pooled_reference, reference_due
 
 
 def resolve_device(name: str) -> str:
@@ -122,19 +116,17 @@ class Evaluator:
         return self._labelled(m, is_reference)
 
     def _refresh_reference(self) -> None:
-        """With references on, the all-keep plan measured again when its last measurement is older than
-        ``reference_every`` seconds and ``REFERENCE_MIN_PLANS`` plans were measured since (or there is
-        none): into the journal (the store gets it by ``drain``), not the cache, which answers the
-        driver with records whose measurements the store has (or gets in the same answer), as a store
-        merges a record's samples only whole."""
-        if not self.reference_every:
-            return
+        """The all-keep plan measured again when ``reference_due``: into the journal (the store gets it
+        by ``drain``), not the cache, which answers the driver with records whose measurements the
+        store has (or gets in the same answer), as a store merges a record's samples only whole."""
+        age, since = None, 0
         if self._reference is not None:
             _, at, n = self._reference
-            if time.monotonic() - at <= self.reference_every or self.n_measured - n < REFERENCE_MIN_PLANS:
-                return
+            age, since = time.monotonic() - at, self.n_measured - n
+        if not reference_due(age, since, self.reference_every):
+            return
         plan = plan_for(self.workload.model, self.units, [Action(a) for a in self._keep])
-        self.journal.append(self._measure(plan, "rule:none", is_reference=True))
+        self.journal.append(self._measure(plan, PlanSource.rule("none"), is_reference=True))
 
     def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
         """The measurement with this Evaluator's label and, when references are on, each sample's reference."""
@@ -143,8 +135,7 @@ class Evaluator:
             self.reference_every = 0.0  # all keep does not fit this device: nothing to pair with
         if self.reference_every and is_reference:
             self._reference_samples.append(m.step_seconds_samples)
-            pooled = median_seconds([x for samples in self._reference_samples for x in samples])
-            self._reference = (pooled, time.monotonic(), self.n_measured)
+            self._reference = (pooled_reference(self._reference_samples), time.monotonic(), self.n_measured)
             self.n_references += 1
         if self.reference_every and self._reference is not None:
             update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from env.data.errors import CkptSearchError
 from env.workloads.spec import WorkloadSpec
+from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore, StoreError
 
@@ -33,7 +34,7 @@ def make_run_dir(cfg: SearchConfig) -> tuple[SearchConfig, Path]:
         if not (run_dir / STORE_NAME).is_file():
             raise CkptSearchError(f"--resume {run_dir}: no {STORE_NAME} there; give a run folder made by search.run")
         with RunStore(run_dir / STORE_NAME, readonly=True) as s:
-            saved = s.get_meta("config")
+            saved = s.read(meta.CONFIG)
         if saved is None:
             raise StoreError(f"--resume {run_dir}: the store has no config; it is not a ckpt-search run")
         keep = {"progress": cfg.progress, "address": cfg.address}
