@@ -117,7 +117,7 @@ class AgentPool:
         reports = []
         for fut, slot in futures.items():
             try:
-                rep = self.ray.get(fut)
+                rep = ray_session.get(fut)  # the model's error in a measured reward: one line, as from the driver
             except ray_session.actor_gone() as e:
                 self._died(slot, e)
                 continue

@@ -17,18 +17,20 @@ from the measurement ids, which count everything one Evaluator measured in order
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
-from env.data.plan import Action, parse_action
+from env.data.errors import CkptSearchError, ModelError
+from env.data.plan import Action, action_summary, parse_action
 from env.data.types import PlanSource
 from env.measure.measurement import measure, warm_up
 from env.measure.peers import Peer, measure_peer, peers_for
@@ -55,7 +57,8 @@ class Evaluator:
         self.device = resolve_device(device)
         self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
-        self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        with model_errors("the choice of decision units (one instrumented training step)"):
+            self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
         self.units = list(self.unit_choice.units)
         self.actions = [parse_action(a) for a in actions]
         self.node = _node_name()
@@ -78,12 +81,14 @@ class Evaluator:
                 "device_model": device_model(self.workload.device)}
 
     def profile(self) -> dict[str, Any]:
-        prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
+        with model_errors("the profile of the decision units"):
+            prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
         return prof.model_dump(mode="json")
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""
-        return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
+        with model_errors("the warm-up steps"):
+            return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
 
     def preload(self, records: Sequence[MeasuredPlan]) -> int:
         """Known measurements (from a resumed store): answered from the cache from now on."""
@@ -111,8 +116,9 @@ class Evaluator:
 
     def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
         self.n_measured += 1
-        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                    measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+        with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
+            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
+                        measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
         return self._labelled(m, is_reference)
 
     def _refresh_reference(self) -> None:
@@ -149,8 +155,9 @@ class Evaluator:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
         self._refresh_reference()
         self.n_measured += 1
-        m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
-                         measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        with model_errors(f"the measurement of peer {peer.name}"):
+            m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
+                             measurement_id=f"{self._id_prefix}:{self.n_measured}")
         return self._labelled(m, is_reference=False)
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
@@ -171,6 +178,18 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+@contextlib.contextmanager
+def model_errors(where: str) -> Iterator[None]:
+    """The model's own exception, raised while the Evaluator ran ``where``, as one ``ModelError`` line that
+    names both (the driver shows it once, without Ray's frames); the project's own errors pass as they are."""
+    try:
+        yield
+    except CkptSearchError:
+        raise
+    except Exception as e:
+        raise ModelError.during(where, e) from e
 
 
 def device_model(device: torch.device) -> str:

@@ -113,10 +113,10 @@ def _remote_measure(evaluator: Any, action_names: list[str], source: PlanSource,
                     scale: float | None) -> MeasureFn:
     """The function agent ``source`` calls to measure a plan (measured reward): through the Evaluator,
     its time paired with the Evaluator's reference in the profiled baseline's seconds (``scale``)."""
-    import ray
+    from search.engine import ray_session
 
     def measure(idx: list[int]) -> tuple[int, float]:
-        m: MeasuredPlan = ray.get(evaluator.evaluate.remote([action_names[i] for i in idx], source))
+        m: MeasuredPlan = ray_session.get(evaluator.evaluate.remote([action_names[i] for i in idx], source))
         return m.peak_bytes, paired(m, scale).step_seconds
 
     return measure

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Generic, Literal, TypeVar
+from typing import Annotated, Any, Callable, Generic, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import StringConstraints, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
 
 from env.data.errors import CkptSearchError
@@ -24,7 +24,8 @@ from env.data.unit_choice import UnitChoice
 
 T = TypeVar("T")
 
-RunStatus = Literal["running", "finished", "interrupted", "failed"]
+# running, finished, interrupted, or failed with its cause in one line ("failed: the model raised ...")
+RunStatus = Annotated[str, StringConstraints(pattern=r"^(running|finished|interrupted|failed(: [^\n]+)?)$")]
 
 
 class MetaKeyError(CkptSearchError):
@@ -136,7 +137,7 @@ STORE_SCHEMA_VERSION: MetaKey[int | None] = _key(
 CONFIG: MetaKey[dict[str, Any] | None] = _key(
     "config", dict[str, Any] | None, "The run's ``SearchConfig`` as JSON: what ``--resume`` continues with.")
 STATUS: MetaKey[RunStatus | None] = _key(
-    "status", RunStatus | None, "running (while its driver lives), finished, interrupted (resumable) or failed.")
+    "status", RunStatus | None, "running (while its driver lives), finished, interrupted (resumable) or failed: <cause>.")
 DRIVER: MetaKey[DriverProcess | None] = _key(
     "driver", DriverProcess | None, "The driving process, so that a killed run reads as stopped.")
 STARTED_AT: MetaKey[float | None] = _key("started_at", float | None, "Unix time the run was first started.")

@@ -21,6 +21,7 @@ import json
 import re
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, get_origin
@@ -125,7 +126,11 @@ class RunStore:
             raise StoreError(f"no run store at '{path}'; start a run with python -m search.run, or pick a run folder")
         try:
             if readonly:
-                self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+                # no write-ahead log beside it: no writer is open, and an immutable read creates none either
+                # (a finished run read by --resume or the dashboard is left exactly as it was)
+                quiet = "" if path.with_name(path.name + "-wal").exists() else "&immutable=1"
+                self.conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro{quiet}", uri=True,
+                                            timeout=30, check_same_thread=False)
                 _check_integrity(self.conn, path)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
