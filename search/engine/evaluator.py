@@ -27,9 +27,9 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from env.data.errors import CkptSearchError, ModelError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
-from env.data.errors import CkptSearchError, ModelError
 from env.data.plan import Action, action_summary, parse_action
 from env.data.types import PlanSource
 from env.measure.measurement import measure, warm_up

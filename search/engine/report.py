@@ -17,7 +17,8 @@ from search.engine.ledger import Ledger
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierFile, point_from, write_frontier
-from search.records.pareto import fastest_within
+from search.records.pareto import MEMORY_TOLERANCE, fastest_within, readable
+from search.records.ranking import timing_noise
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
@@ -26,7 +27,11 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     base = ledger.baseline()
     if base is None:
         raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
-    front = ledger.frontier()
+    strict = ledger.frontier()  # the store keeps every measurement; the frontier the user sees is readable
+    tolerance = MEMORY_TOLERANCE * base.activation_bytes
+    noise = timing_noise(ledger.points())
+    shown = readable([r.peak_bytes for r in strict], [r.step_seconds for r in strict], tolerance, noise)
+    front = [r for r, keep in zip(strict, shown) if keep]
     agents_front = ledger.frontier((SourceKind.AGENT,))
     exact_digests = set(store.read(meta.EXACT))
     exact_measured = [r for r in ledger.points() if r.digest in exact_digests]
@@ -38,7 +43,9 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-                                         points=points))
+                                         points=points, readable={
+                                             "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
+                                             "left_out": [r.digest for r, keep in zip(strict, shown) if not keep]}))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
     for a in store.read(meta.AGENTS):
@@ -51,13 +58,15 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
                   "on_frontier": r.digest in on_front}
                  for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
     peer_rows = peers_against(ledger.peers(), front, {k: v["note"] for k, v in store.read(meta.PEERS).items()})
-    hv_all, hv_agents, hv_exact = ledger.hv(front), ledger.hv(agents_front), ledger.hv(exact_front)
+    hv_all, hv_agents, hv_exact = ledger.hv(strict), ledger.hv(agents_front), ledger.hv(exact_front)
     choice = store.read(meta.UNIT_CHOICE)
     report = {
         "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
         "units": len(units), "evaluations": store.count(), "measured": store.count(True),
         "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
         "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
+        "left_out": {"plans": len(strict) - len(front), "memory_tolerance_bytes": int(tolerance),
+                     "timing_noise": noise},
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
         "exact_plans_measured": len(exact_measured), "rules": rule_rows, "peers": peer_rows, "events": ledger.events,
@@ -121,8 +130,13 @@ def to_markdown(rep: dict[str, Any]) -> str:
                 "if side by side" if rep.get("paired") else "") + ".", ""]
     if rep.get("headroom"):
         lines += [f"**{rep['headroom']}**", ""]
-    lines += ["## Measured frontier", "",
-             "| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
+    lines += ["## Measured frontier", ""]
+    out = rep.get("left_out") or {}
+    if out.get("plans"):
+        lines += [f"{out['plans']} measured frontier plan(s) left out: each has a plan beside it at most "
+                  f"{out['memory_tolerance_bytes'] / MIB:.2f} MiB higher that is faster by more than the run's timing "
+                  f"noise ({out['timing_noise']:.1%}).", ""]
+    lines += ["| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
         lines.append(f"| {p['peak_bytes'] / MIB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
