@@ -101,7 +101,8 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
 def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
     """``frontier.json`` (search.records.frontier_file) from the store's measured non-dominated evaluations."""
     units = store.read(meta.UNITS)
-    evals = [e for e in store.measured() if not e.oom]
+    rank = store.ranking()  # the times the search and the dashboard rank plans by
+    evals = [rank(e) for e in store.measured() if not e.oom]
     front = [e for e, k in zip(evals, nondominated([[e.peak_bytes, e.step_seconds] for e in evals])) if k]
     assert prof.baseline is not None
     points = [point_from(e, units) for e in front]
