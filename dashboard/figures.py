@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -57,6 +58,13 @@ def _hover(df: pd.DataFrame) -> list[str]:
             f"found by {r.source} · plan {r.digest}" for r in df.itertuples()]
 
 
+def _spread_bars(df: pd.DataFrame, y: str, relative: bool, baseline_seconds: float) -> dict:
+    """Each point's timing spread (IQR) as a bar either side, never below zero seconds."""
+    spread = df.spread_ms / (baseline_seconds * 1e3) if relative else df.spread_ms
+    return dict(type="data", array=spread, arrayminus=np.minimum(spread, df[y]), visible=True, thickness=1, width=0,
+                color="rgba(120,120,120,0.35)")
+
+
 def _exact_traces(ev: pd.DataFrame, x: str, y: str) -> list[go.Scatter]:
     """The exact solver's plans as measured, and a step line through those no other of them beats.
 
@@ -86,8 +94,7 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         x=shown[x], y=shown[y], mode="markers", name=EVALUATED_TRACE, customdata=shown.digest,
         hovertext=_hover(shown), hoverinfo="text",
         marker=dict(size=9, color="#888", opacity=[0.25 if d else 0.9 for d in shown.dominated]),
-        error_y=dict(type="data", array=shown.spread_ms if not relative else shown.spread_ms / (run.baseline_seconds * 1e3),
-                     visible=True, thickness=1, width=0, color="rgba(120,120,120,0.35)")))
+        error_y=_spread_bars(shown, y, relative, run.baseline_seconds)))
     predicted = run.evaluations.loc[~run.evaluations.measured & run.evaluations.predicted_peak_bytes.notna()]
     if show_dominated and len(predicted):
         px = predicted.predicted_peak_bytes.astype(float) / (run.baseline_peak_bytes if relative else MIB)

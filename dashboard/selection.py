@@ -14,10 +14,13 @@ Pure functions (no Streamlit) first, so tests call them directly.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Any, Mapping, MutableMapping, Sequence
 
 import plotly.graph_objects as go
 
+from dashboard import fmt
 from dashboard.data import RunData, select_plan
 from env.data.types import MIB
 
@@ -60,13 +63,6 @@ def fastest_of(run: RunData, digests: Sequence[str]) -> str | None:
     return None if rows.empty else str(rows.iloc[0].digest)
 
 
-def budget_range(run: RunData) -> tuple[float, float]:
-    """(lowest, highest) memory budget in MiB the slider offers: the frontier's span up to the baseline."""
-    low = float(run.frontier.peak_bytes.min()) / MIB
-    high = max(float(run.frontier.peak_bytes.max()), run.baseline_peak_bytes) / MIB
-    return low, high if high > low else low * 1.01
-
-
 def budget_step(low: float, high: float, decimals: int = 4) -> float:
     """A slider step giving about 200 positions, rounded to a readable value no finer than ``decimals``."""
     raw = max((high - low) / 200, 10.0 ** -decimals)
@@ -74,6 +70,33 @@ def budget_step(low: float, high: float, decimals: int = 4) -> float:
         if step >= raw - 1e-12:
             return step
     return 10.0
+
+
+@dataclass(frozen=True)
+class BudgetSlider:
+    """The budget slider's range and stops, in MiB: the frontier's smallest peak up to the baseline's,
+    with about three significant digits. The top is rounded up to a whole number of steps: a slider
+    stops only at ``low + k * step``, and its last stop must still hold the baseline."""
+
+    low: float
+    high: float
+    step: float
+    decimals: int
+
+    @classmethod
+    def of(cls, run: RunData) -> "BudgetSlider":
+        low = float(run.frontier.peak_bytes.min()) / MIB
+        high = max(float(run.frontier.peak_bytes.max()), run.baseline_peak_bytes) / MIB
+        high = high if high > low else low * 1.01
+        decimals = fmt.decimals_for(high)
+        step = budget_step(low, high, decimals)
+        return cls(low, low + math.ceil((high - low) / step - 1e-9) * step, step, decimals)
+
+
+def budget_range(run: RunData) -> tuple[float, float]:
+    """(lowest, highest) memory budget in MiB the slider offers."""
+    slider = BudgetSlider.of(run)
+    return slider.low, slider.high
 
 
 def digest_under_budget(run: RunData, budget_mib: float) -> str | None:

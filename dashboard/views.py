@@ -42,10 +42,10 @@ def frontier_page(run: RunData) -> None:
     c1, c2, c3 = st.columns([1, 1, 3])
     relative = c1.toggle("relative to baseline", key="relative")
     hide = c2.toggle("hide dominated plans", key="hide_dominated")
-    low, high = selection.budget_range(run)
-    decimals = fmt.decimals_for(high)
-    c3.slider("memory budget (MiB)", min_value=low, max_value=high, key=selection.BUDGET,
-              step=selection.budget_step(low, high, decimals), format=f"%.{decimals}f",
+    budget = selection.BudgetSlider.of(run)
+    low, decimals = budget.low, budget.decimals
+    c3.slider("memory budget (MiB)", min_value=low, max_value=budget.high, key=selection.BUDGET,
+              step=budget.step, format=f"%.{decimals}f",
               on_change=selection.on_budget, args=(state, run),
               help="Moving it selects the fastest frontier plan within the budget; a click on the chart or a pick "
                    "from the list selects that plan and moves the budget to its peak.")

@@ -35,6 +35,7 @@ def test_frontier_figure_traces(run: RunData) -> None:
     assert list(evaluated.customdata) == list(ev.digest)
     faded = np.array(evaluated.marker.opacity) < 0.5
     assert list(faded) == list(ev.dominated)
+    assert np.all(np.array(evaluated.y) - np.array(evaluated.error_y.arrayminus) >= 0), "no spread below 0 ms"
     front = _trace(fig, figures.FRONTIER_TRACE)
     assert front.line.shape == "hv" and list(front.customdata) == list(run.frontier.digest)
     assert np.allclose(front.x, run.frontier.peak_bytes / MIB) and np.all(np.diff(front.y) < 0)
