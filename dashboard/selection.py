@@ -137,8 +137,7 @@ def reset_for(state: MutableMapping[str, Any], run: RunData) -> None:
         state[RUN], state[SELECTED], state[HOW] = run.run_id, None, "start"
         return
     low, high = budget_range(run)
-    chosen = state.get(RUN) == run.run_id and state.get(SELECTED) in set(run.evaluations.digest)
-    if chosen and state.get(HOW) != "start":
+    if state.get(RUN) == run.run_id and state.get(HOW) not in (None, "start"):  # the user chose
         state[BUDGET] = min(max(float(state.get(BUDGET, high)), low), high)
         return
     state[RUN] = run.run_id
