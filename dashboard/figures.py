@@ -193,11 +193,13 @@ def price_figure(prices: pd.DataFrame, currency: str = "$") -> go.Figure:
     needs; a bar whose micro-batch lies outside the measured batch sizes is hatched (extrapolated)."""
     fits = prices.loc[prices.fits]
     labels = [f"{r.summary} ({r.digest[:6]})" for r in fits.itertuples()]
-    text = [f"{r.gpus} GPU{'s' if r.gpus > 1 else ''} × {r.micro_batch}"
-            + (f" × {r.accumulation} acc." if r.accumulation > 1 else "") + (" (extrapolated)" if r.extrapolated else "")
+    text = [f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}<br>micro-batch {r.micro_batch}"
+            + (f" × {r.accumulation}" if r.accumulation > 1 else "") + ("<br>(extrapolated)" if r.extrapolated else "")
             for r in fits.itertuples()]
     fig = go.Figure(go.Bar(x=labels, y=fits.cost, text=text, textposition="outside", marker_color="#4c78a8",
                            marker_pattern_shape=["/" if e else "" for e in fits.extrapolated],
                            hovertemplate="%{x}<br>cost %{y:,.2f}<br>%{text}<extra></extra>"))
-    fig.update_layout(yaxis_title=f"training cost ({currency})", height=380, margin=dict(l=10, r=10, t=30, b=10))
+    fig.update_layout(yaxis_title=f"training cost ({currency})", height=420, margin=dict(l=10, r=10, t=60, b=10),
+                      uniformtext=dict(minsize=11, mode="show"))  # labels stay readable over narrow bars
+    fig.update_traces(cliponaxis=False)
     return fig

@@ -53,6 +53,9 @@ def pricing_page(run: RunData) -> None:
         return
     if table.empty:
         st.info("No frontier plan has measurements at 2+ batch sizes yet.")
+    elif not table.fits.any():
+        st.warning(f"No plan fits a {cluster.gpu_memory_gb:g} GB GPU even at a micro-batch of 1 (the smallest needs "
+                   f"{(table.fixed_bytes + table.bytes_per_sample).min() / 1e9:.3g} GB by its fit); raise the GPU memory.")
     else:
         _explain_fit(table, cluster)
         st.plotly_chart(figures.price_figure(table), key="price_chart")
@@ -76,10 +79,14 @@ def _explain_fit(table: pd.DataFrame, cluster: pricing.Cluster) -> None:
 
 
 def _price_table(table: pd.DataFrame) -> None:
+    table = table.copy()
+    for c in ("micro_batch", "accumulation", "gpus"):  # blank, not 0, where not even one sample fits
+        table[c] = table[c].where(table.fits).astype("Int64")
     shown = pd.DataFrame({
         "plan": table.summary, "fits one GPU": table.fits, "micro-batch": table.micro_batch,
         "measured at": [_measured(b) for b in table.measured_batches], "extrapolated": table.extrapolated,
-        "x largest measured": [m / max(b) if b else float("nan") for m, b in zip(table.micro_batch, table.measured_batches)],
+        "x largest measured": [m / max(b) if f else None for m, b, f in zip(table.micro_batch, table.measured_batches,
+                                                                             table.fits)],
         "accumulation": table.accumulation, "GPUs": table.gpus, "step (s)": table.step_seconds,
         "wall (h)": table.wall_hours, "cost ($)": table.cost, "KiB per sample": table.bytes_per_sample / 1024,
         "fixed (MiB)": table.fixed_bytes / MIB, "plan id": table.digest})

@@ -148,7 +148,8 @@ def priced_and_left_out(frontier: pd.DataFrame, batch_scaling: dict[str, list[di
         points = batch_scaling.get(r.digest, [])
         name = f"{r.summary} ({r.digest[:6]})"
         if len({p["batch_size"] for p in points}) < 2:
-            left_out.append(f"{name}: measured at {len({p['batch_size'] for p in points})} batch size(s), a fit needs 2")
+            left_out.append(f"{name}: not measured at a second batch size (the search measures a few frontier plans "
+                            "there, spread from the smallest to the fastest)")
             continue
         try:
             rows.append(price_plan(r.digest, r.summary, points, cluster).__dict__)

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
+from dashboard.data import list_runs, load_run  # noqa: E402
 from dashboard.launch import free_port, start_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
@@ -30,7 +31,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 DOCS = Path(__file__).resolve().parent
 WIDTH = 1400
 PAGES = {"frontier": "Frontier", "plan": "Plan", "pricing": "Price of memory", "live": "Live", "new_search": "New search"}
-SMALL_GPU_GB = "0.004"  # a GPU small enough that a tiny model's plans differ in micro-batch, GPUs and cost
+GPU_PER_BASELINE = 1.5  # the price page's GPU: 1.5x the baseline's peak, so the plans differ in micro-batch and GPUs
 
 
 def fit_height(page: Page) -> None:
@@ -40,17 +41,19 @@ def fit_height(page: Page) -> None:
     page.wait_for_timeout(1500)  # plotly redraws at the new size
 
 
-def open_page(page: Page, name: str) -> None:
+def open_page(page: Page, name: str, gpu_gb: float) -> None:
     page.get_by_role("tab", name=PAGES[name]).click()
     page.wait_for_timeout(1500)  # plotly draws after the tab is shown
     if name == "pricing":
         box = page.get_by_role("spinbutton", name="GPU memory (GB)")
-        box.fill(SMALL_GPU_GB)
+        box.fill(f"{gpu_gb:.3g}")
         box.press("Enter")
         page.wait_for_timeout(2500)
 
 
 def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> list[Path]:
+    shown = load_run(list_runs(runs)[0].path)  # the dashboard opens on the newest run
+    gpu_gb = GPU_PER_BASELINE * shown.baseline_peak_bytes / 1e9
     port = free_port()
     server = start_server(runs, port)
     shots = []
@@ -62,7 +65,7 @@ def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> l
             page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(timeout=60_000)  # first paint can be empty
             page.wait_for_timeout(1000)
             for name in pages:
-                open_page(page, name)
+                open_page(page, name, gpu_gb)
                 fit_height(page)
                 page.mouse.move(0, 0)  # no hover label on the pictures
                 shots.append(out / f"{prefix}{name}.png")

@@ -38,6 +38,12 @@ def _no_exception(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def _opening_tab(at: AppTest) -> str:
+    """The label of the tab the page opens on."""
+    container = at.get("tab_container")[0]
+    return at.tabs[container.proto.tab_container.default_tab_index].label
+
+
 def _exported(at: AppTest) -> Plan:
     return Plan.from_json(at.code[0].value)
 
@@ -52,6 +58,7 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     run = load_run(run_dir)
     at = _app(run_dir.parent, monkeypatch)
     _no_exception(at)
+    assert _opening_tab(at) == "Frontier"
     start = selection.start_plan(run)  # opens on a plan that saves memory, not on the no-checkpointing one
     assert start != run.rules["none"] and _exported(at).digest == start and start in at.success[0].value
     assert at.slider(key="budget_mib").value == pytest.approx(run.frontier.set_index("digest").peak_bytes[start] / MIB)
@@ -65,13 +72,15 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     plan = _exported(at)
     assert plan.digest == smallest.digest and plan.fingerprint == run.fingerprint
     assert [a.value for a in plan.action_list(run.units)] == list(smallest.actions)
-    at.selectbox(key="plan_pick").set_value(run.rules["all"]).run()  # any measured plan, here a rule
+    name = next(n for n in ("all", "all_selective") if run.rules[n] != smallest.digest)  # not the selected plan
+    rule = run.evaluations.set_index("digest").loc[run.rules[name]]
+    at.selectbox(key="plan_pick").set_value(run.rules[name]).run()  # any measured plan, here a rule
     plan = _exported(at)
-    assert plan.digest == run.rules["all"] and {a.value for a in plan.actions.values()} == {"recompute"}
-    assert "recompute 4" in at.success[0].value and "picked from the list" in at.success[0].value
-    assert "recompute 4" in at.subheader[0].value
-    all_peak = run.evaluations.set_index("digest").peak_bytes[run.rules["all"]] / MIB
-    assert at.slider(key="budget_mib").value == pytest.approx(max(all_peak, low))  # the slider follows the pick
+    action = {"all": "recompute", "all_selective": "selective"}[name]
+    assert plan.digest == run.rules[name] and {a.value for a in plan.actions.values()} == {action}
+    assert f"{rule.summary}** ({run.rules[name]}), picked from the list" in at.success[0].value
+    assert rule.summary in at.subheader[0].value
+    assert at.slider(key="budget_mib").value == pytest.approx(max(rule.peak_bytes / MIB, low))  # the slider follows
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
     snippet = at.code[1].value
@@ -106,7 +115,7 @@ def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pyte
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["status"] == "running" and int(metrics["measured"]) == len(load_run(live).evaluations)
     assert len(at.get("progress")) == 2
-    assert at.tabs[3].label == "Live"  # a running run opens on its live page
+    assert _opening_tab(at) == "Live"  # a running run opens on its live page
     at.number_input(key="gpu_gb").set_value(0.004).run()
     _no_exception(at)
     assert not at.error
@@ -187,7 +196,7 @@ def test_a_search_started_from_the_form_becomes_the_shown_run(tmp_path: Path, mo
     try:
         _no_exception(at)
         assert len(started) == 1 and at.selectbox(key="run_choice").value == started[0].name
-        assert "waiting for the search to write its store" in at.caption[0].value or at.tabs[3].label == "Live"
+        assert "waiting for the search to write its store" in at.caption[0].value or _opening_tab(at) == "Live"
     finally:
         stop_search(int(at.session_state["started"].split()[2].rstrip(":")))  # "started pid N: command"
 
