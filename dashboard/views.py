@@ -100,7 +100,9 @@ def _plan_picker(run: RunData, selected: str | None) -> None:
 def _selected_line(run: RunData, digest: str, how: str) -> None:
     row = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
     most = 1 - run.frontier.peak_bytes.min() / run.baseline_peak_bytes
-    why = {"start": f"the fastest plan saving at least {selection.START_SHARE:.0%} of the most any plan saves ({most:.0%})",
+    start = (f"the fastest plan saving at least {selection.START_SHARE:.0%} of the most any plan saves ({most:.0%})"
+             if most > 0 else "the fastest plan (no plan saves memory against a measured baseline yet)")
+    why = {"start": start,
            "budget": "the fastest frontier plan within the budget", "chart": "picked on the chart",
            "list": "picked from the list"}.get(how, "")
     st.success(f"Selected: **{row.summary}** ({digest}), {why}: peak {fmt.size(row.peak_bytes)} "

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from dashboard.launch import build_parser, free_port, streamlit_command
-from tests.fixtures_runs import cached_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +39,8 @@ def test_ckpt_dashboard_without_headless_serves_and_opens_the_browser(tmp_path: 
     port = free_port()
     env = dict(os.environ, DISPLAY=":0", BROWSER=f"{browser} %s", PYTHONPATH=str(ROOT))
     env.pop("WAYLAND_DISPLAY", None)
-    proc = subprocess.Popen([*_launcher(), "--runs", str(cached_run("gpt/tiny").parent), "--port", str(port)],
+    (tmp_path / "runs").mkdir()
+    proc = subprocess.Popen([*_launcher(), "--runs", str(tmp_path / "runs"), "--port", str(port)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                             cwd=tmp_path, start_new_session=True)
     try:
