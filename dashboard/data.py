@@ -84,6 +84,7 @@ class RunData:
     finished_at: float | None = None
     workload: str = ""
     notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why a failed run failed (its status's cause, else its log's last line)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -107,6 +108,19 @@ def run_status(status: str, driver: DriverProcess | None) -> str:
     return status
 
 
+def log_error(run_dir: Path, last_only: bool = False) -> str | None:
+    """What a search started from the dashboard printed last: its ``error: ...`` line (how
+    ``search.run`` reports a failure) among the log's last lines, else (``last_only`` False) its last line."""
+    log = run_dir / LOG_NAME
+    if not log.is_file():
+        return None
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines[-5:] if line.startswith("error: ")]
+    if errors:
+        return errors[-1].removeprefix("error: ")
+    return None if last_only or not lines else lines[-1]
+
+
 def stamp(run_dir: str | Path) -> tuple[float, ...]:
     """Modification times of the files a run folder's data comes from (a cache key)."""
     run_dir = Path(run_dir)
@@ -119,8 +133,9 @@ def _is_run_folder(p: Path) -> bool:
 
 
 def _summary(p: Path) -> RunSummary:
-    if not (p / STORE_NAME).is_file():
-        return RunSummary(p.name, p, "starting", "", p.stat().st_mtime)
+    if not (p / STORE_NAME).is_file():  # a search that stopped before its store: its log says why
+        status = "failed" if log_error(p, last_only=True) else "starting"
+        return RunSummary(p.name, p, status, "", p.stat().st_mtime)
     try:
         with RunStore(p / STORE_NAME, readonly=True) as s:
             config = s.read(meta.CONFIG) or {}
@@ -264,7 +279,15 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),
         started_at=store.read(meta.STARTED_AT), finished_at=store.read(meta.FINISHED_AT),
         workload=str(config.get("workload", profile.workload if profile else "")), notes=notes,
+        error=_failure(run_dir, store.read(meta.STATUS) or ""),
     )
+
+
+def _failure(run_dir: Path, status: str) -> str | None:
+    """Why a ``failed`` (or ``failed: <cause>``) run failed."""
+    if not status.startswith("failed"):
+        return None
+    return status.partition(":")[2].strip() or log_error(run_dir) or "no cause recorded; see the search's output"
 
 
 def _peers_frame(peers: dict[str, PeerEntry], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:

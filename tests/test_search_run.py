@@ -88,6 +88,8 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             assert p["n_measurements"] == (m.n_measurements if m.digest == base.digest else len(late)) >= 2
         scaling = s.read(meta.BATCH_SCALING)
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
+        fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too
+        assert by_plan[tuple(fastest["plan"][u] for u in front["units"])].digest in scaling
     assert "each taken relative to the baseline measured beside it" in (run_dir / "report.md").read_text()
     assert list((run_dir / "plans").glob("budget_*MB.json"))
     assert (run_dir / "tb").is_dir()
