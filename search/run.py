@@ -129,6 +129,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
     from search.engine.driver import Driver, prepare
     from search.engine.evaluator_pool import EvaluatorPool
     from search.engine.ledger import Ledger
+    from search.engine.phase_clock import PhaseClock
     from search.engine.progress import ProgressView, RoundStatus
     from search.engine.report import write_outputs
 
@@ -150,21 +151,27 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
         signals.stop_if_received()
         view.update(status)
 
+    clock = PhaseClock(store)
     try:
-        ray_session.start_ray(cfg.address)
+        with clock.phase("Ray start"):
+            ray_session.start_ray(cfg.address)
         signals.install()
-        pool = EvaluatorPool(cfg)
-        ledger = Ledger(prepare(store, pool), store)
+        with clock.phase("Evaluators' start and warm-up"):
+            pool = EvaluatorPool(cfg)
+        with clock.phase("profile"):
+            ledger = Ledger(prepare(store, pool), store)
         explain_units(store.read(meta.UNIT_CHOICE), store.read(meta.HEADROOM))
-        driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round)
+        driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round, clock=clock)
         with view:
             driver.run()
         signals.stop_if_received()
         if cfg.batch_scaling:
             from search.engine.scaling import measure_batch_scaling
 
-            measure_batch_scaling(cfg.workload, ledger, pool.first)
-        report = write_outputs(cfg, run_dir, ledger)
+            with clock.phase("batch scaling"):
+                measure_batch_scaling(cfg.workload, ledger, pool.first)
+        with clock.phase("report"):
+            report = write_outputs(cfg, run_dir, ledger)
         store.write(meta.STATUS, "finished")
         store.write(meta.FINISHED_AT, time.time())
         view.summary(report)

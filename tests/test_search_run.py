@@ -40,6 +40,7 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
     run_dir = tmp_path / "t1"
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(run_dir)
     front = json.loads((run_dir / "frontier.json").read_text())
+    assert "## Where the time went" in (run_dir / "report.md").read_text()
     assert front["points"], "the frontier has points"
     for p in front["points"]:
         assert p["measured"] is True and p["peak_bytes"] > 0 and p["step_seconds"] > 0
@@ -57,6 +58,11 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert s.count() > s.count(measured_only=True)  # agents' predicted plans are recorded too
         assert {p["agent"] for p in s.progress()} == {"agent_0", "agent_1"}
         assert all(p["timesteps"] >= 256 for p in s.progress())
+        phases, busy = s.read(meta.PHASE_SECONDS), s.read(meta.EVALUATOR_SECONDS)  # where the wall time went
+        assert {"Ray start", "profile", "rules", "training", "measuring", "deciding passes", "report"} <= set(phases)
+        assert all(v >= 0 for v in phases.values()) and busy["plans"] > 0 and busy["reference_measurements"] >= 2
+        assert busy["plan_measurements"] + busy["reference_measurements"] == sum(
+            m.n_measurements for m in s.measured())
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"]) + len(rule["left_out"])
         assert set(s.read(meta.RULES)) >= {"none", "all", "every_2", "sqrt_n"}
         assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.read(meta.RULES).values())

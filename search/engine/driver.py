@@ -17,6 +17,7 @@ from search.engine.agent_pool import AgentPool
 from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import Ledger
 from search.engine.measurer import Measurer, agents_measure
+from search.engine.phase_clock import PhaseClock
 from search.engine.phases.context import RunContext
 from search.engine.phases.deciding import close_references, deciding_passes
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact
@@ -35,7 +36,7 @@ class Driver:
     """One search run over a prepared ledger and a pool of Evaluators: ``run`` it, ``drain`` it on Ctrl-C."""
 
     def __init__(self, cfg: SearchConfig, run_dir: Path, ledger: Ledger, pool: EvaluatorPool,
-                 on_round: Callable[[RoundStatus], None] | None = None) -> None:
+                 on_round: Callable[[RoundStatus], None] | None = None, clock: PhaseClock | None = None) -> None:
         self.cfg, self.run_dir, self.ledger, self.pool, self.on_round = cfg, run_dir, ledger, pool, on_round
         overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and pool.on_gpus)
         self.measurer = Measurer(ledger, pool, overlap)
@@ -49,20 +50,30 @@ class Driver:
         ledger.store.write(meta.MAX_MEASUREMENTS, self.max_measurements)
         ledger.store.write(meta.MEASUREMENT_MODE, self.measurer.mode)
         pool.preload(ledger.load_store())  # a resumed run: these are never measured again
-        self.context = RunContext(cfg, ledger, self.measurer, self.agents, self.max_measurements)
+        self.clock = clock or PhaseClock(ledger.store)
+        self.context = RunContext(cfg, ledger, self.measurer, self.agents, self.max_measurements, self.clock)
 
     def run(self) -> None:
-        ctx = self.context
-        measure_rules(ctx)
-        measure_peers(ctx)
-        exact = solve_exact(ctx)
-        measure_warm_start(ctx, exact)
-        self.agents.start(budgets(ctx, exact))
-        train_rounds(ctx, self.on_round)
-        answer_rounds(ctx)
-        deciding_passes(ctx)
-        close_references(ctx)
+        ctx, phase = self.context, self.clock.phase
+        with phase("rules"):
+            measure_rules(ctx)
+        with phase("peers"):
+            measure_peers(ctx)
+        with phase("exact solver"):
+            exact = solve_exact(ctx)
+        with phase("warm start"):
+            measure_warm_start(ctx, exact)
+        with phase("agents' start"):
+            self.agents.start(budgets(ctx, exact))
+        train_rounds(ctx, self.on_round)  # its own phases: training, measuring
+        with phase("answer rounds"):
+            answer_rounds(ctx)
+        with phase("deciding passes"):
+            deciding_passes(ctx)
+        with phase("closing references"):
+            close_references(ctx)
         self.ledger.snapshot()
+        self.ledger.store.write(meta.EVALUATOR_SECONDS, self.pool.seconds())
 
     def drain(self) -> None:
         """What the Evaluators measured and the store lacks, into it (Ctrl-C: nothing measured is lost)."""

@@ -73,6 +73,7 @@ class Evaluator:
         self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
         self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
         self.n_references = 0
+        self.busy = {"plans": 0.0, "references": 0.0, "plan_measurements": 0, "reference_measurements": 0}
 
     def info(self) -> dict[str, Any]:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
@@ -116,10 +117,18 @@ class Evaluator:
 
     def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
         self.n_measured += 1
+        start = time.perf_counter()
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
             m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
                         measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+        kind = "references" if is_reference else "plans"
+        self.busy[kind] += time.perf_counter() - start
+        self.busy[f"{kind[:-1]}_measurements"] += 1
         return self._labelled(m, is_reference)
+
+    def seconds(self) -> dict[str, float]:
+        """Seconds spent measuring plans and references (the all-keep plan against drift), and how many."""
+        return dict(self.busy)
 
     def _refresh_reference(self) -> None:
         """The all-keep plan measured again when ``reference_due``: into the journal (the store gets it

@@ -180,6 +180,14 @@ class EvaluatorPool:
                         break
         return out
 
+    def seconds(self) -> dict[str, float]:
+        """Measuring seconds and counts of every live Evaluator, summed (``Evaluator.seconds``)."""
+        total: dict[str, float] = {}
+        for busy in self._gather([s.handle.seconds.remote() for s in self.live]):
+            for k, v in busy.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
     def drain(self) -> list[MeasuredPlan]:
         """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
         return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]

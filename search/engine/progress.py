@@ -69,5 +69,9 @@ class ProgressView:
         for p in report["frontier"]:
             self.console.print(f"  {p['peak_bytes'] / MIB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
                                f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}")
+        phases = report.get("phase_seconds") or {}
+        if phases:
+            self.console.print(f"time: {sum(phases.values()):.0f} s; " + ", ".join(
+                f"{name} {s:.0f} s" for name, s in sorted(phases.items(), key=lambda kv: -kv[1]) if s >= 0.5))
         for e in report["events"]:
             self.console.print(f"  note: {e}")

@@ -75,6 +75,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "baseline_by_evaluator": store.read(meta.BASELINE_BY_EVALUATOR),
         "unit_choice": choice.model_dump(mode="json") if choice else None,
         "headroom": store.read(meta.HEADROOM),
+        "phase_seconds": store.read(meta.PHASE_SECONDS), "evaluator_seconds": store.read(meta.EVALUATOR_SECONDS),
         "paired": base.has_references,
         "references": base.n_measurements,
     }
@@ -163,6 +164,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
         own = by_label.get(e["label"])
         lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
                      + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
+    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {})
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
@@ -172,3 +174,18 @@ def _clock_words(clock: str) -> str:
     """What a clock name means, for readers of the report."""
     return {"thread-cpu": "medians of the measuring thread's CPU time (clock thread-cpu)",
             "wall": "medians of the wall clock between synchronisations (clock wall)"}.get(clock, f"clock {clock}")
+
+
+def time_lines(phases: dict[str, float], evaluators: dict[str, float]) -> list[str]:
+    """Where the wall time went, phase by phase, and how much of the measuring was references."""
+    if not phases:
+        return []
+    total = sum(phases.values())
+    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all:", "",
+             "| phase | seconds | share |", "|---|---:|---:|"]
+    lines += [f"| {name} | {s:.1f} | {s / total:.0%} |" for name, s in phases.items()]
+    if evaluators.get("plan_measurements") or evaluators.get("reference_measurements"):
+        lines += ["", f"The Evaluators measured {evaluators.get('plan_measurements', 0):.0f} times for "
+                  f"{evaluators.get('plans', 0):.1f} s and took {evaluators.get('reference_measurements', 0):.0f} "
+                  f"reference measurements (all keep, against drift) for {evaluators.get('references', 0):.1f} s."]
+    return lines

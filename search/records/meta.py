@@ -190,6 +190,13 @@ DECIDING_PASSES: MetaKey[list[list[str]] | None] = _key(
     "deciding_passes", list[list[str]] | None, "The digests each deciding pass measured, pass by pass.")
 REMEASURED: MetaKey[list[str] | None] = _key(
     "remeasured", list[str] | None, "The digests the deciding passes measured, in order.")
+PHASE_SECONDS: MetaKey[dict[str, float]] = _key(
+    "phase_seconds", dict[str, float],
+    "Wall seconds the run spent in each phase, in the order first met (a resumed run adds to them).", dict)
+EVALUATOR_SECONDS: MetaKey[dict[str, float]] = _key(
+    "evaluator_seconds", dict[str, float],
+    "Seconds the Evaluators spent measuring, summed over them: 'plans', 'references' (the all-keep plan "
+    "measured again against drift), and their counts 'plan_measurements', 'reference_measurements'.", dict)
 
 # -- memory pricing ---------------------------------------------------------------------------
 BATCH_SCALING: MetaKey[dict[str, list[BatchPoint]]] = _key(

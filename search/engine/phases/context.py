@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from search.engine.agent_pool import AgentPool
 from search.engine.ledger import Ledger
 from search.engine.measurer import Measurer
+from search.engine.phase_clock import PhaseClock
 from search.records.config import SearchConfig
 
 
@@ -20,6 +21,7 @@ class RunContext:
     measurer: Measurer
     agents: AgentPool
     max_measurements: int
+    clock: PhaseClock  # where the wall time goes, by phase
 
     @property
     def n_measured(self) -> int:

@@ -25,15 +25,19 @@ def train_rounds(ctx: RunContext, on_round: Callable[[RoundStatus], None] | None
     cfg, ledger = ctx.cfg, ctx.ledger
     ledger.snapshot()
     while ctx.agents.running:
-        propose_reports(ctx, ctx.agents.train_round())
+        with ctx.clock.phase("training"):
+            reports = ctx.agents.train_round()
+        propose_reports(ctx, reports)
         if cfg.reward == RewardMode.HYBRID:
-            measure_round(ctx)
+            with ctx.clock.phase("measuring"):
+                measure_round(ctx)
         if cfg.reward == RewardMode.MEASURED:
             ctx.measurer.drain()  # the agents' own measurements
         ledger.snapshot()
         if on_round:
             on_round(RoundStatus(cfg.workload, ctx.agents.slots, cfg.timesteps, ledger.store.snapshots()[-1]))
-    measure_round(ctx, final=True)
+    with ctx.clock.phase("measuring"):
+        measure_round(ctx, final=True)
 
 
 def answer_rounds(ctx: RunContext) -> None:
