@@ -14,7 +14,6 @@ and the test checks that the profile is still the one it was computed on.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -46,13 +45,11 @@ def test_agents_plans_reach_the_exact_frontier_on_64_units() -> None:
         "layered_profile changed: recompute EXACT_HV and EXACT_LOWEST with the command in the docstring"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
     try:
         agent = PPOAgent("agent_0", prof, None, seed=0, reward_mode="model")
         report = agent.train(2048)
     finally:
         torch.set_num_threads(threads)
-    seconds = time.perf_counter() - t0
     plans = report["plans"]
     assert report["timesteps"] >= 2048 and report["episodes"] >= 2048 // N_UNITS
     for p in plans:  # the report's numbers are the cost model's for its plan
@@ -67,4 +64,3 @@ def test_agents_plans_reach_the_exact_frontier_on_64_units() -> None:
     beyond = [name for name, plan in rules.items()
               if not dominated_by(front, normalise([(cm.peak_bytes(plan), cm.step_seconds(plan))], *BASELINE)[0])]
     assert beyond == [], f"rules beyond the agents' frontier: {beyond}"
-    assert seconds < 60, f"training took {seconds:.0f} s"

@@ -21,6 +21,7 @@ from env.measure.measurement import measure
 from env.units.find import find_units
 from env.workloads.workload import load_workload
 from search.export import main
+from search.records import meta
 from search.records.frontier_file import Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.store import RunStore
 from search.training.integrations import hf_available, hf_units
@@ -44,9 +45,9 @@ def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=fin
                             points=[point_from(m, units) for _, m in measured])
     run_dir.mkdir(parents=True)
     with RunStore(run_dir) as store:
-        store.set_meta("config", {"workload": spec, "seed": 0})
-        store.set_meta("units", units)
-        store.set_meta("fingerprint", fp)
+        store.write(meta.CONFIG, {"workload": spec, "seed": 0})
+        store.write(meta.UNITS, units)
+        store.write(meta.FINGERPRINT, fp)
         for _, m in measured:
             store.record(m)
     write_frontier(run_dir, frontier)
@@ -219,3 +220,28 @@ def test_help_describes_every_option(capsys):
     out = capsys.readouterr().out
     for opt in ("RUN_DIR", "--budget-mb", "MiB", "--format", "{json,py}", "--out", "apply_checkpoint_plan"):
         assert opt in out, opt
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-inf", "0", "-5"])
+def test_a_budget_that_is_no_positive_number_is_one_line(tmp_path, capsys, budget):
+    _frontier(tmp_path)
+    assert main([str(tmp_path), f"--budget-mb={budget}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--budget-mb {float(budget)} is not a positive number of MiB" in err
+    assert "--budget-mb 900" in err
+
+
+def test_apply_plan_given_a_run_folder_says_which_file_to_give(tmp_path):
+    from env.data.errors import PlanError
+    from search.training.apply import apply_plan
+
+    _frontier(tmp_path)
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "budget_8MB.json").write_text("{}")
+    import torch.nn as nn
+
+    with pytest.raises(PlanError) as e:
+        apply_plan(nn.Linear(2, 2), str(tmp_path))
+    msg = str(e.value)
+    assert "\n" not in msg and "is a folder, not a plan file" in msg
+    assert f"python -m search.export {tmp_path} --budget-mb MB --out plan.json" in msg and "budget_8MB.json" in msg
