@@ -4,7 +4,7 @@ The yardstick is the exact frontier's hypervolume on the cost model (baseline-no
 ``search.records.pareto.REFERENCE``). The exact solver needs ~2 minutes on this profile (4903 frontier
 points), so its hypervolume is a constant here, computed with::
 
-    python -c "from tests.profiles import layered_profile; from env.cost.cost_model import CostModel; \
+    python -c "from bench.synthetic import layered_profile; from env.cost.cost_model import CostModel; \
 from agents.exact import exact_frontier; from search.records.pareto import hypervolume, normalise; \
 cm = CostModel(layered_profile(64, 0)); b = [0] * 64; f = exact_frontier(cm); \
 print(len(f), hypervolume(normalise([(p.peak_bytes, p.step_seconds) for p in f], cm.peak_bytes(b), cm.step_seconds(b))))"
@@ -14,16 +14,15 @@ and the test checks that the profile is still the one it was computed on.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 
 from agents.baselines import baseline_rules
 from agents.ppo import PPOAgent
+from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
 from search.records.pareto import hypervolume, nondominated, normalise
-from tests.profiles import layered_profile
 
 N_UNITS = 64
 EXACT_HV = 0.4474281553425363  # 4903 points

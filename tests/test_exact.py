@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
+from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
 from env.data.plan import Action
-from tests.profiles import layered_profile, synthetic_profile
+from tests.profiles import synthetic_profile
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 

@@ -10,12 +10,12 @@ import pytest
 
 from agents.exact import exact_frontier
 from agents.ppo import AgentConfig, PPOAgent
+from bench.synthetic import layered_profile
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from search.records.pareto import hypervolume, normalise
-from tests.profiles import layered_profile
 
 
 class Reward(str, Enum):
