@@ -18,6 +18,7 @@ import pytest
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore, StoreError
+from tests.test_search_run import _measured_count, _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,16 +96,6 @@ SMALL = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chu
          "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--peers", "none"]
 
 
-def _measured(store_path: Path) -> int:
-    import sqlite3
-
-    try:
-        return sqlite3.connect(f"file:{store_path}?mode=ro", uri=True).execute(
-            "SELECT COUNT(*) FROM evaluations WHERE measured = 1").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def _has_baseline(store_path: Path) -> bool:
     import sqlite3
 
@@ -113,17 +104,6 @@ def _has_baseline(store_path: Path) -> bool:
             "SELECT COUNT(*) FROM meta WHERE key = 'baseline_digest'").fetchone()[0] == 1
     except sqlite3.Error:
         return False
-
-
-def _wait_for(predicate, timeout_s: float = 240.0) -> bool:
-    import time
-
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def _files(run_dir: Path) -> dict[str, str]:
@@ -180,7 +160,7 @@ def test_resuming_a_run_whose_driver_lives_is_refused_in_one_line(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     run = tmp_path / "live"
     try:
-        assert _wait_for(lambda: _measured(run / STORE_NAME) >= 1)
+        assert _wait_for(lambda: _measured_count(run / STORE_NAME) >= 1)
         done = subprocess.run([*RUN, "--resume", str(run), "--no-progress"], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2, done.stderr[-2000:]

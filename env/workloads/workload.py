@@ -1,18 +1,10 @@
 """Workloads: what one training step is (a model, one example batch, a loss, an optimizer).
 
-A workload is named by a spec string:
-
-- a built-in: ``gpt``, ``cnn``, ``lstm``, ``mlp``, optionally with a preset and options:
-  ``gpt/tiny``, ``gpt?n_layer=12``, ``cnn/tiny?batch_size=4``;
-- a library model built from its config (``env.workloads.zoo``; optional extra ``hf``): ``hf/llama``,
-  ``hf/gpt2``, ``hf/bert``, ``hf/t5``, ``hf/resnet50``, ``diffusers/unet2d``, options as above;
-- a user's factory: ``path/to/file.py:factory`` or ``package.module:factory``, options passed
-  to the factory as keyword arguments (``my.py:make?width=64``).
-
-The simplest factory returns ``(module, inputs)`` where ``module(*inputs)`` (or
-``module(**inputs)`` for a dict) returns a scalar loss; a richer one returns a :class:`Workload`.
-Everything is built under a fixed seed, so two processes building the same spec get the same
-weights and the same batch.
+``load_workload(spec)`` builds what a spec string names (``env.workloads.spec``: a built-in such as
+``gpt/tiny``, a library model such as ``hf/llama``, or a user's ``path/to/file.py:factory``). The
+simplest factory returns ``(module, inputs)`` where ``module(*inputs)`` (or ``module(**inputs)`` for a
+dict) returns a scalar loss; a richer one returns a :class:`Workload`. Everything is built under a
+fixed seed, so two processes building the same spec get the same weights and the same batch.
 """
 
 from __future__ import annotations
