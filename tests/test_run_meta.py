@@ -61,12 +61,15 @@ SAMPLES = {  # one value of every declared key, as a run writes it
                               "clock": "wall"},
                              {"batch_size": 2, "peak_bytes": 900, "step_seconds": 0.2}]},
     "batch_size": 2,
+    "phase_seconds": {"Ray start": 2.5, "profile": 4.0, "training": 30.25},
+    "evaluator_seconds": {"plans": 12.5, "references": 3.0, "plan_measurements": 40.0,
+                          "reference_measurements": 6.0},
 }
 
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 27
+    assert len(meta.KEYS) == 29
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 
