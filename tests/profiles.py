@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from env.data.model_profile import ModelProfile, Segment, UnitCost
-from env.data.plan import ACTIONS
+from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
+from env.data.plan import ACTIONS, Action
 
 
 def _segment(rng: np.random.Generator, scale: int) -> Segment:
@@ -14,16 +14,26 @@ def _segment(rng: np.random.Generator, scale: int) -> Segment:
                    seconds=float(rng.uniform(0.001, 0.1)))
 
 
-def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000) -> ModelProfile:
-    """A ModelProfile with random segments: not physical, but any walk the cost model can take."""
+def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000, chains: bool = False) -> ModelProfile:
+    """A ModelProfile with random segments: not physical, but any walk the cost model can take.
+
+    ``chains``: the profile has ``chain`` too (after its ``n_actions`` >= 2 actions), with random
+    costs, and each unit but the first may chain onto the one before it with probability 0.7."""
     rng = np.random.default_rng(seed)
-    actions = ACTIONS[:n_actions]
+    actions = list(ACTIONS[:n_actions])
     costs = {a: [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
              for a in actions}
-    return ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",
+    prof = ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",
                         units=[f"u{i}" for i in range(n_units)], actions=actions,
                         base_bytes=int(rng.integers(0, 10 * scale)), pre=_segment(rng, scale),
                         post=_segment(rng, scale), tail=_segment(rng, scale), costs=costs)
+    if not chains:
+        return prof
+    if n_actions < 2:
+        raise ValueError("a profile with chains needs keep and recompute: n_actions >= 2")
+    costs[Action.CHAIN] = [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
+    links = [False] + [bool(x) for x in rng.random(n_units - 1) < 0.7]
+    return prof.model_copy(update={"actions": actions + [Action.CHAIN], "costs": costs, "chain_links": links})
 
 
 # unit kinds of a layered model: (share of units, kept bytes / hidden-state bytes, forward seconds per
@@ -36,7 +46,7 @@ _KINDS = {
 }
 
 
-def layered_profile(n_units: int, seed: int, hidden_bytes: int = 262_144) -> ModelProfile:
+def layered_profile(n_units: int, seed: int, hidden_bytes: int = 262_144, chains: bool = False) -> ModelProfile:
     """A physical ModelProfile of a layered model: keep / recompute / selective per unit as a real
     profile has them (e.g. ``gpt/small?n_layer=12`` at sub-block units), each unit of a random kind
     (attention, mlp, norm, conv) and size (log-uniform in 0.3x..3x), so that kept bytes and
@@ -50,6 +60,9 @@ def layered_profile(n_units: int, seed: int, hidden_bytes: int = 262_144) -> Mod
     | keep      | K / K + t            | G - K / G + t'                   | f + b                   |
     | recompute | I / K + t            | G - I / G + K + t'               | f + b + r f (r ~ 0.95)  |
     | selective | I + sK / K + t       | G - I - sK / G + (1 - s)K + t'   | 1.02 f + b + c f        |
+
+    ``chains``: ``chain`` too, from recompute (``env.data.model_profile.chain_costs``), every unit
+    chaining onto the one before it (a stack of blocks).
     """
     rng = np.random.default_rng(seed)
     kinds = list(_KINDS)
@@ -75,10 +88,15 @@ def layered_profile(n_units: int, seed: int, hidden_bytes: int = 262_144) -> Mod
     kept = sum(c.fwd.delta_bytes for c in keep)
     grads = sum(c.fwd.delta_bytes + c.bwd.delta_bytes for c in keep)
     step_seconds = sum(c.fwd.seconds + c.bwd.seconds for c in keep)
+    costs = {ACTIONS[0]: keep, ACTIONS[1]: rec, ACTIONS[2]: sel}
+    extra: dict = {}
+    if chains:
+        costs[Action.CHAIN] = chain_costs(rec)
+        extra = {"chain_links": [False] + [True] * (n_units - 1)}
     return ModelProfile(workload="layered", batch_shape="-", device="none", fingerprint=f"layered-{n_units}-{seed}",
-                        units=[f"u{i}" for i in range(n_units)], actions=list(ACTIONS[:3]),
+                        units=[f"u{i}" for i in range(n_units)], actions=list(costs), **extra,
                         base_bytes=int(0.4 * kept), pre=Segment(delta_bytes=hidden_bytes, rise_bytes=2 * hidden_bytes,
                                                                 seconds=0.02 * step_seconds),
                         post=Segment(delta_bytes=0, rise_bytes=0, seconds=0.0),
                         tail=Segment(delta_bytes=-grads, rise_bytes=hidden_bytes, seconds=0.1 * step_seconds),
-                        costs={ACTIONS[0]: keep, ACTIONS[1]: rec, ACTIONS[2]: sel})
+                        costs=costs)
