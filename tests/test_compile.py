@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch._dynamo.testing import EagerAndRecordGraphs
 
-from env.data.errors import MeasurementError
+from env.data.errors import MeasurementError, PlanError
 from env.data.measured import MeasuredPlan as Measurement
 from env.data.plan import Plan, fingerprint
 from env.measure.compiled import CompileOptions
@@ -218,3 +218,41 @@ def test_a_budget_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(MeasurementError) as e:
         CompileOptions(activation_memory_budget=1.5)
     one_line_error(e, "activation_memory_budget=1.5", "between 0.0 and 1.0")
+
+
+@pytest.mark.slow
+def test_a_chain_region_is_one_checkpoint_in_one_graph_with_the_eager_gradients(eager_random) -> None:
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    actions = ["recompute", "chain", "chain", "keep"]  # blocks 0..2 as one region
+    backend = EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, actions), units):
+        dataclasses.replace(w, model=torch.compile(w.model, backend=backend, fullgraph=True)).loss().backward()
+    torch._dynamo.reset()
+    assert len(backend.graphs) == 1
+    regions = [n for n in backend.graphs[0].graph.nodes if n.target is torch.ops.higher_order.tag_activation_checkpoint]
+    assert len(regions) == 1
+    initial = copy.deepcopy(w.model.state_dict())
+    ref_loss, ref_grads, _ = _step(w, w.model, initial)
+    for backend_name in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        with apply_actions(w.model, plan_for(w.model, units, actions), units):
+            loss, grads, _ = _step(w, torch.compile(w.model, backend=backend_name, fullgraph=True), initial)
+        torch._dynamo.reset()
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+        _assert_close(grads, ref_grads, f"chained, compiled with {backend_name}")
+
+
+@pytest.mark.slow
+def test_a_compiled_chain_over_units_that_do_not_chain_is_refused() -> None:
+    """With fullgraph=True dynamo reports the refusal's message; without, the frame runs eagerly and refuses."""
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model, "sub-block")
+    actions = ["recompute", "chain", "chain"] + ["keep"] * (len(units) - 3)
+    for fullgraph, error in ((True, torch._dynamo.exc.Unsupported), (False, PlanError)):
+        torch._dynamo.reset()
+        with apply_actions(w.model, plan_for(w.model, units, actions), units), pytest.raises(error) as e:
+            dataclasses.replace(w, model=torch.compile(w.model, backend="eager", fullgraph=fullgraph)).loss()
+        torch._dynamo.reset()
+        assert "units 'blocks.0.attn' and 'blocks.0.ln_2' do not chain" in str(e.value)

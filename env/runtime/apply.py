@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import torch
 import torch.nn as nn
@@ -169,14 +169,14 @@ class Region:
             for unit, forward in zip(units, forwards):
                 x = forward(x)
                 if not isinstance(x, torch.Tensor):
-                    raise PlanError(f"unit '{unit}' returns a {type(x).__name__}, and a chain region passes one tensor "
+                    _refuse(f"unit '{unit}' returns a {type(x).__name__}, and a chain region passes one tensor "
                                     "from unit to unit; recompute its region's units one by one instead of chaining")
             return x
 
         @functools.wraps(forwards[0])
         def first(*args: Any, **kwargs: Any) -> Any:
             if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
-                raise PlanError(f"unit '{units[0]}' starts a chain region but is called with {_call_shape(args, kwargs)}; "
+                _refuse(f"unit '{units[0]}' starts a chain region but is called with {_call_shape(args, kwargs)}; "
                                 "a region passes one tensor from unit to unit: recompute these units one by one")
             if torch.compiler.is_compiling():
                 out = checkpoint(run, args[0], use_reentrant=False, preserve_rng_state=True)
@@ -190,7 +190,7 @@ class Region:
             @functools.wraps(forwards[k])
             def pass_on(*args: Any, **kwargs: Any) -> Any:
                 if state.next != k or len(args) != 1 or kwargs or args[0] is not state.output:
-                    raise PlanError(
+                    _refuse(
                         f"units '{units[k - 1]}' and '{units[k]}' do not chain: '{units[k]}' is not called on "
                         f"'{units[k - 1]}''s output alone (called with {_call_shape(args, kwargs)}); make "
                         f"'{units[k]}' recompute instead of chain (env.runtime.chains finds the pairs that chain)")
@@ -201,6 +201,14 @@ class Region:
             return pass_on
 
         return [first] + [passed_on(k) for k in range(1, len(units))]
+
+
+def _refuse(message: str) -> NoReturn:
+    """Raise ``PlanError(message)``; while dynamo traces, a ``RuntimeError`` with it, which dynamo can build
+    (it reports the message with ``fullgraph=True``, and without it the frame runs eagerly and raises this)."""
+    if torch.compiler.is_compiling():
+        raise RuntimeError(message)
+    raise PlanError(message)
 
 
 def _call_shape(args: tuple, kwargs: dict) -> str:
