@@ -149,7 +149,8 @@ class Driver:
 
     def measure_baselines(self) -> None:
         codec = self.ledger.codec
-        rules = baseline_rules(codec.n_units, list(codec.actions), seed=self.cfg.seed, links=self.ledger.setup.profile.chain_links)
+        rules = baseline_rules(codec.n_units, list(codec.actions), seed=self.cfg.seed,
+                               links=self.ledger.setup.profile.chain_links)
         chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
         plans = [(tuple(v), f"rule:{k}") for k, v in chosen.items()]
         measured = self.measure(plans)
