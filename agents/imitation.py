@@ -68,8 +68,8 @@ def teacher_frontier(env: CheckpointEnv, relative: float, floor: float,
     ``floor`` of the baseline's activation bytes."""
     cm = env.correction.corrected_model()
     act_bytes = max(1, env.baseline_peak - env.profile.base_bytes)
-    solved = exact_frontier(cm, env._act, resolution_bytes=max(1, int(floor * act_bytes)), relative=relative)
-    scaled, measured, enabled = env.correction.scaled_peak, env.correction.measured, set(env._act)
+    solved = exact_frontier(cm, env.enabled_indices, resolution_bytes=max(1, int(floor * act_bytes)), relative=relative)
+    scaled, measured, enabled = env.correction.scaled_peak, env.correction.measured, set(env.enabled_indices)
 
     def priced(plan: tuple[int, ...], predicted_peak: int, predicted_seconds: float) -> tuple[int, float, tuple[int, ...]]:
         peak, known = scaled(predicted_peak), measured.get(plan)
@@ -109,7 +109,7 @@ def demonstrations(env: CheckpointEnv, frontier: Sequence[FrontierPoint], budget
     middle of the range; unweighted, those few steps are lost among the rest."""
     walk = copy.copy(env)
     walk.on_plan, walk.reward_mode = None, "model"  # demonstrations are never measured
-    index = {a: k for k, a in enumerate(env._act)}
+    index = {a: k for k, a in enumerate(env.enabled_indices)}
     obs, masks, actions, returns, weights = [], [], [], [], []
     for budget in budgets:
         o, _ = walk.reset(options={"budget_bytes": int(budget)})

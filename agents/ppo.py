@@ -49,7 +49,8 @@ from agents.exact import FrontierPoint, pareto_points
 from agents.imitation import clone, demo_budgets, demonstrations, teacher_frontier
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
-from env.gym.checkpoint_env import Budget, BudgetShare, CheckpointEnv, reward_mode_name
+from env.gym.budget import Budget, BudgetShare, reward_mode_name
+from env.gym.checkpoint_env import CheckpointEnv
 
 Measure = Callable[[list[int]], tuple[int, float]]
 
@@ -137,6 +138,15 @@ class PPOAgent:
         self.model.set_logger(configure_logger(0, tb_dir, name, reset_num_timesteps=True) if tb_dir
                               else Logger(folder=None, output_formats=[]))
 
+    @property
+    def rollout_steps(self) -> int:
+        """Environment steps of one PPO rollout: ``train`` runs whole rollouts only, never more steps than asked."""
+        return int(self.model.n_steps)
+
+    def timesteps(self) -> int:
+        """Environment steps trained so far, those of a policy loaded from ``save_path`` included."""
+        return int(self.model.num_timesteps)
+
     def _on_plan(self, actions: list[int], info: dict[str, Any]) -> None:
         self.episodes += 1
         self.best_reward = max(self.best_reward, float(info["reward"]))
@@ -147,8 +157,8 @@ class PPOAgent:
     # -- training -------------------------------------------------------------------------------
 
     def train(self, timesteps: int) -> dict[str, Any]:
-        """Clone the teacher if the correction changed, train PPO ``timesteps`` steps (0: none),
-        report: ``{name, timesteps, episodes, best_reward, budget_range: [low, high] bytes, clone:
+        """Clone the teacher if the correction changed, train PPO ``timesteps`` steps (0: none; rounded
+        down to whole rollouts, so never more than asked), report: ``{name, timesteps, rollout_steps, episodes, best_reward, budget_range: [low, high] bytes, clone:
         the last cloning's stats or None, plans: [{actions, peak_bytes, step_seconds, measured}]}``.
         ``plans`` are the non-dominated ones, by the env's numbers (measured, else the corrected
         prediction), among the policy's plans at the report budgets (after cloning and after
@@ -156,6 +166,7 @@ class PPOAgent:
         self.seen = {}
         budgets = self._clone_teacher() if self.teacher_stale else self._report_budgets()
         plans = self.plans_at(budgets)
+        timesteps = timesteps // self.rollout_steps * self.rollout_steps  # PPO learns in whole rollouts
         if timesteps > 0:
             self.model.learn(timesteps, reset_num_timesteps=False, tb_log_name=self.name, progress_bar=False)
             plans.update(self.plans_at(budgets))
@@ -164,7 +175,8 @@ class PPOAgent:
         for k, v in self.seen.items():
             plans.setdefault(k, v)
         front = pareto_points([(v["peak_bytes"], v["step_seconds"], k) for k, v in plans.items()])
-        return {"name": self.name, "timesteps": int(self.model.num_timesteps), "episodes": self.episodes,
+        return {"name": self.name, "timesteps": self.timesteps(), "rollout_steps": self.rollout_steps,
+                "episodes": self.episodes,
                 "best_reward": float(self.best_reward), "budget_range": list(self.env.budget_range),
                 "clone": self.clone_stats[-1] if self.clone_stats else None,
                 "plans": [{"actions": list(p.plan), **plans[p.plan]} for p in front]}

@@ -10,6 +10,7 @@ Then, in training code: ``search.apply_plan(model, "plan.json")``, or (only torc
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ class Exported:
 
 def choose(frontier: FrontierFile, budget_mb: float | None) -> FrontierPoint:
     """The fastest point with a peak within ``budget_mb`` MiB (the fastest of all when None)."""
+    if budget_mb is not None and not (math.isfinite(budget_mb) and budget_mb > 0):
+        raise CkptSearchError(f"--budget-mb {budget_mb} is not a positive number of MiB; give the memory one training "
+                              "step may use, e.g. --budget-mb 900, or leave it out for the fastest plan")
     budget = int(budget_mb * MIB) if budget_mb is not None else max((p.peak_bytes for p in frontier.points), default=0)
     return frontier.fastest_within(budget)
 

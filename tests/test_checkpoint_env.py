@@ -16,7 +16,8 @@ from agents.exact import exact_frontier
 from env.cost.cost_model import CostModel
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
-from env.gym.checkpoint_env import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS, BudgetShare, CheckpointEnv
+from env.gym.checkpoint_env import BudgetShare, CheckpointEnv
+from env.gym.features import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS
 from tests.profiles import layered_profile, synthetic_profile
 
 

@@ -219,3 +219,28 @@ def test_help_describes_every_option(capsys):
     out = capsys.readouterr().out
     for opt in ("RUN_DIR", "--budget-mb", "MiB", "--format", "{json,py}", "--out", "apply_checkpoint_plan"):
         assert opt in out, opt
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-inf", "0", "-5"])
+def test_a_budget_that_is_no_positive_number_is_one_line(tmp_path, capsys, budget):
+    _frontier(tmp_path)
+    assert main([str(tmp_path), f"--budget-mb={budget}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--budget-mb {float(budget)} is not a positive number of MiB" in err
+    assert "--budget-mb 900" in err
+
+
+def test_apply_plan_given_a_run_folder_says_which_file_to_give(tmp_path):
+    from env.data.errors import PlanError
+    from search.training.apply import apply_plan
+
+    _frontier(tmp_path)
+    (tmp_path / "plans").mkdir()
+    (tmp_path / "plans" / "budget_8MB.json").write_text("{}")
+    import torch.nn as nn
+
+    with pytest.raises(PlanError) as e:
+        apply_plan(nn.Linear(2, 2), str(tmp_path))
+    msg = str(e.value)
+    assert "\n" not in msg and "is a folder, not a plan file" in msg
+    assert f"python -m search.export {tmp_path} --budget-mb MB --out plan.json" in msg and "budget_8MB.json" in msg

@@ -93,6 +93,28 @@ class PassThrough(nn.Module):
         return (self.c(h) + skip).pow(2).mean()
 
 
+
+class LossInside(nn.Module):
+    """A language model whose own forward computes the loss over a large vocabulary, wrapped once: the
+    loss saves far more than 5% of the bytes, and it is ``lm``'s own, so no split of ``lm`` covers 95%."""
+
+    def __init__(self, vocab: int = 2048, d: int = 32, n: int = 6) -> None:
+        super().__init__()
+        self.lm = nn.Module()
+        self.lm.emb, self.lm.blocks = nn.Embedding(vocab, d), nn.ModuleList(MLPBlock(d) for _ in range(n))
+        self.lm.head = nn.Linear(d, vocab)
+        self.lm.forward = self._lm_forward  # type: ignore[method-assign]
+
+    def _lm_forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        x = self.lm.emb(idx)
+        for block in self.lm.blocks:
+            x = block(x)
+        logits = self.lm.head(x).log_softmax(-1)
+        return F.nll_loss(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.lm(idx, targets)
+
 def workload(model: nn.Module, *inputs: torch.Tensor) -> Workload:
     return Workload(f"test:{type(model).__name__}", model, inputs)
 
@@ -331,3 +353,21 @@ def test_headroom_imports_without_torch() -> None:
     code = "import sys, env.cost.headroom; assert 'torch' not in sys.modules, 'torch imported'"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_model_whose_own_loss_saves_much_still_gets_a_split_that_saves() -> None:
+    """Where the top module's own forward (the loss over the logits) saves more than 5% of the bytes, no
+    split reaches 95% coverage; the estimated peak decides, so the units are the blocks, not the whole model."""
+    torch.manual_seed(0)
+    idx = torch.randint(0, 2048, (4, 64), generator=g())
+    w = workload(LossInside(), idx, torch.randint(0, 2048, (4, 64), generator=g()))
+    mem = module_memory(w)
+    assert mem.bytes_of(set(mem.modules["lm"].own)) > 0.05 * mem.bytes_of(mem.outside | set().union(
+        *(set(m.own) for m in mem.modules.values())))  # the premise: the loss saves more than 5%
+    choice = resolve_units(w)
+    assert choice.units == [f"lm.blocks.{i}" for i in range(6)]
+    keep = measure(w, plan_for(w.model, choice.units, [Action.KEEP] * 6), choice.units, repeats=1)
+    blocks = measure(w, plan_for(w.model, choice.units, [Action.RECOMPUTE] * 6), choice.units, repeats=1)
+    whole = measure(w, plan_for(w.model, ["lm"], [Action.RECOMPUTE]), ["lm"], repeats=1)  # the choice before
+    assert whole.activation_bytes >= 0.95 * keep.activation_bytes  # one unit over the whole model saves nothing
+    assert blocks.activation_bytes < 0.85 * keep.activation_bytes  # the blocks save

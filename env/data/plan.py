@@ -207,6 +207,11 @@ class Plan(BaseModel):
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         path = Path(path)
+        if path.is_dir():
+            plans = sorted(p.name for p in (path / "plans").glob("*.json")) if (path / "plans").is_dir() else []
+            hint = f" or give one of its plans/ ({', '.join(plans[:3])}{', ...' if len(plans) > 3 else ''})" if plans else ""
+            raise PlanError(f"'{path}' is a folder, not a plan file; export a plan from a run folder with python -m "
+                            f"search.export {path} --budget-mb MB --out plan.json and give that file{hint}")
         if not path.is_file():
             raise PlanError(f"plan file '{path}' does not exist; export one with python -m search.export RUN_DIR")
         return cls.from_json(path.read_text(), source=f"plan file '{path}'")

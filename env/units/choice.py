@@ -15,9 +15,10 @@ stages). Here the units come from a memory profile of the module tree instead:
    type, plain named children too); a module called other than exactly once per step is never
    a unit (descend into it; a leaf is dropped), nor one whose output needs no gradient. Then
    repeatedly split the unit holding the most saved bytes into its children (through
-   single-child wrappers) while the count stays within ``max_units``, and keep the fewest-unit
-   set met on the way whose estimated peak of recomputing every unit (E below) is within 1% of
-   the best, among the sets that hold at least 95% of the saved bytes. Then drop units whose
+   single-child wrappers) while the count stays within ``max_units``, and keep, among the sets
+   met on the way whose estimated peak of recomputing every unit (E below) is within 1% of the
+   best, the fewest-unit one that holds at least 95% of the saved bytes (the fewest-unit one
+   when none does: the estimate decides, coverage only breaks ties). Then drop units whose
    removal barely raises E (a final norm whose input is kept anyway), keeping that coverage.
 3. **Order**: units must run in the profile's order (forward 0..n-1, backward n-1..0, see
    ``env.measure.profiler``). Skip connections keep it: autograd runs the ready node created last
@@ -324,11 +325,14 @@ def choose_units(mem: ModuleMemory, max_units: int = MAX_UNITS) -> UnitChoice:
     # max_units bounds the splits, and pruning drops only those not worth a decision
     # the fewest units whose estimate is within SLACK of the best met: a finer split that gains
     # less than that adds decisions to the search for no memory
+    # The estimate decides; coverage only breaks ties among sets within SLACK of the best estimate.
+    # (Requiring coverage first kept a whole model as one unit where its own forward, e.g. the loss
+    # over the logits, saved more than 1 - COVERAGE of the bytes: no split could cover, none was taken.)
     slack = int(SLACK * tree.mem.bytes_of(tree.everything))
     sets = _trajectory(tree, units, max_units)
-    covering = [u for u in sets if tree.coverage(u) >= COVERAGE] or sets
-    best = min(tree.peak(u) for u in covering)
-    units = next(u for u in covering if tree.peak(u) <= best + slack)
+    best = min(tree.peak(u) for u in sets)
+    close = [u for u in sets if tree.peak(u) <= best + slack]
+    units = next((u for u in close if tree.coverage(u) >= COVERAGE), close[0])
     floor = COVERAGE if tree.coverage(units) >= COVERAGE else 0.0
     units = _repair_order(tree, _prune(tree, units, slack // 2, floor))
     return _record(tree, units, AUTO)

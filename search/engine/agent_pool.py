@@ -70,6 +70,7 @@ class AgentPool:
             self.slots.append(slot)
             if slot.status == "running":
                 self._spawn(slot)
+                self._catch_up(slot)
             self._save_progress(slot)
         if self.cfg.reward == RewardMode.HYBRID:
             self.feed(self.ledger.points())
@@ -85,6 +86,15 @@ class AgentPool:
                                     slot.seed + 1000 * slot.restarts, self.cfg.reward,
                                     self.measure_for(slot.name) if self.measure_for else None,
                                     str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
+
+    def _catch_up(self, slot: AgentSlot) -> None:
+        """A resumed agent counts the steps of the policy it loaded: a run killed after the policy was saved
+        but before its progress was recorded would otherwise train them again."""
+        loaded = self.ray.get(slot.handle.timesteps.remote())
+        if loaded > slot.timesteps:
+            slot.timesteps = loaded
+            if slot.timesteps >= self.cfg.timesteps:
+                slot.status = "finished"
 
     def _save_progress(self, slot: AgentSlot) -> None:
         self.ledger.store.set_progress(
@@ -113,7 +123,7 @@ class AgentPool:
             slot.timesteps, slot.episodes, slot.best_reward = rep["timesteps"], rep["episodes"], rep["best_reward"]
             if rep.get("budget_range"):
                 slot.budget_range = tuple(int(b) for b in rep["budget_range"])
-            if slot.timesteps >= self.cfg.timesteps:
+            if slot.timesteps + rep.get("rollout_steps", 1) > self.cfg.timesteps:  # no whole rollout left
                 slot.status = "finished"
             self._save_progress(slot)
             reports.append(rep)
@@ -132,6 +142,7 @@ class AgentPool:
             self.ledger.events.append(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
             slot.status = "running"
             self._spawn(slot)
+            self._catch_up(slot)
             if self.cfg.reward == RewardMode.HYBRID:
                 self.feed(self.ledger.points(), [slot])
         else:

@@ -91,6 +91,19 @@ def _row_to_plan(r: sqlite3.Row) -> StoredPlan:
                       measurement=m, created_at=r["created_at"])
 
 
+def _check_integrity(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a damaged store (junk inside the file, a torn page) before anything reads or writes it:
+    SQLite finds such damage only when it touches the page, which can be long after a write."""
+    try:
+        problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall() if r[0] != "ok"]
+    except sqlite3.DatabaseError as e:
+        problems = [str(e)]
+    if problems:
+        conn.close()
+        raise StoreError(f"run store '{path}' is corrupt ({problems[0]}); nothing was written to it: move it aside "
+                         "and resume from a backup of the run folder, or start a new run")
+
+
 class RunStore:
     """The run's SQLite store. ``readonly=True`` for readers (the dashboard, reports)."""
 
@@ -104,9 +117,11 @@ class RunStore:
         try:
             if readonly:
                 self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+                _check_integrity(self.conn, path)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self.conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
+                _check_integrity(self.conn, path)  # before anything is written to it
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.executescript(_SCHEMA)
             self.conn.row_factory = sqlite3.Row
