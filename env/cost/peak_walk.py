@@ -174,7 +174,9 @@ class PeakWalk:
         self.profile, self.actions, self.n = cm.profile, list(actions), cm.n_units
         self.terms = unit_terms(cm, self.actions)
         self.keep_terms = [t[0] for t in unit_terms(cm, [cm.keep])] if cm.keep is not None else []
-        chains = cm.chain is not None and cm.chain in self.actions and cm.rec in self.actions
+        chains = cm.chain is not None and cm.chain in self.actions
+        if chains and cm.rec not in self.actions:
+            raise ValueError("actions have 'chain' without 'recompute', which starts every region; allow both")
         self.k_chain = self.actions.index(cm.chain) if chains else None
         self.k_rec = self.actions.index(cm.rec) if cm.rec in self.actions else None
         # may_chain[i]: a chain is possible at unit i (the region of unit i - 1 can continue to it)
