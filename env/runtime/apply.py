@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NoReturn, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import torch
 import torch.nn as nn
@@ -271,7 +271,7 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
             f"action 'offload' (unit '{unit}') needs a CUDA model and this one is on "
             f"{'CPU' if not _on_cuda(model) else 'a device without CUDA'}; move the model to CUDA or use recompute/selective"
         )
-    in_regions = _region_forwards(model, plan, names)
+    in_regions = _region_forwards(model, plan.actions, names)
     for fqn, action in wanted.items():
         module = model.get_submodule(fqn)
         if _MARK in module.__dict__:
@@ -287,11 +287,12 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
     return handle
 
 
-def _region_forwards(model: nn.Module, plan: Plan, names: set[str]) -> dict[str, Callable[..., Any]]:
-    """The forwards of the units in the plan's regions (``env.data.plan.regions``), by FQN."""
-    fqns = list(plan.actions)
+def _region_forwards(model: nn.Module, actions: Mapping[str, Action], names: set[str]) -> dict[str, Callable[..., Any]]:
+    """The forwards of the units in the regions of ``actions`` (unit -> action, in execution order;
+    ``env.data.plan.regions``), by FQN; ``names``: the model's module names."""
+    fqns = list(actions)
     out: dict[str, Callable[..., Any]] = {}
-    for start, stop in regions(list(plan.actions.values())):
+    for start, stop in regions(list(actions.values())):
         run = fqns[start:stop]
         missing = [u for u in run if u not in names]
         if missing:
