@@ -51,7 +51,8 @@ def test_checkers_pass_in_model_mode(which: str, request: pytest.FixtureRequest)
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
-    prof = {"synthetic": lambda: synthetic_profile(6, 3, seed=11), "chains": lambda: synthetic_profile(6, 3, 11, chains=True),
+    prof = {"synthetic": lambda: synthetic_profile(6, 3, seed=11),
+            "chains": lambda: synthetic_profile(6, 3, seed=11, chains=True),
             "gpt_tiny": lambda: request.getfixturevalue(which)}[which]()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
@@ -244,7 +245,8 @@ def test_budget_range_draws_one_budget_per_episode() -> None:
         assert obs[g + 3] == pytest.approx(budget / e.baseline_peak, rel=1e-6)
         place = (budget - e.lowest_reachable) / (high - e.lowest_reachable)
         assert obs[g + 4] == pytest.approx(place, abs=1e-6)
-        code = obs[g + 7:g + 7 + 2 * N_FOURIER]  # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        code = obs[g + 7:g + 7 + 2 * N_FOURIER]
         assert code.shape == (2 * N_FOURIER,)
         assert code[0::2] == pytest.approx(np.sin(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
         assert code[1::2] == pytest.approx(np.cos(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)

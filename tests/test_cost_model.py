@@ -137,10 +137,12 @@ def test_chained_plans_are_predicted_from_the_profile(spec: str, tolerance: floa
 def test_a_region_is_recomputed_at_once_in_backward() -> None:
     """Two units kept at 100 bytes each (rise 150), 10 bytes of output: chained, the backward
     reruns the first as kept (100 bytes, rise 150) and then runs the last as recomputed."""
-    seg = Segment
-    keep = UnitCost(fwd=seg(delta_bytes=100, rise_bytes=150, seconds=1.0), bwd=seg(delta_bytes=-90, rise_bytes=20, seconds=1.0))
-    rec = UnitCost(fwd=seg(delta_bytes=10, rise_bytes=150, seconds=1.0), bwd=seg(delta_bytes=0, rise_bytes=160, seconds=2.0))
-    zero = seg(delta_bytes=0, rise_bytes=0, seconds=0.0)
+    def seg(delta: int, rise: int, seconds: float) -> Segment:
+        return Segment(delta_bytes=delta, rise_bytes=rise, seconds=seconds)
+
+    keep = UnitCost(fwd=seg(100, 150, 1.0), bwd=seg(-90, 20, 1.0))
+    rec = UnitCost(fwd=seg(10, 150, 1.0), bwd=seg(0, 160, 2.0))
+    zero = seg(0, 0, 0.0)
     prof = ModelProfile(workload="w", batch_shape="-", device="none", fingerprint="f", units=["a", "b"],
                         actions=[Action.KEEP, Action.RECOMPUTE, Action.CHAIN], base_bytes=1000, pre=zero, post=zero,
                         tail=zero, costs={Action.KEEP: [keep, keep], Action.RECOMPUTE: [rec, rec],

@@ -143,7 +143,8 @@ class CostModel:
         return max(peak, level + p.tail.rise_bytes)
 
     def chain_error(self, actions: Sequence[int]) -> str | None:
-        """Why a plan's chains are not valid here (one after no region, or across units that do not chain); None if valid."""
+        """Why a plan's chains are not valid here (a chain after no region, or across units that do not
+        chain); None if they are."""
         if self.chain is None or self.chain not in actions:
             return None
         units = self.profile.units

@@ -108,7 +108,8 @@ def sequential_peer_actions(peer: Peer, units: Sequence[str]) -> list[Action]:
     torch runs it. The peer is then a point of our plan space, measured by the same code as a plan."""
     chain, k = str(peer.params["chain"]), int(peer.params["segments"])
     if peer.kind is not PeerKind.CHECKPOINT_SEQUENTIAL:
-        raise WorkloadError(f"peer '{peer.name}' is a {peer.kind.value} peer; only checkpoint_sequential peers are plans")
+        raise WorkloadError(f"peer '{peer.name}' is a {peer.kind.value} peer; only checkpoint_sequential peers "
+                            "are plans of ours")
     blocks = [f"{chain}.{i}" for i in range(len(units))]
     if list(units) != blocks:
         raise WorkloadError(f"peer '{peer.name}' segments the blocks of '{chain}'; give them as the units, in order "

@@ -257,7 +257,7 @@ class AppliedPlan:
 
 def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = None,
                   strict: bool = True) -> AppliedPlan:
-    """Install the plan's per-unit wrappers, and one :class:`Region` per chain, on ``model``; check it fits the model first."""
+    """Install the plan's per-unit wrappers, one :class:`Region` per chain, on ``model``; check it fits first."""
     if strict:
         check_plan(plan, model, units)
     names = {n for n, _ in model.named_modules()}
@@ -287,7 +287,8 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
     return handle
 
 
-def _region_forwards(model: nn.Module, actions: Mapping[str, Action], names: set[str]) -> dict[str, Callable[..., Any]]:
+def _region_forwards(model: nn.Module, actions: Mapping[str, Action],
+                     names: set[str]) -> dict[str, Callable[..., Any]]:
     """The forwards of the units in the regions of ``actions`` (unit -> action, in execution order;
     ``env.data.plan.regions``), by FQN; ``names``: the model's module names."""
     fqns = list(actions)
