@@ -17,7 +17,8 @@ from plotly.subplots import make_subplots
 from dashboard.data import RunData
 from env.data.types import MIB
 
-ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2"}
+ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2",
+                  "chain": "#c45a00"}
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"

@@ -28,7 +28,8 @@ def gpt_tiny() -> ModelProfile:
     from env.workloads.workload import load_workload
 
     w = load_workload("gpt/tiny")
-    return profile(w, find_units(w.model), repeats=1, baseline=False)
+    return profile(w, find_units(w.model), [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN], repeats=1,
+                   baseline=False)  # blocks chain: four actions
 
 
 def _mid_budget(prof: ModelProfile) -> int:

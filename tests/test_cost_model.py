@@ -23,6 +23,7 @@ from env.workloads.workload import Workload, load_workload
 from tests.test_workloads import one_line_error
 
 SPECS = ("gpt/tiny", "cnn/tiny")
+ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN)
 _PROFILED: dict[str, tuple[Workload, list[str], CostModel]] = {}
 
 
@@ -30,7 +31,7 @@ def profiled(spec: str) -> tuple[Workload, list[str], CostModel]:
     if spec not in _PROFILED:
         w = load_workload(spec)
         units = find_units(w.model)
-        _PROFILED[spec] = (w, units, CostModel(profile(w, units, repeats=1, baseline=False)))
+        _PROFILED[spec] = (w, units, CostModel(profile(w, units, ACTIONS, repeats=1, baseline=False)))
     return _PROFILED[spec]
 
 

@@ -82,13 +82,14 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
         times.setdefault(name, []).append((ns[b] - ns[a]) / 1e9)
 
 
-DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN)
+DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add Action.CHAIN for chain regions
 
 
 def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = DEFAULT_ACTIONS,
             repeats: int = 3, baseline: bool = True, check: bool = True) -> ModelProfile:
     """Measure every unit under every action (one profiled and ``repeats`` timed steps per action,
-    each after an untimed one); ``chain`` is kept only where some units chain (``chain_links``).
+    each after an untimed one). ``chain`` (the search's default actions have it) is profiled
+    where some units chain (``chain_links``) and left out where none do.
 
     The timed steps go in rounds over the actions (keep, recompute, selective, then again, each
     round starting one further on), so a change of machine load during profiling falls on every
