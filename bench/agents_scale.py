@@ -4,7 +4,7 @@
     python bench/agents_scale.py --sizes 6 24     # quicker
     python bench/agents_scale.py --quick          # 6 and 12 units, hybrid at 12, no comparison (seconds)
 
-Profiles: ``tests.profiles.layered_profile(n, 0)`` (units of random kinds and sizes: the exact
+Profiles: ``bench.synthetic.layered_profile(n, 0)`` (units of random kinds and sizes: the exact
 frontier has hundreds to thousands of points) and ``bench/profiles/gpt_small_12_subblock.json``
 (``env.measure.profiler.profile`` of ``gpt/small?n_layer=12`` at sub-block units, 48 units, recorded on
 this machine's CPU with one torch thread by::
@@ -34,8 +34,11 @@ at once). Reported, all on the cost model:
 selective times differ per unit from the profile's (0.5x..2x): after each chunk the 10
 agents' plans predicted best are "measured" and fed back with ``observe``; the agents' plans
 are then judged on the measured model against its exact frontier, beside the exact plans of
-the uncorrected profile (a warm start without correction). Writes
-``bench/results/agents_scale.json``.
+the uncorrected profile (a warm start without correction).
+
+Nothing is measured on the model: every figure but the training seconds is a cost-model prediction,
+and those are by the wall clock (``time.perf_counter``) with one torch thread, on whatever else the
+machine does (its load is recorded with the result).
 """
 
 from __future__ import annotations
@@ -48,19 +51,18 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import FrontierPoint, exact_frontier, pareto_points  # noqa: E402
 from agents.ppo import AgentConfig, PPOAgent, budget_slices  # noqa: E402
-from bench.common import write_result  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.synthetic import layered_profile  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.model_profile import ModelProfile  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from search.records.pareto import hypervolume, normalise  # noqa: E402
-from tests.profiles import layered_profile  # noqa: E402
 
 GPT_PROFILE = Path(__file__).resolve().parent / "profiles" / "gpt_small_12_subblock.json"
 EXACT_MAX_UNITS = 64
@@ -227,8 +229,20 @@ def hybrid(args: argparse.Namespace, per_round: int = 10) -> dict[str, Any]:
             "baseline": base}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def measure(run: Run) -> None:
+    args = run.args
+    rows = [scale_row(f"layered-{n}", layered_profile(n, 0), args) for n in args.sizes]
+    if args.gpt and GPT_PROFILE.is_file():
+        rows.append(scale_row("gpt/small?n_layer=12 sub-block", ModelProfile.model_validate_json(GPT_PROFILE.read_text()),
+                              args))
+    run.result["rows"] = rows
+    if args.compare:
+        run.result["compare_48"] = compare(args)
+    if args.hybrid:
+        run.result["hybrid"] = hybrid(args)
+
+
+def options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", type=int, nargs="*", default=[6, 24, 48, 96], help="layered profile sizes")
     p.add_argument("--agents", type=int, default=2, help="agents, one budget slice each")
     p.add_argument("--chunks", type=int, default=2, help="PPO chunks per agent after cloning")
@@ -240,24 +254,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compare", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--hybrid", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--hybrid-units", type=int, default=48, help="--hybrid: the layered profile's units")
-    p.add_argument("--quick", action="store_true", help="6 and 12 units, hybrid at 12, no gpt, no comparison")
-    p.add_argument("--out", type=Path, default=None)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.sizes, args.gpt, args.compare, args.hybrid_units, args.chunks = [6, 12], False, False, 12, 1
-    torch.set_num_threads(1)  # a small MLP: one thread, as in a Ray actor with one CPU
-    rows = [scale_row(f"layered-{n}", layered_profile(n, 0), args) for n in args.sizes]
-    if args.gpt and GPT_PROFILE.is_file():
-        rows.append(scale_row("gpt/small?n_layer=12 sub-block", ModelProfile.model_validate_json(GPT_PROFILE.read_text()),
-                              args))
-    result: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-                              "rows": rows}
-    if args.compare:
-        result["compare_48"] = compare(args)
-    if args.hybrid:
-        result["hybrid"] = hybrid(args)
-    print(write_result("agents_scale", result, args.out))
 
+
+# one torch thread: the agents' small MLPs, as in a Ray actor with one CPU
+BENCH = Bench("agents_scale", __doc__, options, threads=1,
+              quick={"sizes": [6, 12], "gpt": False, "compare": False, "hybrid_units": 12, "chunks": 1})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

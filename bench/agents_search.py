@@ -21,7 +21,7 @@ i-th exact plan, rounds forward and backward):
   estimate would pick them), evenly spread over its frontier;
 - the measured rules (none, all, every_2, every_3, sqrt_n, segments_2, all_selective);
 - ``recompute every expert unit``: all-recompute over the units a person who read the model would
-  name (every block; the zoo's expert sets of ``bench/units_table.py``);
+  name (every block; the expert sets of ``bench.workloads.EXPERT_UNITS``);
 - the control: the exact plans once more, as records of their own. Identical plans, so the ratio of
   their hypervolumes (``control``) shows how far from 1 the quote's noise alone moves a ratio.
 
@@ -34,8 +34,10 @@ where it lies beyond the noise); and at the expert plan's memory the agents' fas
 it. Then a second quote (``confirm``): each rule the first put beyond the noise is measured again beside
 the agents' plan it lost to, in fresh rounds; it counts as beyond (``rules_beyond_confirmed``) only where
 both quotes say so. All but the hypervolumes come from the quoted samples the result file keeps (``analyse``;
-``--reanalyse`` computes them again without measuring). Writes ``bench/results/agents_search.json``
-after each row.
+``--reanalyse`` computes them again without measuring). Clock: the search's (the measuring thread's CPU
+time on CPU), named in each row with the machine's load and the commit it ran on; the result is
+written after each row, and ``--append`` keeps the file's other rows (a replaced row goes to
+``earlier_runs``, which BENCHMARKS.md lists as the rows' history).
 """
 
 from __future__ import annotations
@@ -57,28 +59,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import (  # noqa: E402
-    RESULTS_DIR,
-    Ledger,
-    check_equal_samples,
-    code_commit,
-    evenly_mixed,
-    hv_of,
-    keep_earlier_rows,
-    machine_info,
-    run_search,
-    serpentine,
-    write_result,
-)
-from bench.readme_numbers import control_cell, rules_beyond  # noqa: E402
-from bench.units_table import ROWS as UNIT_ROWS  # noqa: E402
-from bench.units_table import USER_UNET  # noqa: E402
+from bench.common import BenchError, code_commit, machine_info, read_result, write_json  # noqa: E402
+from bench.harness import Bench, Run, execute, parse  # noqa: E402
+from bench.measuring import Ledger, check_equal_samples, evenly_mixed, hv_of, run_search, serpentine  # noqa: E402
+from bench.workloads import EXPERT_UNITS, USER_UNET  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.codec import PlanCodec  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.model_profile import ModelProfile  # noqa: E402
 from env.data.plan import Action  # noqa: E402
-from env.measure.measurement import measure  # noqa: E402
+from env.data.types import MIB  # noqa: E402
+from env.measure.measurement import measure as measure_plan  # noqa: E402
 from env.runtime.apply import plan_for  # noqa: E402
 from env.units.choice import resolve_units  # noqa: E402
 from search.engine.archive import frontier_of, spread_picks  # noqa: E402
@@ -101,7 +92,7 @@ ROWS: tuple[Row, ...] = (
     Row(("--workload", "gpt/small?n_layer=12", "--units", "sub-blocks"), GPT_EXPERT),
     Row(("--workload", "gpt/small?n_layer=12", "--units", "sub-blocks", "--no-warm-start"), GPT_EXPERT),
     Row(("--workload", "gpt/small?n_layer=24", "--units", "sub-blocks", "--no-warm-start"), GPT_EXPERT),
-    *(Row(("--workload", r.spec, "--no-warm-start"), r.expert) for r in UNIT_ROWS if r.spec != USER_UNET),
+    *(Row(("--workload", r.spec, "--no-warm-start"), r.expert) for r in EXPERT_UNITS if r.spec != USER_UNET),
 )
 QUICK: tuple[Row, ...] = (
     Row(("--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--max-measurements", "12", "--no-warm-start"),
@@ -150,7 +141,7 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
     prof = out.profile
     ev = Evaluator(out.spec, out.seed, prof.units, prof.actions, out.repeats, "cpu", out.threads, name="quote")
     if list(ev.units) != list(prof.units):
-        raise SystemExit(f"{out.spec}: the quoting Evaluator resolved other units than the search's")
+        raise BenchError(f"{out.spec}: the quoting Evaluator resolved other units than the search's")
     ledger = Ledger(ev.evaluate, [Action(a) for a in prof.actions])
     rules = {k: tuple(v) for k, v in baseline_rules(len(prof.units), ledger.actions, seed=out.seed).items()
              if k in RULES_MEASURED}
@@ -160,7 +151,7 @@ def quote(out: SearchOutcome, expert_globs: Sequence[str], rounds: int) -> dict[
     got: dict[str, MeasuredPlan] = {}
 
     def expert_once() -> None:
-        m = measure(ev.workload, expert_plan, expert.units, repeats=out.repeats, warmup=2, source="expert",
+        m = measure_plan(ev.workload, expert_plan, expert.units, repeats=out.repeats, warmup=2, source="expert",
                     measurement_id=f"expert-{uuid.uuid4().hex[:8]}")
         got["expert"] = got["expert"].merged(m) if "expert" in got else m
 
@@ -335,8 +326,8 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
         "search_paired": outcome.paired, "search_baseline_measurements": outcome.baseline_measurements,
         "warm_start": "--no-warm-start" not in flags,
         "search": {"hv_frontier": hv["frontier"], "hv_agents_own": hv["agents_only"],
-                   "agents_over_exact": hv["agents_over_exact"], "lowest_peak_mb": outcome.lowest_peak / 2 ** 20},
-        "baseline": {"peak_mb": base.peak_bytes / 2 ** 20, "step_seconds": base.step_seconds},
+                   "agents_over_exact": hv["agents_over_exact"], "lowest_peak_mb": outcome.lowest_peak / MIB},
+        "baseline": {"peak_mb": base.peak_bytes / MIB, "step_seconds": base.step_seconds},
         "quote": {"rounds": rounds, "samples_per_plan": q["samples_per_plan"], "plans": len(ledger.records) + 1,
                   "control_plans": len(q["control"].records),
                   "agents_plans": len(agents), "exact_plans": len(exact),
@@ -345,11 +336,11 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
                   "median_relative_spread": float(np.median(spreads))},
         "hv_agents_own": hv_a, "hv_exact_measured": hv_e, "agents_over_exact": hv_a / hv_e if hv_e else None,
         "control": control_summary(hv_e, q["control"], ledger, exact, base),
-        "lowest_peak_mb": min(ledger.records[p].peak_bytes for p in agents) / 2 ** 20,
+        "lowest_peak_mb": min(ledger.records[p].peak_bytes for p in agents) / MIB,
         **found,
-        "expert": {"units": len(q["expert_units"]), "peak_mb": x.peak_bytes / 2 ** 20, "step_seconds": x.step_seconds,
+        "expert": {"units": len(q["expert_units"]), "peak_mb": x.peak_bytes / MIB, "step_seconds": x.step_seconds,
                    "spread_seconds": x.spread_seconds,
-                   "agents_peak_mb": at_expert["peak_bytes"] / 2 ** 20 if at_expert else None,
+                   "agents_peak_mb": at_expert["peak_bytes"] / MIB if at_expert else None,
                    "agents_seconds": at_expert_seconds,
                    "agents_spread_seconds": (max(at_expert["step_seconds_samples"]) - min(at_expert["step_seconds_samples"])
                                              if at_expert else None),
@@ -366,45 +357,13 @@ def run_row(row: Row, rounds: int, keep: Path | None = None) -> dict[str, Any]:
     return out
 
 
-def coverage_summary(row: dict[str, Any]) -> dict[str, Any]:
-    both = [c for c in row["coverage"] if "agents_over_exact" in c]
-    ratios = [c["agents_over_exact"] for c in both]
-    return {"budgets": len(row["coverage"]), "both_fit": len(both),
-            "agents_only_fit": sum(1 for c in row["coverage"] if c["agents_seconds"] and not c["exact_seconds"]),
-            "exact_only_fit": sum(1 for c in row["coverage"] if c["exact_seconds"] and not c["agents_seconds"]),
-            "mean_ratio": float(np.mean(ratios)) if ratios else None,
-            "worst_ratio": max(ratios) if ratios else None, "best_ratio": min(ratios) if ratios else None,
-            "agents_faster_beyond_noise": sum(1 for c in both if c.get("beyond_noise") and c["agents_over_exact"] < 1),
-            "exact_faster_beyond_noise": sum(1 for c in both if c.get("beyond_noise") and c["agents_over_exact"] > 1)}
-
-
-def markdown(result: dict[str, Any]) -> str:
-    out = ["| search | units | search s | agents' own HV | exact plans' HV | agents / exact | rules beyond the agents' "
-           "frontier (agents' time over the rule's) | of them beyond the quote's noise (both quotes) | 20 budgets: agents' time / "
-           "exact's (mean, worst) | agents faster / slower beyond the noise | at the expert plan's memory: agents' "
-           "time / its | control: exact plans / themselves | load |",
-           "|---|---:|---:|---:|---:|---:|---|---|---|---|---|---:|---:|"]
-    for r in result["rows"]:
-        c, x = coverage_summary(r), r["expert"]
-        mean = f"{c['mean_ratio']:.3f}, {c['worst_ratio']:.3f}" if c["mean_ratio"] is not None else "n/a"
-        at_x = (f"{x['agents_over_expert']:.3f} ({x['units']} units, {x['peak_mb']:.1f} MiB)"
-                if x["agents_over_expert"] is not None else f"no agent plan fits {x['peak_mb']:.1f} MiB")
-        ratio = f"{r['agents_over_exact']:.3f}" if r["agents_over_exact"] is not None else "n/a"
-        beyond, far = rules_beyond(r)
-        out.append(f"| `{r['flags']}` | {r['units']} | {r['wall_seconds']:.0f} | {r['hv_agents_own']:.4f} | "
-                   f"{r['hv_exact_measured']:.4f} | {ratio} | {beyond} | {far} | {mean} | "
-                   f"{c['agents_faster_beyond_noise']} / {c['exact_faster_beyond_noise']} of {c['both_fit']} | "
-                   f"{at_x} | {control_cell(r)} | {r['load_average_1']:.1f} |")
-    return "\n".join(out) + "\n"
-
-
 STALE_KEYS = ("rules_beyond_agents_by_more_than_spread", "rules_beyond_margin")  # what rows analysed before kept
 
 
 def reanalyse(path: Path) -> int:
     """Analyse again every row of the result file that kept its quoted samples (``analyse``); the
     measurements, the machine and the date stay as they were. Returns how many rows were."""
-    result = json.loads(path.read_text())
+    result = read_result(path)
     done = 0
     for row in result["rows"]:
         if row.get("quoted"):
@@ -414,38 +373,36 @@ def reanalyse(path: Path) -> int:
             row.update(analyse(row["quoted"]))
             done += 1
     result["reanalysed_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(path, result)
     return done
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true")
+def measure(run: Run) -> None:
+    args = run.args
+    table = QUICK if args.quick else tuple(ROWS[i] for i in (args.rows or range(len(ROWS))))
+    run.result["machine_at_start"] = machine_info()
+    for row in table:
+        run.add_row(run_row(row, args.rounds, args.keep))  # written after every row: a long run keeps what it did
+
+
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rows", type=int, nargs="+", help="indices into ROWS (default all)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved quoting rounds over the plans")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/agents_search.json)")
     ap.add_argument("--keep", type=Path, help="keep each search's run folder under this folder (to inspect it)")
-    ap.add_argument("--append", action="store_true",
-                    help="keep the rows of the result file that this run does not measure (each row says its load)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="measure nothing: analyse again the rows of the result file that kept their quoted samples")
-    args = ap.parse_args(argv)
+
+
+BENCH = Bench("agents_search", __doc__, options, rows="rows", row_id=lambda r: r["flags"], quick={"rounds": 1})
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(BENCH, argv)
     if args.reanalyse:
-        path = args.out or RESULTS_DIR / "agents_search.json"
+        path = args.out or Run(BENCH, args).path
         print(f"{reanalyse(path)} rows analysed again: {path}")
         return
-    table = QUICK if args.quick else tuple(ROWS[i] for i in (args.rows or range(len(ROWS))))
-    rounds = 1 if args.quick else args.rounds
-    result: dict[str, Any] = {"rows": [], "load_average_at_start": list(os.getloadavg()),
-                              "machine_at_start": machine_info()}
-    path = args.out or RESULTS_DIR / "agents_search.json"
-    if args.append:  # rows of an earlier run stay, unless this run measures them again
-        keep_earlier_rows(path, result, "rows", {" ".join(r.flags) for r in table}, lambda r: r["flags"])
-    for row in table:
-        result["rows"].append(run_row(row, rounds, args.keep))
-        path = write_result("agents_search", result, args.out)  # after every row: a long run keeps what it did
-    print(markdown(result))
-    print(path)
+    execute(BENCH, measure, args)
 
 
 if __name__ == "__main__":

@@ -14,17 +14,16 @@ longest batch cannot meet without checkpointing. Two ways to meet it:
   cap (``apply`` swaps plans only when the choice changes; the swaps are timed with the steps).
 
 Both train the same model on the same sequence of batches, in ``--rounds`` rounds alternating
-which goes first; each step is timed by the thread's CPU clock (one torch thread), and the total
-over the sequence is compared (median over rounds). The peak of every (shape, plan) pair used is
-measured apart (profiler memory events, exact on CPU) to check that both stay under the cap.
-Writes ``bench/results/dynamic.json``.
+which goes first; each step is timed by the thread's CPU clock (one torch thread, after a
+warm-up), and the total over the sequence is compared (median over rounds). The peak of every
+(shape, plan) pair used is measured apart (profiler memory events, exact on CPU) to check that
+both stay under the cap. The searches run first, each in its own process, timed by the wall clock.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import tempfile
@@ -36,16 +35,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import run_search, set_threads, write_result  # noqa: E402
+from bench.common import set_threads  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import run_search  # noqa: E402
 from env.data.plan import Plan  # noqa: E402
+from env.data.types import MIB  # noqa: E402
 from env.measure.measurement import measure, warm_up  # noqa: E402
 from env.measure.timeline import step_clock, train_step  # noqa: E402
 from env.runtime.apply import apply_actions  # noqa: E402
 from env.workloads.workload import Workload, load_workload  # noqa: E402
 from search import DynamicPlan, load_frontier  # noqa: E402
 from search.records.frontier_file import FrontierFile  # noqa: E402
-
-MB = 2 ** 20
 
 
 def search_shapes(base: str, lengths: Sequence[int], flags: Sequence[str]) -> tuple[dict[int, FrontierFile], dict[int, float]]:
@@ -74,24 +74,39 @@ def timed_sequence(w: Workload, inputs: dict[int, Any], order: Sequence[int], pl
     return total / 1e9
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", default="gpt/small", help="a gpt spec whose seq_len is the longest length")
-    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128])
-    ap.add_argument("--steps", type=int, default=30, help="batches in the training sequence")
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--cap-share", type=float, default=0.4,
-                    help="the cap: lowest peak of the longest shape's frontier plus this share of the way to its baseline")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/dynamic.json)")
-    args = ap.parse_args(argv)
-    flags: list[str] = []
-    if args.quick:
-        args.workload, args.lengths, args.steps, args.rounds = "gpt/tiny", [8, 16], 8, 2
-        flags = ["--agents", "2", "--timesteps", "256", "--max-measurements", "10"]
-    load_at_start = list(os.getloadavg())
-    t_start = time.perf_counter()
+def peaks_apart(w: Workload, inputs: dict[int, Any], plans: dict[str, dict[int, Plan]]) -> dict[str, dict[str, float]]:
+    """The peak (MiB) of every (shape, plan) pair used, measured apart: the same model, that shape's batch."""
+    return {name: {str(n): measure(dataclasses.replace(w, inputs=inputs[n]), plan, repeats=1, warmup=1).peak_bytes / MIB
+                   for n, plan in by_shape.items()} for name, by_shape in plans.items()}
+
+
+def timed_rounds(w: Workload, inputs: dict[int, Any], order: Sequence[int], static_plan: Plan, dyn: DynamicPlan,
+                 cap: int, batch_shape: dict[int, str], rounds: int) -> dict[str, list[float]]:
+    """Total seconds of the sequence with the static plan and with the dynamic one, rounds alternating who goes first."""
+    installed: dict[str, Any] = {}
+
+    def static_step(n: int) -> None:
+        if "static" not in installed:
+            installed["static"] = apply_actions(w.model, static_plan)
+
+    def dynamic_step(n: int) -> None:
+        dyn.apply(w.model, cap, batch_shape[n])
+
+    totals: dict[str, list[float]] = {"static": [], "dynamic": []}
+    for r in range(rounds):
+        for name in (("static", "dynamic") if r % 2 == 0 else ("dynamic", "static")):
+            totals[name].append(timed_sequence(w, inputs, order, static_step if name == "static" else dynamic_step))
+            if name == "static":
+                installed.pop("static").remove()
+            else:
+                dyn.remove()
+        print(f"round {r}: static {totals['static'][-1]:.2f} s, dynamic {totals['dynamic'][-1]:.2f} s", file=sys.stderr)
+    return totals
+
+
+def measure_dynamic(run: Run) -> None:
+    args, t_start = run.args, time.perf_counter()
+    flags = ["--agents", "2", "--timesteps", "256", "--max-measurements", "10"] if args.quick else []
     fronts, walls = search_shapes(args.workload, args.lengths, flags)
     longest = max(args.lengths)
     lf = fronts[longest]
@@ -108,63 +123,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     choices = {n: dyn.select(cap, batch_shape[n]) for n in args.lengths}
     warm_up(w)
     order = np.random.default_rng(args.seed).choice(args.lengths, size=args.steps).tolist()
-
-    # peaks of every (shape, plan) pair used, measured apart: the same model, that shape's batch
-    peaks: dict[str, dict[str, float]] = {"static": {}, "dynamic": {}}
-    for n in args.lengths:
-        wn = dataclasses.replace(w, inputs=inputs[n])
-        for name, plan in (("static", static_plan), ("dynamic", choices[n].plan)):
-            peaks[name][str(n)] = measure(wn, plan, repeats=1, warmup=1).peak_bytes / MB
-
-    installed: dict[str, Any] = {}
-
-    def static_step(n: int) -> None:
-        if "static" not in installed:
-            installed["static"] = apply_actions(w.model, static_plan)
-
-    def dynamic_step(n: int) -> None:
-        dyn.apply(w.model, cap, batch_shape[n])
-
-    totals: dict[str, list[float]] = {"static": [], "dynamic": []}
-    for r in range(args.rounds):
-        for name in (("static", "dynamic") if r % 2 == 0 else ("dynamic", "static")):
-            step = static_step if name == "static" else dynamic_step
-            totals[name].append(timed_sequence(w, inputs, order, step))
-            if name == "static":
-                installed.pop("static").remove()
-            else:
-                dyn.remove()
-        print(f"round {r}: static {totals['static'][-1]:.2f} s, dynamic {totals['dynamic'][-1]:.2f} s", file=sys.stderr)
+    peaks = peaks_apart(w, inputs, {"static": {n: static_plan for n in args.lengths},
+                                    "dynamic": {n: choices[n].plan for n in args.lengths}})
+    totals = timed_rounds(w, inputs, order, static_plan, dyn, cap, batch_shape, args.rounds)
     med = {k: statistics.median(v) for k, v in totals.items()}
-    result = {
+    run.result.update({
         "workload": args.workload, "lengths": args.lengths, "steps": args.steps, "order": order,
-        "rounds": args.rounds, "clock": "thread-cpu (one torch thread)", "cap_mb": cap / MB,
+        "rounds": args.rounds, "clock": "thread-cpu (one torch thread)", "cap_mb": cap / MIB,
         "search_wall_seconds": walls,
-        "static": {"plan_from_tokens": longest, "actions": static_plan.summary(), "peaks_mb": peaks["static"], "totals_seconds": totals["static"]},
-        "dynamic": {"choices": {str(n): {"actions": c.plan.summary(), "peak_mb_on_frontier": c.point.peak_bytes / MB,
+        "static": {"plan_from_tokens": longest, "actions": static_plan.summary(), "peaks_mb": peaks["static"],
+                   "totals_seconds": totals["static"]},
+        "dynamic": {"choices": {str(n): {"actions": c.plan.summary(), "peak_mb_on_frontier": c.point.peak_bytes / MIB,
                                          "step_seconds_on_frontier": c.point.step_seconds} for n, c in choices.items()},
                     "peaks_mb": peaks["dynamic"], "totals_seconds": totals["dynamic"]},
         "median_seconds": med, "dynamic_over_static": med["dynamic"] / med["static"],
-        "both_under_cap": all(v <= cap / MB for p in peaks.values() for v in p.values()),
-        "load_average_at_start": load_at_start, "wall_seconds": time.perf_counter() - t_start,
-    }
-    print(markdown(result))
-    print(write_result("dynamic", result, args.out))
+        "both_under_cap": all(v <= cap / MIB for p in peaks.values() for v in p.values()),
+        "wall_seconds": time.perf_counter() - t_start,
+    })
 
 
-def markdown(r: dict[str, Any]) -> str:
-    lengths = [str(n) for n in r["lengths"]]
-    out = [f"`{r['workload']}`, {r['steps']} batches of {', '.join(lengths)} tokens, cap {r['cap_mb']:.1f} MiB, "
-           f"{r['rounds']} rounds, {r['clock']} clock.", "",
-           "| plan | " + " | ".join(f"peak at {n} tokens, MiB" for n in lengths) + " | total s (median) |",
-           "|---|" + "---:|" * (len(lengths) + 1)]
-    for name in ("static", "dynamic"):
-        out.append(f"| {name} | " + " | ".join(f"{r[name]['peaks_mb'][n]:.1f}" for n in lengths)
-                   + f" | {r['median_seconds'][name]:.2f} |")
-    out += ["", f"Dynamic over static: {r['dynamic_over_static']:.3f} of the total step time; both under the cap: "
-                f"{'yes' if r['both_under_cap'] else 'NO'}."]
-    return "\n".join(out) + "\n"
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--workload", default="gpt/small", help="a gpt spec whose seq_len is the longest length")
+    ap.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128])
+    ap.add_argument("--steps", type=int, default=30, help="batches in the training sequence")
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--cap-share", type=float, default=0.4,
+                    help="the cap: lowest peak of the longest shape's frontier plus this share of the way to its baseline")
+    ap.add_argument("--seed", type=int, default=0)
 
+
+BENCH = Bench("dynamic", __doc__, options, quick={"workload": "gpt/tiny", "lengths": [8, 16], "steps": 8, "rounds": 2})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure_dynamic)

@@ -15,7 +15,8 @@
 2. The default search (``python -m search.run``, its default workload and budgets) with
    ``--evaluators 1`` and ``--evaluators 2``: wall time of the whole run, as a user sees it.
 
-Writes ``bench/results/evaluator_pool.json`` with the machine's load before and after.
+Clock: the wall clock (``time.perf_counter``) throughout; each round records the load average
+beside it, and the result the load before and after the whole run.
 """
 
 from __future__ import annotations
@@ -28,24 +29,21 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import run_search, write_result  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import random_plans, run_search  # noqa: E402
 from search.engine import ray_session  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 
 
-def random_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
-    rng = np.random.default_rng(seed)
-    names = ("keep", "recompute", "selective")
-    plans: list[list[str]] = []
-    while len(plans) < count:
-        p = [names[i] for i in rng.integers(0, 3, n_units)]
-        if p not in plans:
-            plans.append(p)
-    return plans
+ACTIONS = ("keep", "recompute", "selective")
+
+
+def named_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
+    """``count`` distinct random plans over keep / recompute / selective, as action names."""
+    return [[ACTIONS[a] for a in p] for p in random_plans(n_units, len(ACTIONS), count, seed)]
 
 
 def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) -> list[dict[str, Any]]:
@@ -58,7 +56,7 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
             cfg = SearchConfig(workload=workload, evaluators=k, repeats=repeats, seed=seed, progress=False).validate()
             pool = EvaluatorPool(cfg)
             n_units = len(pool.slots[0].info["units"])
-            plans = random_plans(n_units, count, seed + r)
+            plans = named_plans(n_units, count, seed + r)
             t0 = time.perf_counter()
             done = pool.measure([(p, "bench", False) for p in plans], on_result=lambda m: m)
             wall = time.perf_counter() - t0
@@ -111,7 +109,7 @@ def ceiling(workload: str, count: int, repeats: int, rounds: int, seed: int, n_u
     ctx = mp.get_context("spawn")
     rows = []
     for r in range(rounds):
-        plans = random_plans(n_units, count, seed + r)
+        plans = named_plans(n_units, count, seed + r)
         for k in (1, 2) if r % 2 == 0 else (2, 1):
             barrier, out = ctx.Barrier(k), ctx.Queue()
             procs = [ctx.Process(target=_plain_worker, args=(workload, plans[i::k], repeats, barrier, out)) for i in range(k)]
@@ -140,24 +138,8 @@ def default_search(evaluators: int, extra: Sequence[str]) -> dict[str, Any]:
             "measurement_mode": report.get("measurement_mode")}
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", default="gpt/small", help="workload whose plans are measured")
-    ap.add_argument("--plans", type=int, default=16, help="distinct plans per round")
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (the search's default)")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds, alternating 1 and 2 Evaluators first")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-search", action="store_true", help="leave out the default search runs")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/evaluator_pool.json)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.workload, args.plans, args.repeats, args.rounds, args.no_search = "gpt/tiny", 4, 1, 2, True
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
+def measure(run: Run) -> None:
+    args = run.args
     load_before = os.getloadavg()
     ray_session.start_ray(num_cpus=os.cpu_count())
     try:
@@ -170,20 +152,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     plain = ceiling(args.workload, args.plans, args.repeats, args.rounds, args.seed, rows[0]["n_units"])
     plain_med = {k: statistics.median(r["measurements_per_minute"] for r in plain if r["processes"] == k) for k in (1, 2)}
     searches = [] if args.no_search else [default_search(k, []) for k in (1, 2)]
-    result = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "clock": "wall (perf_counter) around each round of measurements", "rounds": rows,
-              "measurements_per_minute_median": med, "speedup_2_over_1": med[2] / med[1],
-              "plain_processes": plain, "plain_measurements_per_minute_median": plain_med,
-              "plain_speedup_2_over_1": plain_med[2] / plain_med[1],
-              "pool_over_plain_with_2": med[2] / plain_med[2],
-              "default_search": searches, "load_average_before": load_before,
-              "load_average_after": os.getloadavg()}
-    print(f"measurements/min: 1 evaluator {med[1]:.1f}, 2 evaluators {med[2]:.1f} ({med[2] / med[1]:.2f}x); "
-          f"plain processes without Ray: {plain_med[1]:.1f} and {plain_med[2]:.1f} ({plain_med[2] / plain_med[1]:.2f}x)")
-    for s in searches:
-        print(f"default search, --evaluators {s['evaluators']}: {s['wall_seconds']:.0f} s")
-    print(write_result("evaluator_pool", result, args.out))
+    run.result.update({"clock": "wall (perf_counter) around each round of measurements", "rounds": rows,
+                       "measurements_per_minute_median": med, "speedup_2_over_1": med[2] / med[1],
+                       "plain_processes": plain, "plain_measurements_per_minute_median": plain_med,
+                       "plain_speedup_2_over_1": plain_med[2] / plain_med[1], "pool_over_plain_with_2": med[2] / plain_med[2],
+                       "default_search": searches, "load_average_before": load_before,
+                       "load_average_after": os.getloadavg()})
 
+
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--workload", default="gpt/small", help="workload whose plans are measured")
+    ap.add_argument("--plans", type=int, default=16, help="distinct plans per round")
+    ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (the search's default)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds, alternating 1 and 2 Evaluators first")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-search", action="store_true", help="leave out the default search runs")
+
+
+BENCH = Bench("evaluator_pool", __doc__, options,
+              quick={"workload": "gpt/tiny", "plans": 4, "repeats": 1, "rounds": 2, "no_search": True})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

@@ -8,34 +8,34 @@ By default cnn and lstm run at their default sizes and gpt and mlp at their ``sm
 at the default sizes (gpt ~4 s a step on one thread) the ~170 steps a workload takes here would
 not fit the whole run into ~15 minutes.
 
-For each workload: one ``profile()``, then ``--plans`` distinct random plans over keep /
-recompute / selective, each predicted by ``CostModel`` and measured by ``measure()``. The
-plans are measured in ``--rounds`` interleaved rounds (every plan once, then again, each round
-starting elsewhere), so a change in machine load falls on all plans alike. Reports per
-workload the max and median absolute relative error of peak bytes (target 5%) and of step
-time (target 10%), the signed median time error (a bias, e.g. from the profile's marks, shows
-here), the error of the predicted slowdown against all-keep (measured in the same rounds, so
-free of load changes between profiling and measuring), and the measured time spread: the
-noise floor every time error should be read against.
-Writes ``bench/results/fidelity.json``.
+For each workload: one ``profile()`` (``--profile-repeats`` timed steps per action), then
+``--plans`` distinct random plans over keep / recompute / selective, each predicted by
+``CostModel`` and measured by ``measure()`` in ``--rounds`` interleaved rounds of ``--repeats``
+timed steps (every plan once, then again, each round starting elsewhere), so a change in machine
+load falls on all plans alike. Clock: the measuring thread's CPU time on CPU (``--threads``
+torch threads), ``torch.cuda.synchronize``-bounded wall time on CUDA; peaks from the profiler's
+memory events on CPU, ``max_memory_allocated`` on CUDA. Reports per workload the max and median
+absolute relative error of peak bytes (target 5%) and of step time (target 10%), the signed
+median time error (a bias, e.g. from the profile's marks, shows here), the error of the
+predicted slowdown against all-keep (measured in the same rounds, so free of load changes
+between profiling and measuring), and the measured time spread: the noise floor every time
+error should be read against.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, set_threads, write_result  # noqa: E402
-from bench.measured_table import measure_rounds  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import measure_rounds, random_plans  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.measure.profiler import profile  # noqa: E402
@@ -43,37 +43,25 @@ from env.runtime.apply import plan_for  # noqa: E402
 from env.units.find import find_units  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
 
-RESULTS = RESULTS_DIR / "fidelity.json"
 PEAK_TARGET, TIME_TARGET = 0.05, 0.10
 DEFAULT_WORKLOADS = ("gpt/small", "cnn", "lstm", "mlp/small")
-
-
-def random_plans(n_units: int, n_actions: int, count: int, rng: np.random.Generator) -> list[list[int]]:
-    """``count`` distinct action-index lists (fewer if the space is smaller)."""
-    seen: dict[tuple[int, ...], None] = {}
-    for _ in range(100 * count):
-        if len(seen) == min(count, n_actions ** n_units):
-            break
-        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
-    return [list(p) for p in seen]
 
 
 def rel(predicted: float, measured: float) -> float:
     return (predicted - measured) / measured
 
 
-def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_repeats: int,
-                 seed: int, device: str = "cpu") -> dict[str, Any]:
-    w = load_workload(spec, device=device)
+def run_workload(spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    w = load_workload(spec, device=args.device)
     units = find_units(w.model)
     t0 = time.perf_counter()
-    cm = CostModel(profile(w, units, repeats=profile_repeats, baseline=False))
+    cm = CostModel(profile(w, units, repeats=args.profile_repeats, baseline=False))
     profile_seconds = time.perf_counter() - t0
-    plans = random_plans(len(units), len(cm.profile.actions), n_plans, np.random.default_rng(seed))
+    plans = random_plans(len(units), len(cm.profile.actions), args.plans, args.seed)
     by_name = {str(k): plan_for(w.model, units, [cm.profile.actions[a] for a in idx]) for k, idx in enumerate(plans)}
     keep = [cm.action_index(Action.KEEP)] * len(units)
     by_name["keep"] = plan_for(w.model, units, [Action.KEEP] * len(units))  # the reference for time ratios
-    got = measure_rounds(w, units, by_name, repeats, rounds)
+    got = measure_rounds(w, units, by_name, args.repeats, args.rounds)
     keep_pred, keep_meas = cm.predict(keep).step_seconds, got["keep"].step_seconds
     rows = []
     for k, idx in enumerate(plans):
@@ -88,7 +76,7 @@ def run_workload(spec: str, n_plans: int, repeats: int, rounds: int, profile_rep
                      "time_ratio_error": rel(pred.step_seconds / keep_pred, m.step_seconds / keep_meas),
                      "relative_spread": m.spread_seconds / m.step_seconds})
     return {"workload": spec, "n_units": len(units), "n_plans": len(rows), "profile_seconds": profile_seconds,
-            "bench_seconds": time.perf_counter() - t0, **summary(rows), "plans": rows}
+            "bench_seconds": time.perf_counter() - t0, "clock": got["keep"].clock, **summary(rows), "plans": rows}
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -104,48 +92,28 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, float]:
             "median_relative_spread": statistics.median(r["relative_spread"] for r in rows)}
 
 
-def markdown(results: list[dict[str, Any]]) -> str:
-    lines = ["| workload | plans | peak err max / median | peak within 5% | time err max / median "
-             "| time bias | time within 10% | slowdown err max / median | time IQR/median |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in results:
-        lines.append(
-            f"| {r['workload']} | {r['n_plans']} | {100 * r['peak_max_abs_error']:.2f}% / "
-            f"{100 * r['peak_median_abs_error']:.2f}% | {100 * r['peak_within_target']:.0f}% "
-            f"| {100 * r['time_max_abs_error']:.1f}% / {100 * r['time_median_abs_error']:.1f}% "
-            f"| {100 * r['time_median_signed_error']:+.1f}% | {100 * r['time_within_target']:.0f}% "
-            f"| {100 * r['time_ratio_max_abs_error']:.1f}% / {100 * r['time_ratio_median_abs_error']:.1f}% "
-            f"| {100 * r['median_relative_spread']:.1f}% |")
-    return "\n".join(lines)
+def measure(run: Run) -> None:
+    run.device = run.args.device
+    run.result.update({"targets": {"peak": PEAK_TARGET, "time": TIME_TARGET}, "workloads": []})
+    for spec in run.args.workloads:
+        run.result["workloads"].append(run_workload(spec, run.args))
+        r = run.result["workloads"][-1]
+        print(f"{spec}: {r['n_plans']} plans in {r['bench_seconds']:.0f} s", file=sys.stderr)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=list(DEFAULT_WORKLOADS),
                     help="workload specs (default: every built-in, gpt and mlp at their small presets)")
     ap.add_argument("--plans", type=int, default=20, help="random plans per workload")
     ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds over the plans")
     ap.add_argument("--profile-repeats", type=int, default=5, help="timed steps per action in profile()")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random plans")
     ap.add_argument("--device", default="cpu", help="device to measure on: cpu, cuda, cuda:N")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
-    args = ap.parse_args(argv)
-    set_threads(args.threads)
-    load_at_start = list(os.getloadavg())
-    results = []
-    for spec in args.workloads:
-        results.append(run_workload(spec, args.plans, args.repeats, args.rounds, args.profile_repeats, args.seed,
-                                    args.device))
-        r = results[-1]
-        print(f"{spec}: {r['n_plans']} plans in {r['bench_seconds']:.0f} s", file=sys.stderr)
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    write_result("fidelity", {"load_average_at_start": load_at_start, "settings": settings,
-                              "targets": {"peak": PEAK_TARGET, "time": TIME_TARGET}, "workloads": results}, args.out)
-    print(markdown(results))
 
+
+BENCH = Bench("fidelity", __doc__, options, threads=1,
+              quick={"workloads": ["gpt/tiny"], "plans": 4, "repeats": 1, "rounds": 1, "profile_repeats": 1})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

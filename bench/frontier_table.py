@@ -8,28 +8,28 @@ For each workload: the exact frontier's size and hypervolume (``search.records.p
 axes divided by the all-keep plan, reference (1.1, 2.0)), the rules' hypervolume, and for
 each rule the extra step time it pays against the exact frontier at equal memory: its time
 over that of the fastest frontier point whose peak is no higher than the rule's, minus one.
-All numbers are cost-model predictions from one profile per workload. Writes
-``bench/results/frontier_table.json`` and prints a markdown table.
+All numbers are cost-model predictions from one profile per workload (``profile()``: its own
+warm-up and timed steps on this process's threads); the only clock is the solver's time
+(``time.perf_counter``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import FrontierPoint, exact_frontier  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.model_profile import ModelProfile  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from search.records.pareto import REFERENCE, hypervolume, normalise  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "frontier_table.json"
 
 
 def get_profile(spec: str, profile_dir: Path | None) -> ModelProfile:
@@ -55,7 +55,7 @@ def extra_time(frontier: list[FrontierPoint], peak: int, seconds: float) -> floa
     return seconds / best - 1.0
 
 
-def workload_row(spec: str, prof: ModelProfile) -> dict:
+def workload_row(spec: str, prof: ModelProfile) -> dict[str, Any]:
     cm = CostModel(prof)
     keep = [prof.actions.index(Action.KEEP)] * cm.n_units
     base_peak, base_s = cm.peak_bytes(keep), cm.step_seconds(keep)
@@ -83,35 +83,17 @@ def workload_row(spec: str, prof: ModelProfile) -> dict:
     }
 
 
-def markdown(rows: list[dict]) -> str:
-    head = "| | " + " | ".join(r["workload"] for r in rows) + " |\n|---|" + "---|" * len(rows) + "\n"
-    lines = [("units x actions", lambda r: f"{r['n_units']} x {len(r['actions'])}"),
-             ("exact frontier points", lambda r: str(r["frontier_size"])),
-             ("exact hypervolume", lambda r: f"{r['hypervolume']:.4f}"),
-             ("rules' hypervolume", lambda r: f"{r['rules_hypervolume']:.4f}"),
-             ("lowest peak / baseline", lambda r: f"{r['lowest_peak_ratio']:.3f}"),
-             ("solve seconds", lambda r: f"{r['solve_seconds']:.3f}")]
-    body = "".join(f"| {name} | " + " | ".join(f(r) for r in rows) + " |\n" for name, f in lines)
-    names = list(dict.fromkeys(n for r in rows for n in r["rules"]))
-    body += "| **extra step time at equal memory** |" + " |" * len(rows) + "\n"
-    for n in names:
-        cells = [f"{r['rules'][n]['extra_time'] * 100:+.1f}% (mem {r['rules'][n]['peak_ratio']:.3f})"
-                 if n in r["rules"] else "" for r in rows]
-        body += f"| {n} | " + " | ".join(cells) + " |\n"
-    return head + body
+def measure(run: Run) -> None:
+    rows = [workload_row(spec, get_profile(spec, run.args.profile_dir)) for spec in run.args.workloads]
+    run.result.update({"reference": REFERENCE, "workloads": rows})
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm"], help="workload specs")
     ap.add_argument("--profile-dir", type=Path, help="load <spec>.json profiles from here, save new ones")
-    ap.add_argument("--out", default=str(RESULTS), help="where to write the JSON result")
-    args = ap.parse_args()
-    rows = [workload_row(spec, get_profile(spec, args.profile_dir)) for spec in args.workloads]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"reference": REFERENCE, "workloads": rows}, indent=2) + "\n")
-    print(markdown(rows))
 
+
+BENCH = Bench("frontier_table", __doc__, options, quick={"workloads": ["gpt/tiny", "cnn/tiny", "lstm/tiny"]})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

@@ -43,7 +43,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, ROOT, device_name, rotated, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, ROOT, device_name, write_result  # noqa: E402
+from bench.measuring import interleaved  # noqa: E402
 
 CLOCK = "wall time between torch.cuda.synchronize calls; peaks from torch.cuda.max_memory_allocated"
 FIDELITY_WORKLOADS = ["gpt", "cnn", "lstm", "mlp"]  # built-in default sizes
@@ -152,14 +153,14 @@ def offload_rows(spec: str, device: str, rounds: int = 3, repeats: int = 3) -> d
     offloaded_before = offloader_for(w.device).stats.bytes_offloaded
     plans = {"keep": Action.KEEP, "offload": Action.OFFLOAD, "offload, blocking (save_on_cpu)": Action.OFFLOAD,
              "recompute": Action.RECOMPUTE}
-    got: dict[str, Any] = {}
-    names = list(plans)
-    for r in range(rounds):
-        for name in rotated(names, r):
-            ctx = blocking_offload() if "blocking" in name else contextlib.nullcontext()
-            with ctx:
-                m = measure(w, plan_for(w.model, units, [plans[name]] * n), units, repeats=repeats)
-            got[name] = got[name].merged(m) if name in got else m
+
+    def job(name: str) -> Callable[[], Any]:
+        def run() -> Any:
+            with blocking_offload() if "blocking" in name else contextlib.nullcontext():
+                return measure(w, plan_for(w.model, units, [plans[name]] * n), units, repeats=repeats)
+        return run
+
+    got = interleaved({name: job(name) for name in plans}, rounds)
     base = got["keep"]
     offloaded = offloader_for(w.device).stats.bytes_offloaded - offloaded_before
     offload_steps = rounds * (repeats + 2)  # measure(): a warm-up, a memory and ``repeats`` timed steps

@@ -6,23 +6,22 @@
 
 For each workload the plans are: ``none`` (every unit kept), ``all recompute``, ``all
 selective`` and ``every other`` (recompute on units 0, 2, 4, ...). All plans of one workload
-are measured in one process, in interleaved rounds (A B C D, then B C D A, ...) so that a
-change of machine load over the run falls on every plan alike; a plan's step time is the
-median of all its timed steps and its spread the interquartile range. The slowdown is given
-from medians and, beside it, from each plan's fastest step (the least disturbed by other
-processes on a shared machine).
+are measured in one process, in ``--rounds`` interleaved rounds (A B C D, then B C D A, ...) of
+``--repeats`` timed steps after a warm-up step, so that a change of machine load over the run
+falls on every plan alike. Clock: the measuring thread's CPU time on CPU (``--threads`` torch
+threads, 1 by default); a plan's step time is the median of all its timed steps and its spread
+the interquartile range. The slowdown is given from medians and, beside it, from each plan's
+fastest step (the least disturbed by other processes on a shared machine). Peaks come from the
+profiler's memory events, exact on CPU.
 
-``peak_bytes`` counts everything live at the step's peak, AdamW's two state tensors per
+``peak_mb`` (MiB) counts everything live at the step's peak, AdamW's two state tensors per
 parameter included, so the saving of the total is smaller than the saving of the activation
 part (peak minus what is live before the step), which is what checkpointing acts on.
-Writes ``bench/results/measured_table.json`` with the machine it ran on (``bench.common``)
-and prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -32,17 +31,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, interleaved, set_threads, write_result  # noqa: E402
+from bench.common import BenchError  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import measure_rounds  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import Action, Plan  # noqa: E402
-from env.measure.measurement import measure  # noqa: E402
+from env.data.types import MIB  # noqa: E402
 from env.runtime.apply import plan_for  # noqa: E402
 from env.units.find import find_units  # noqa: E402
 from env.workloads.spec import workload_names  # noqa: E402
-from env.workloads.workload import Workload, load_workload  # noqa: E402
-
-RESULTS = RESULTS_DIR / "measured_table.json"
-MB = 1e6
+from env.workloads.workload import load_workload  # noqa: E402
 
 
 def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
@@ -57,71 +55,45 @@ def standard_plans(model: torch.nn.Module, units: list[str]) -> dict[str, Plan]:
     }
 
 
-def measure_rounds(w: Workload, units: list[str], plans: dict[str, Plan], repeats: int,
-                   rounds: int) -> dict[str, MeasuredPlan]:
-    """Each plan measured in ``rounds`` interleaved rounds of ``repeats`` timed steps, merged."""
-    return interleaved({name: lambda p=p: measure(w, p, units, repeats=repeats, warmup=1) for name, p in plans.items()},
-                       rounds)
-
-
 def rows_for(spec: str, units: list[str], got: dict[str, MeasuredPlan]) -> list[dict[str, Any]]:
     base = got["none"]
-    rows = []
-    for name, m in got.items():
-        rows.append({
-            "workload": spec, "plan": name, "n_units": len(units), "batch_shape": m.batch_shape,
-            "peak_mb": m.peak_bytes / MB, "activation_mb": m.activation_bytes / MB,
-            "live_before_mb": m.live_before_bytes / MB,
-            "step_seconds": m.step_seconds, "spread_seconds": m.spread_seconds,
-            "n_timed_steps": len(m.step_seconds_samples), "clock": m.clock,
-            "peak_saving_pct": 100 * (1 - m.peak_bytes / base.peak_bytes),
-            "activation_saving_pct": 100 * (1 - m.activation_bytes / base.activation_bytes),
-            "slowdown_pct": 100 * (m.step_seconds / base.step_seconds - 1),
-            # fastest step against fastest step: what the plan costs with the least interference
-            "slowdown_min_pct": 100 * (min(m.step_seconds_samples) / min(base.step_seconds_samples) - 1),
-            "step_seconds_samples": m.step_seconds_samples,
-        })
-    return rows
+    return [{
+        "workload": spec, "plan": name, "n_units": len(units), "batch_shape": m.batch_shape,
+        "peak_mb": m.peak_bytes / MIB, "activation_mb": m.activation_bytes / MIB,
+        "live_before_mb": m.live_before_bytes / MIB,
+        "step_seconds": m.step_seconds, "spread_seconds": m.spread_seconds,
+        "n_timed_steps": len(m.step_seconds_samples), "clock": m.clock,
+        "peak_saving_pct": 100 * (1 - m.peak_bytes / base.peak_bytes),
+        "activation_saving_pct": 100 * (1 - m.activation_bytes / base.activation_bytes),
+        "slowdown_pct": 100 * (m.step_seconds / base.step_seconds - 1),
+        # fastest step against fastest step: what the plan costs with the least interference
+        "slowdown_min_pct": 100 * (min(m.step_seconds_samples) / min(base.step_seconds_samples) - 1),
+        "step_seconds_samples": m.step_seconds_samples,
+    } for name, m in got.items()]
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
-    head = ("| workload | plan | peak MB | activation MB | peak saving | activation saving | step s (IQR) "
-            "| slowdown (median) | slowdown (fastest) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"| {r['workload']} | {r['plan']} | {r['peak_mb']:.1f} | {r['activation_mb']:.1f} "
-            f"| {r['peak_saving_pct']:+.0f}% | {r['activation_saving_pct']:+.0f}% "
-            f"| {r['step_seconds']:.3f} ({r['spread_seconds']:.3f}) | {r['slowdown_pct']:+.0f}% "
-            f"| {r['slowdown_min_pct']:+.0f}% |")
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
-    ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the plans")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="intra-op threads; 1 by default: on a shared machine a second thread stalls on a busy core")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON results")
-    args = ap.parse_args(argv)
+def measure(run: Run) -> None:
+    args = run.args
     if args.repeats * args.rounds < 5:
-        ap.error(f"--repeats {args.repeats} x --rounds {args.rounds} gives fewer than 5 timed steps; raise either")
-    set_threads(args.threads)
-    load_at_start = list(os.getloadavg())
-    rows: list[dict[str, Any]] = []
+        raise BenchError(f"--repeats {args.repeats} x --rounds {args.rounds} gives fewer than 5 timed steps; raise either")
+    run.result.update({"repeats_per_round": args.repeats, "rounds": args.rounds, "rows": []})
     for spec in args.workloads:
         t0 = time.perf_counter()
         w = load_workload(spec)
         units = find_units(w.model)
-        got = measure_rounds(w, units, standard_plans(w.model, units), args.repeats, args.rounds)
-        rows += rows_for(spec, units, got)
+        run.result["rows"] += rows_for(spec, units, measure_rounds(w, units, standard_plans(w.model, units),
+                                                                   args.repeats, args.rounds))
         print(f"{spec}: {len(units)} units, measured in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    write_result("measured_table", {"load_average_at_start": load_at_start, "repeats_per_round": args.repeats,
-                                    "rounds": args.rounds, "rows": rows}, args.out)
-    print(markdown(rows))
 
+
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--workloads", nargs="+", default=workload_names(), help="workload specs (default: every built-in)")
+    ap.add_argument("--repeats", type=int, default=2, help="timed steps per plan per round")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the plans")
+
+
+BENCH = Bench("measured_table", __doc__, options, quick={"workloads": ["gpt/tiny"], "repeats": 5, "rounds": 1},
+              threads=1)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

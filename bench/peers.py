@@ -16,8 +16,9 @@ selected plan of ours ``--rounds`` times, interleaved with the order rotated eac
 with the search's timed steps, so every quoted plan has exactly as many samples
 (``check_equal_samples``). The table quotes these medians, their spreads (max - min of the
 samples) and the ratio of step times (peer / ours; above 1: ours is faster), and says where the
-difference is within the two spreads. Writes ``bench/results/peers.json`` (``peers_compiled.json``
-with ``--compile``) after each workload.
+difference is within the two spreads. Clock: the search's (the measuring thread's CPU time on
+CPU), named in each row; each quote records the machine's load beside it. The result
+(``peers_compiled`` with ``--compile``) is written after each workload.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, check_equal_samples, interleaved, keep_earlier_rows, run_search, write_result  # noqa: E402
-from bench.readme_numbers import compile_budgets  # noqa: E402
+from bench.common import read_result  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
+from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
-from env.data.types import MIB  # noqa: E402
 from env.measure.peers import PeerKind  # noqa: E402
 from search.engine.evaluator import Evaluator  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
@@ -48,7 +50,7 @@ ALL_KINDS = [k.value for k in PeerKind]
 SEARCH_SETTINGS = ("seed", "repeats", "measure_threads")  # what the quote's Evaluator takes from the search
 
 
-def run(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
+def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
     flags = ["--workload", workload, "--peers", "all", "--peer-budgets", *map(str, budgets), "--no-batch-scaling",
              *extra, *(["--compile"] if compiled else [])]
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
@@ -118,36 +120,25 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
             "load_average_1": os.getloadavg()[0]}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    out = []
-    for w in result["workloads"]:
-        q = w.get("quote")
-        if q is None:
-            continue
-        b = q["baseline"]
-        out += [f"**`{w['workload']}`** ({'compiled' if w['compiled'] else 'eager'} steps, {w['clock']} clock, "
-                f"{q['samples_per_plan']} samples a plan in {q['rounds']} interleaved rounds, load "
-                f"{q['load_average_1']:.1f}; baseline {b['peak_bytes'] / MIB:.1f} MiB, {b['step_seconds'] * 1e3:.1f} "
-                f"± {b['spread_seconds'] * 1e3:.1f} ms)", "",
-                "| peer | peak MiB | step ms (spread) | our fastest plan at no more memory | MiB | step ms (spread) "
-                "| peer / ours | |", "|---|---:|---:|---|---:|---:|---:|---|"]
-        for p in q["peers"]:
-            o = p["ours"]
-            head = f"| {p['peer']} | {p['peak_bytes'] / MIB:.1f} | {p['step_seconds'] * 1e3:.1f} ({p['spread_seconds'] * 1e3:.1f}) |"
-            if o is None:
-                out.append(f"{head} none: no plan of ours measured this low | | | | {p['note'][:60]} |")
-                continue
-            ratio = p["time_ratio_peer_over_ours"]
-            verdict = ("within the spreads" if not p["beyond_spread"] else "peer faster" if ratio < 1 else "ours faster")
-            out.append(f"{head} {o['plan']} | {o['peak_bytes'] / MIB:.1f}{'' if o['fits'] else ' (above!)'} | "
-                       f"{o['step_seconds'] * 1e3:.1f} ({o['spread_seconds'] * 1e3:.1f}) | {ratio:.2f}x | "
-                       f"{verdict}{'; ' + p['note'][:60] if p['note'] else ''} |")
-        out.append("")
-    return "\n".join(out)
+def measure(run: Run) -> None:
+    args = run.args
+    if args.quick:
+        args.search = ["--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128", "--max-measurements", "10",
+                       "--repeats", "1"]
+    if args.quote_only:  # the file's searches, quoted again; the result then names this run's machine and time
+        run.result = read_result(run.path)
+        for w in run.result["workloads"]:
+            if w["workload"] in args.workloads:
+                w["quote"] = quote(w, args.rounds)
+                run.save()
+        return
+    for w in args.workloads:
+        row = search(w, args.budgets, args.compile, args.search)
+        row["quote"] = quote(row, args.rounds)
+        run.add_row(row)  # written after every workload: a long run keeps what it did
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     ap.add_argument("--budgets", type=float, nargs="+", default=[round(0.1 * i, 1) for i in range(11)],
                     help="activation_memory_budget values (a cold compile each)")
@@ -155,38 +146,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the quoted plans")
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[],
                     help="further search.run flags, e.g. --search --agents 2 --timesteps 1024")
-    ap.add_argument("--quick", action="store_true", help="gpt/tiny, budgets 0.0 and 1.0, tiny search")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/peers[_compiled].json)")
-    ap.add_argument("--append", action="store_true",
-                    help="keep the workloads of the result file that this run does not measure (each says its load)")
     ap.add_argument("--quote-only", action="store_true",
                     help="no search: quote the searches of the result file again (--workloads picks which)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.workloads, args.budgets, args.rounds = ["gpt/tiny"], [0.0, 1.0], 1
-        args.search = ["--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128", "--max-measurements", "10",
-                       "--repeats", "1"]
-    name = "peers_compiled" if args.compile else "peers"
-    path = args.out or RESULTS_DIR / f"{name}.json"
-    result: dict[str, Any] = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                              "workloads": []}
-    if args.quote_only:
-        result = json.loads(path.read_text())
-        for w in result["workloads"]:
-            if w["workload"] in args.workloads:
-                w["quote"] = quote(w, args.rounds)
-                path = write_result(name, result, args.out)  # with this run's machine and time
-    else:
-        if args.append:
-            keep_earlier_rows(path, result, "workloads", set(args.workloads), lambda r: r["workload"])
-        for w in args.workloads:
-            row = run(w, args.budgets, args.compile, args.search)
-            row["quote"] = quote(row, args.rounds)
-            result["workloads"].append(row)
-            path = write_result(name, result, args.out)  # after every workload: a long run keeps what it did
-    print(markdown(result))
-    print(path)
 
+
+BENCH = Bench("peers", __doc__, options, rows="workloads", row_id=lambda r: r["workload"],
+              name_of=lambda args: "peers_compiled" if args.compile else "peers",
+              quick={"workloads": ["gpt/tiny"], "budgets": [0.0, 1.0], "rounds": 1})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

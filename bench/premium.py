@@ -10,24 +10,27 @@ For each workload, through one ``search.engine.evaluator.Evaluator`` in this pro
 ``agents.baselines``, and the searched plans: the exact solver's frontier on the profile (up to
 ``--max-exact`` spread over it, plus the four predicted fastest near each target), then, as the
 search's hybrid mode does, the exact frontier on the profile corrected by all those measurements
-(``env.cost.correction``: per-unit times fitted to the measured plans), each measured. For 30%, 50% and 70% saving of the peak (``--saving peak``, the default) or of the
-activation memory (``--saving activation``) the searched plan is the fastest measured
-exact-frontier plan reaching at least that saving (or "unreachable"), chosen on those
-selection measurements. The tables quote none of them: every quoted plan (the baseline, the
-uniform plans, every rule and the searched plan per target) is then measured ``--rounds``
-times afresh, interleaved (the order rotates each round), and every quoted number comes from
-these quoting measurements alone, so the searched plan has exactly as many as each rule it is
-compared with (``check_equal_measurements``) and is not the luckiest of many noisy samples. Savings are of the total peak and of the activation part (peak minus what is live
-before the step: parameters, gradients, AdamW state, inputs), which is what checkpointing acts on.
+(``env.cost.correction``: per-unit times fitted to the measured plans), each measured. For 30%,
+50% and 70% saving of the peak (``--saving peak``, the default) or of the activation memory
+(``--saving activation``) the searched plan is the fastest measured exact-frontier plan reaching
+at least that saving (or "unreachable"), chosen on those selection measurements.
 
-Beside them, the commonly cited figures (CITED below) and whether each holds here; at 50%
-saving, the searched plan's step time against every rule reaching that saving (as ratios).
-Writes ``bench/results/premium.json``.
+The tables quote none of the selection measurements: every quoted plan (the baseline, the
+uniform plans, every rule and the searched plan per target) is then measured ``--rounds`` times
+afresh, interleaved (the order rotates each round), ``--repeats`` timed steps each, and every
+quoted number comes from these alone, so the searched plan has exactly as many as each rule it is
+compared with (``check_equal_measurements``) and is not the luckiest of many noisy samples.
+Clock: the Evaluator's (the measuring thread's CPU time on CPU with ``--threads`` torch threads;
+``torch.cuda.synchronize``-bounded wall time on CUDA), named in each row; the machine's load is
+recorded with the result. Savings are of the total peak and of the activation part (peak minus
+what is live before the step: parameters, gradients, AdamW state, inputs), which is what
+checkpointing acts on. Beside them, the commonly cited figures (``CITED``) and whether each holds
+here; at 50% saving, the searched plan's step time against every rule reaching that saving.
 
 The default workloads: the transformer at the built-in default size (``gpt``: 6 blocks, d=384,
-batch 8x256), a ResNet-style CNN of 3 stages x 6 blocks (the cited CNN figures are for deep
-ResNets; at 2 blocks a stage the stem's full-resolution backward bounds the peak and no plan
-saves 50%), and the LSTM at its bench size.
+batch 8x256), ``hf/llama``, a ResNet-style CNN of 3 stages x 6 blocks (the cited CNN figures are
+for deep ResNets; at 2 blocks a stage the stem's full-resolution backward bounds the peak and no
+plan saves 50%), ``hf/resnet50`` and the LSTM at its bench size.
 """
 
 from __future__ import annotations
@@ -42,7 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import Ledger, point_row, rotated, set_threads, workload_specs, write_result  # noqa: E402
+from bench.common import BenchError  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import Ledger, point_row, rotated  # noqa: E402
+from bench.workloads import workload_specs  # noqa: E402
 from env.cost.correction import MeasuredCorrection  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
@@ -146,7 +152,7 @@ def quote(selection: Ledger, rules: dict[str, Plan], exact: list[Plan], rounds: 
     base = selection.records[rules["none"]]
     searched = {t: best[0] for t in TARGETS if (best := fastest_reaching(selection, exact, base, t, kind))}
     quoted = list(dict.fromkeys([rules["none"], *rules.values(), *searched.values()]))
-    fresh = Ledger(selection._evaluate, selection.actions)  # records of quoting measurements only
+    fresh = Ledger(selection.evaluate, selection.actions)  # records of quoting measurements only
     for r in range(rounds):
         for p in rotated(quoted, r):
             fresh.measure(p, "quote", again=True)
@@ -158,7 +164,7 @@ def check_equal_measurements(row: dict[str, Any]) -> None:
     rules = {name: r["n_measurements"] for name, r in row["rules"].items()}
     for key, t in row["targets"].items():
         if t["reachable"] and t["searched"]["n_measurements"] < max(rules.values()):
-            raise ValueError(f"{row['label']}: the searched plan at {key} has {t['searched']['n_measurements']} "
+            raise BenchError(f"{row['label']}: the searched plan at {key} has {t['searched']['n_measurements']} "
                              f"measurements, the rules up to {max(rules.values())}; quote plans measured alike")
 
 
@@ -213,60 +219,24 @@ def premium_row(label: str, spec: str, args: argparse.Namespace) -> dict[str, An
     }
 
 
-def _saving_row(name: str, r: dict[str, Any]) -> str:
-    spread = f" (IQR {r['spread_seconds'] * 1e3:.1f}, {r['n_measurements']}x{r['n_timed_steps'] // max(1, r['n_measurements'])})" \
-        if "spread_seconds" in r else ""
-    return (f"| {name} | {100 * r['peak_saving']:.0f}% | {100 * r['activation_saving']:.0f}% | "
-            f"{100 * r['slowdown']:+.0f}% | {r['step_seconds'] * 1e3:.1f}{spread} |")
+def measure(run: Run) -> None:
+    args = run.args
+    workloads = args.workloads or (QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS)
+    run.result.update({"targets": list(TARGETS), "cited": CITED, "workloads": []})
+    for label, spec in workload_specs(workloads, args.quick).items():
+        row = premium_row(label, spec, args)
+        print(f"{label} ({spec}): all recompute saves {row['uniform']['all']['activation_saving']:.0%} of activations "
+              f"for {row['uniform']['all']['slowdown']:+.0%}", file=sys.stderr)
+        check_equal_measurements(row)
+        run.device = row["device"]
+        run.result["workloads"].append(row)
+        run.save()  # after every workload: a long run keeps what it did
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """Per architecture: savings and cost of the uniform and searched plans, the cited figures
-    against these, and the rules at 50% saving against the searched plan."""
-    out = []
-    for w in result["workloads"]:
-        b, kind = w["baseline"], w["saving"]
-        what = "peak" if kind == "peak" else "activation"
-        out += [f"**{w['architecture']}** (`{w['workload']}`, {w['n_units']} units; baseline "
-                f"{b['peak_bytes'] / 1e6:.1f} MB peak of which {b['activation_bytes'] / 1e6:.1f} MB activations, "
-                f"{b['step_seconds'] * 1e3:.1f} ms a step)", "",
-                "| plan | peak saved | activation memory saved | step time | step ms (IQR ms, measurements x timed steps) |", "|---|---:|---:|---:|---:|",
-                _saving_row("every unit recomputed", w["uniform"]["all"]),
-                _saving_row("every unit selective", w["uniform"]["all_selective"])]
-        for key, t in w["targets"].items():
-            if t["reachable"]:
-                out.append(_saving_row(f"searched, >= {key} {what} saving", t["searched"]))
-            else:
-                out.append(f"| searched, >= {key} {what} saving | unreachable: the most any searched plan saves "
-                           f"is {100 * t['max_searched_saving']:.1f}% | | | |")
-        out += ["", "| cited claim | cited: memory saved, slower | measured here | memory | time | holds? |",
-                "|---|---|---|---|---|---|"]
-        for claim, c in w["cited"].items():
-            plan = "every unit selective" if claim == "selective" else "every unit recomputed"
-            out.append(f"| {claim} ({plan}) | {c['cited_saving_pct'][0]}-{c['cited_saving_pct'][1]}%, "
-                       f"+{c['cited_slowdown_pct'][0]}-{c['cited_slowdown_pct'][1]}% "
-                       f"| {c['measured_activation_saving_pct']:.0f}%, {c['measured_slowdown_pct']:+.0f}% "
-                       f"| {c['memory']} | {c['time']} | {'yes' if c['holds'] else 'no'} |")
-        # the rules against the searched plan at 50%, or at the highest target reached below it
-        reached = [k for k in ("50%", "30%") if w["targets"].get(k, {}).get("reachable")]
-        if reached:
-            key = reached[0]
-            half = w["targets"][key]
-            out += ["", f"At >= {key} {what} saving, each rule's step time over the searched plan's "
-                        f"({half['searched']['step_seconds'] * 1e3:.1f} ms):", ""]
-            cells = [f"{name} {r['time_ratio_to_searched']:.2f}x" if r["reaches"]
-                     else f"{name} (saves only {100 * r['saving']:.1f}%)"
-                     for name, r in half["rules"].items() if name != "none"]
-            out.append("; ".join(cells) + ".")
-        out.append("")
-    return "\n".join(out)
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+",
-                    help="gpt, cnn, lstm (bench sizes, see bench/common.py), label=spec or any workload spec "
-                         f"(default: {' '.join(DEFAULT_WORKLOADS)})")
+                    help="gpt, cnn, lstm (bench sizes, see bench/workloads.py), label=spec or any workload spec "
+                         f"(default: {' '.join(DEFAULT_WORKLOADS)}; with --quick {' '.join(QUICK_WORKLOADS)})")
     ap.add_argument("--saving", choices=["peak", "activation"], default="peak",
                     help="what the 30/50/70%% targets save: the whole peak, or the activation memory")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
@@ -275,34 +245,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="fresh interleaved measurements of every quoted plan (selection measurements are not quoted)")
     ap.add_argument("--max-exact", type=int, default=12,
                     help="exact-frontier plans measured spread over the frontier (plus 4 near each target)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring (CPU)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, a few seconds)")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/premium.json)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.repeats, args.rounds, args.max_exact = 1, 1, 4
-    if not args.workloads:
-        args.workloads = QUICK_WORKLOADS if args.quick else DEFAULT_WORKLOADS
-    return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    set_threads(args.threads)
-    settings = {k: v for k, v in vars(args).items() if k != "out"}
-    result: dict[str, Any] = {"settings": settings, "targets": list(TARGETS), "cited": CITED, "workloads": []}
-    path = args.out
-    for label, spec in workload_specs(args.workloads, args.quick).items():
-        row = premium_row(label, spec, args)
-        print(f"{label} ({spec}): all recompute saves {row['uniform']['all']['activation_saving']:.0%} of activations "
-              f"for {row['uniform']['all']['slowdown']:+.0%}", file=sys.stderr)
-        check_equal_measurements(row)
-        result["workloads"].append(row)
-        path = write_result("premium", result, args.out, device=row["device"])  # after every workload
-    print(markdown(result))
-    print(path)
-
+BENCH = Bench("premium", __doc__, options, quick={"repeats": 1, "rounds": 1, "max_exact": 4}, threads=1)
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

@@ -6,22 +6,24 @@
 1. Env steps per second in ``model`` mode: taken from ``bench/results/env_speed.json`` when
    ``bench/env_speed.py`` has written it, else measured here on a synthetic 6-unit profile.
 2. Measurements per second per workload (bench sizes): new plans measured through
-   ``search.engine.evaluator.Evaluator`` (warm-up, profiled step and timed steps each).
+   ``search.engine.evaluator.Evaluator`` (warm-up, profiled step and ``--repeats`` timed steps
+   each, ``--threads`` torch threads), by the wall clock around all of them.
 3. PPO throughput: ``agents.ppo.PPOAgent`` as Ray actors in ``model`` mode on
-   ``ray.init(num_cpus=2)``, with 1 and with 2 workers training at once; env steps/s summed.
+   ``ray.init(num_cpus=2)``, with 1 and with 2 workers training at once; env steps/s summed, by
+   the wall clock after an untimed first rollout.
 4. Growth with the number of decision units (8 .. 128) and actions (2, 3) on synthetic profiles:
    the exact solver's time and frontier size (each solve in a child process with a time limit;
    once a size runs past it, larger ones are not tried) and env steps/s.
 
-Synthetic profiles mimic a stack of equal-ish blocks: ``keep`` stores a block's activations,
-``recompute`` stores only its input and pays its forward again (1.33x time), ``selective``
-stores half for 1.1x; sizes vary +-30% between units. Writes ``bench/results/search_cost.json``.
+Synthetic profiles mimic a stack of equal-ish blocks: ``keep`` stores a block's activations
+(40e6 bytes), ``recompute`` stores only its input (4e6 bytes) and pays its forward again (1.33x
+time), ``selective`` stores half for 1.1x; sizes vary +-30% between units. Every figure is
+measured once, on whatever else the machine does (its load at the start is recorded).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import queue as queue_mod
 import sys
@@ -33,13 +35,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, set_threads, workload_specs, write_result  # noqa: E402
+from bench.common import RESULTS_DIR, read_result  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.workloads import workload_specs  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.model_profile import ModelProfile, Segment, UnitCost  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.gym.checkpoint_env import CheckpointEnv  # noqa: E402
 
-MB = 1_000_000
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 
 
@@ -49,7 +52,7 @@ def synthetic_profile(n_units: int, n_actions: int, seed: int = 0) -> ModelProfi
     acts = ACTIONS[:n_actions]
     costs: dict[Action, list[UnitCost]] = {a: [] for a in acts}
     for _ in range(n_units):
-        act, grad, inp = (int(x * MB * rng.uniform(0.7, 1.3)) for x in (40, 4, 4))
+        act, grad, inp = (int(x * rng.uniform(0.7, 1.3)) for x in (40_000_000, 4_000_000, 4_000_000))  # bytes
         fwd_s = 0.01 * rng.uniform(0.7, 1.3)
         stored = {Action.KEEP: act, Action.RECOMPUTE: inp, Action.SELECTIVE: act // 2}
         extra = {Action.KEEP: 1.0, Action.RECOMPUTE: 1.33, Action.SELECTIVE: 1.1}
@@ -62,9 +65,9 @@ def synthetic_profile(n_units: int, n_actions: int, seed: int = 0) -> ModelProfi
     empty = Segment(delta_bytes=0, rise_bytes=0, seconds=0.0)
     return ModelProfile(workload=f"synthetic/{n_units}x{n_actions}", batch_shape="-", device="none",
                         fingerprint=f"synthetic-{n_units}-{n_actions}-{seed}",
-                        units=[f"blocks.{i}" for i in range(n_units)], actions=acts, base_bytes=200 * MB,
-                        pre=Segment(delta_bytes=20 * MB, rise_bytes=20 * MB, seconds=0.005),
-                        post=empty, tail=Segment(delta_bytes=0, rise_bytes=10 * MB, seconds=0.01), costs=costs)
+                        units=[f"blocks.{i}" for i in range(n_units)], actions=acts, base_bytes=200_000_000,
+                        pre=Segment(delta_bytes=20_000_000, rise_bytes=20_000_000, seconds=0.005),
+                        post=empty, tail=Segment(delta_bytes=0, rise_bytes=10_000_000, seconds=0.01), costs=costs)
 
 
 def env_steps_per_second(prof: ModelProfile, episodes: int, seed: int = 0) -> float:
@@ -192,7 +195,7 @@ def env_speed(quick: bool) -> dict[str, Any]:
     """The env_speed bench's result when there is one, else a measurement here."""
     path = RESULTS_DIR / "env_speed.json"
     if path.is_file() and not quick:
-        got = json.loads(path.read_text())
+        got = read_result(path)
         return {"source": "bench/results/env_speed.json", "workload": got.get("workload"),
                 "n_units": got.get("n_units"), "steps_per_second": got.get("steps_per_second"),
                 "steps_per_second_with_masks": got.get("steps_per_second_with_masks"), "machine": got.get("machine")}
@@ -201,30 +204,16 @@ def env_speed(quick: bool) -> dict[str, Any]:
             "steps_per_second_with_masks": env_steps_per_second(prof, 200 if quick else 5000)}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """Env speed, measurements/s, PPO throughput, then the growth table."""
-    env = result["env_speed"]
-    out = [f"Env steps/s in model mode (`{env['workload']}`, {env['n_units']} units, from {env['source']}): "
-           f"{env.get('steps_per_second') or '-'} plain, {env['steps_per_second_with_masks']:.0f} with action masks.",
-           "", "| workload | units | s a measurement | measurements/s | median step s |", "|---|---:|---:|---:|---:|"]
-    for r in result["measurements"]:
-        out.append(f"| `{r['workload']}` | {r['n_units']} | {r['seconds_per_measurement']:.2f} "
-                   f"| {r['measurements_per_second']:.2f} | {r['median_step_seconds']:.3f} |")
-    out += ["", "| PPO Ray workers (2 CPUs) | env steps/s, all workers | per worker |", "|---:|---:|---:|"]
-    for r in result["ppo"]:
-        per_worker = r["env_steps_per_second"] / r["workers"]
-        out.append(f"| {r['workers']} | {r['env_steps_per_second']:.0f} | {per_worker:.0f} |")
-    out += ["", "| units | actions | plans | exact solve s | exact frontier points | env steps/s |",
-            "|---:|---:|---:|---:|---:|---:|"]
-    for r in result["scaling"]:
-        solve = f"{r['exact_seconds']:.3f}" if "exact_seconds" in r else r["exact_note"]
-        out.append(f"| {r['n_units']} | {r['n_actions']} | {r['plans']:.3g} | {solve} "
-                   f"| {r.get('exact_frontier_size', '-')} | {r['env_steps_per_second']:.0f} |")
-    return "\n".join(out) + "\n"
+def measure(run: Run) -> None:
+    args = run.args
+    specs = workload_specs(args.workloads, args.quick)
+    run.result.update({"env_speed": env_speed(args.quick),
+                       "measurements": measurements_per_second(specs, args.measurements, args.repeats, args.threads),
+                       "ppo": ppo_throughput([1, 2], args.ppo_timesteps, 6),
+                       "scaling": scaling(args.units, args.actions, args.solver_limit, args.episodes)})
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm", "user"], help="for measurements/s")
     ap.add_argument("--measurements", type=int, default=3, help="plans measured per workload (up to 4)")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement, as the search uses")
@@ -234,28 +223,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--solver-limit", type=float, default=120.0,
                     help="seconds an exact solve may take (0: no limit, solved in this process)")
     ap.add_argument("--episodes", type=int, default=20000, help="env steps/s: episodes x units at 1 unit")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/search_cost.json)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.workloads, args.measurements, args.repeats, args.ppo_timesteps = ["gpt"], 2, 1, 256
-        args.units, args.actions, args.solver_limit, args.episodes = [4, 8], [2, 3], 0.0, 400
-    return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    set_threads(args.threads)
-    result = {"settings": {k: v for k, v in vars(args).items() if k != "out"}, "env_speed": env_speed(args.quick),
-              "measurements": measurements_per_second(workload_specs(args.workloads, args.quick),
-                                                      args.measurements, args.repeats, args.threads),
-              "ppo": ppo_throughput([1, 2], args.ppo_timesteps, 6),
-              "scaling": scaling(args.units, args.actions, args.solver_limit, args.episodes)}
-    path = write_result("search_cost", result, args.out)
-    print(markdown(result))
-    print(path)
-
+BENCH = Bench("search_cost", __doc__, options, threads=1,
+              quick={"workloads": ["gpt"], "measurements": 2, "repeats": 1, "ppo_timesteps": 256, "units": [4, 8],
+                     "actions": [2, 3], "solver_limit": 0.0, "episodes": 400})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

@@ -21,13 +21,14 @@ load that changed over the run falls on all alike), and each method's hypervolum
 from all its plans' merged records on the ``search.records.pareto`` axes. Reported per method: the
 hypervolume, its ratio to the measured exact frontier's, the evaluations after which it first
 reached 99% of that, and for the agents whether any rule lies beyond their own plans'
-frontier. Writes ``bench/results/search_quality.json``.
+frontier, with a verdict in words. Each measurement is ``--repeats`` timed steps by the
+Evaluator's clock (the measuring thread's CPU time, ``--threads`` torch threads); each workload's
+row records the machine and its load. ``--append`` (or ``--merge``) keeps the file's other workloads.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import sys
@@ -43,18 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
-from bench.common import (  # noqa: E402
-    RESULTS_DIR,
-    Ledger,
-    front_of,
-    hv_of,
-    machine_info,
-    machine_label,
-    point_row,
-    set_threads,
-    workload_specs,
-    write_result,
-)
+from bench.common import machine_info  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import Ledger, front_of, hv_of, point_row, random_plans  # noqa: E402
+from bench.workloads import workload_specs  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from search.engine import ray_session  # noqa: E402
@@ -97,17 +90,6 @@ class Method:
     name: str
     asked: list[Plan]
     note: str = ""
-
-
-def random_plans(n_units: int, n_actions: int, count: int, seed: int) -> list[Plan]:
-    """``count`` distinct plans, each unit's action uniform (every plan when there are fewer)."""
-    total = n_actions ** n_units
-    if total <= count:
-        return [tuple(p) for p in itertools.product(range(n_actions), repeat=n_units)]
-    rng, seen = np.random.default_rng(seed), dict[Plan, None]()
-    while len(seen) < count:
-        seen.setdefault(tuple(int(a) for a in rng.integers(0, n_actions, n_units)), None)
-    return list(seen)
 
 
 def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) -> list[Plan]:
@@ -307,51 +289,26 @@ def evaluate_workload(label: str, spec: str, args: argparse.Namespace, run_root:
     }
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
+def measure(run: Run) -> None:
+    args = run.args
+    import ray
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    ray_session.start_ray(num_cpus=max(os.cpu_count() or 1, args.agents))  # a logical CPU per agent
+    run.result["target_ratio"] = TARGET
+    try:
+        with tempfile.TemporaryDirectory(prefix="search_quality_") as tmp:
+            for label, spec in workload_specs(args.workloads, args.quick).items():
+                row = evaluate_workload(label, spec, args, Path(tmp))
+                print(f"{label} ({spec}): " + "; ".join(row["verdict"]), file=sys.stderr)
+                run.add_row(row)
+    finally:
+        ray.shutdown()
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """Per workload: each method's hypervolume, its ratio to the measured exact frontier's, the
-    evaluations it needed to reach 99% of that, then the verdict."""
-    out = []
-    for w in result["workloads"]:
-        out += [f"**{w['label']}** (`{w['workload']}`, {w['n_units']} units x {len(w['actions'])} actions = "
-                f"{w['plans_in_space']} plans; baseline {w['baseline']['peak_bytes'] / 1e6:.1f} MB, "
-                f"{w['baseline']['step_seconds'] * 1e3:.1f} ms a step)", "",
-                "| method | evaluations (distinct) | hypervolume | / exact | evaluations to 99% of exact "
-                "| hypervolume at the search's count | frontier points |",
-                "|---|---:|---:|---:|---:|---:|---:|"]
-        for name, m in w["methods"].items():
-            reach = m["evaluations_to_99pct_of_exact"]
-            out.append(f"| {name} | {m['evaluations']} ({m['distinct_plans']}) | {m['hypervolume']:.4f} "
-                       f"| {_num(m['ratio_to_exact'])} | {reach if reach else 'not reached'} "
-                       f"| {_num(m['hypervolume_at_agents_evaluations'])} | {len(m['frontier'])} |")
-        out += ["", f"Exact frontier's hypervolume on the cost model (predicted): "
-                    f"{w['exact_predicted_hypervolume']:.4f}. {w['new_measurements']} measurements in "
-                    f"{w['wall_seconds']:.0f} s"
-                + (f"; measured on {machine_label(w['machine'])}" if "machine" in w else "") + ".", ""]
-        again = verdict(w["methods"], w["rules_beyond_agents_frontier"], w["plans_in_space"],
-                        w["methods"]["random"]["evaluations"])
-        out += [f"- {v}" for v in again] + [""]
-    return "\n".join(out)
-
-
-def merged(rows: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
-    """An earlier result's workloads, in their order, with ``rows`` replacing those of the same
-    label; new labels go last."""
-    if not path.is_file():
-        return rows
-    old = json.loads(path.read_text())
-    fresh = {r["label"]: r for r in rows}
-    out = [fresh.pop(r["label"], {**r, "machine": r.get("machine", old["machine"])}) for r in old["workloads"]]
-    return out + list(fresh.values())
-
-
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=["gpt", "cnn", "lstm", "user"],
-                    help="gpt, cnn, lstm, user (bench sizes, see bench/common.py) or any workload spec")
+                    help="gpt, cnn, lstm, user (bench sizes, see bench/workloads.py) or any workload spec")
     ap.add_argument("--measurements", type=int, default=24, help="measured plans per method (search: rules included)")
     ap.add_argument("--agents", type=int, default=4, help="PPO agents of the search")
     ap.add_argument("--timesteps", type=int, default=4096, help="env steps per agent")
@@ -360,43 +317,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="NSGA-II population (M trials make M / population generations)")
     ap.add_argument("--max-exact", type=int, default=24, help="most exact-frontier plans measured (evenly spread)")
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per measurement")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads while measuring")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes and budgets (smoke test, ~30 s)")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/search_quality.json)")
-    ap.add_argument("--merge", action="store_true",
-                    help="keep the other workloads already in the result file (each workload is measured in one run)")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.measurements, args.agents, args.timesteps, args.chunk_timesteps = 6, 2, 128, 64
-        args.population, args.max_exact, args.repeats = 4, 6, 1
-    return args
+    ap.add_argument("--merge", dest="append", action="store_true", help="the same as --append")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    set_threads(args.threads)
-    import ray
-
-    os.environ["OMP_NUM_THREADS"] = "1"
-    ray_session.start_ray(num_cpus=max(os.cpu_count() or 1, args.agents))  # a logical CPU per agent
-    rows = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="search_quality_") as tmp:
-            for label, spec in workload_specs(args.workloads, args.quick).items():
-                row = evaluate_workload(label, spec, args, Path(tmp))
-                print(f"{label} ({spec}): " + "; ".join(row["verdict"]), file=sys.stderr)
-                rows.append(row)
-    finally:
-        ray.shutdown()
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "merge")}
-    if args.merge:
-        rows = merged(rows, args.out or RESULTS_DIR / "search_quality.json")
-    result = {"settings": settings, "target_ratio": TARGET, "workloads": rows}
-    path = write_result("search_quality", result, args.out)
-    print(markdown(result))
-    print(path)
-
+BENCH = Bench("search_quality", __doc__, options, threads=1, rows="workloads", row_id=lambda r: r["label"],
+              quick={"measurements": 6, "agents": 2, "timesteps": 128, "chunk_timesteps": 64, "population": 4,
+                     "max_exact": 6, "repeats": 1})
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

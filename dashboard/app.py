@@ -17,10 +17,14 @@ if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dash
 
 import streamlit as st  # noqa: E402
 
-from dashboard import selection, views  # noqa: E402
-from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, stamp  # noqa: E402
+from dashboard import fmt, selection, views  # noqa: E402
+from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, log_error, stamp  # noqa: E402
 from dashboard.launch import RUNS_ENV  # noqa: E402
 from dashboard.new_search import LaunchPolicy  # noqa: E402
+from dashboard.new_search_view import PENDING_RUN, new_search_page  # noqa: E402
+from dashboard.price_view import pricing_page  # noqa: E402
+
+PAGES = ["Frontier", "Plan", "Price of memory", "Live", "New search"]
 
 
 def app_args() -> argparse.Namespace:
@@ -50,6 +54,8 @@ def pick_run(root: Path) -> Path | None:
     if not runs:
         return None
     ids = [r.run_id for r in runs]
+    if st.session_state.get(PENDING_RUN) in ids:  # a search just started from the form: show it
+        st.session_state["run_choice"] = st.session_state.pop(PENDING_RUN)
     if st.session_state.get("run_choice") not in ids:
         st.session_state["run_choice"] = ids[0]
     info = {r.run_id: r for r in runs}
@@ -61,7 +67,7 @@ def pick_run(root: Path) -> Path | None:
 @st.fragment(run_every=views.LIVE_EVERY_S)
 def wait_for_results(run_dir: Path) -> None:
     """A run without a store yet: check again every few seconds, show the run once it has one."""
-    if (run_dir / "store.sqlite").is_file():
+    if (run_dir / "store.sqlite").is_file() or log_error(run_dir, last_only=True):
         st.rerun()
     st.caption("waiting for the search to write its store ...")
 
@@ -83,31 +89,42 @@ def live_tab(run: RunData) -> None:
                    f"`python -m search.run --resume {run.path}`.")
 
 
+def run_caption(run: RunData) -> str:
+    baseline = (f"baseline {fmt.size(run.baseline_peak_bytes)}, {fmt.duration(run.baseline_seconds)} a step"
+                if run.baseline_peak_bytes == run.baseline_peak_bytes else "baseline not measured yet")
+    return f"**{run.run_id}** · {run.workload} · {run.status.partition(':')[0]} · {len(run.units)} units · {baseline}"
+
+
 def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
     try:
         run = cached_run(str(run_dir), stamp(run_dir))
     except RunNotReady as e:
-        st.info(str(e))
-        wait_for_results(run_dir)
+        failed = log_error(run_dir, last_only=True)
+        if failed:  # the search stopped before it wrote a store
+            st.error(f"The search of run '{run_dir.name}' failed: {failed}")
+        else:
+            st.info(str(e))
+            wait_for_results(run_dir)
         return
     except RunDataError as e:
         st.error(str(e))
         return
     st.session_state["_run"] = run
     selection.reset_for(st.session_state, run)
-    st.caption(f"**{run.run_id}** · {run.workload} · {run.status} · {len(run.units)} units · "
-               f"baseline {run.baseline_peak_bytes / 2**20:.4f} MiB, {run.baseline_seconds * 1e3:.2f} ms")
-    tabs = st.tabs(["Frontier", "Plan", "Price of memory", "Live", "New search"])
+    st.caption(run_caption(run))
+    if run.error:
+        st.error(f"The search failed: {run.error}")
+    tabs = st.tabs(PAGES, default="Live" if run.status == "running" else "Frontier")
     with tabs[0]:
         views.frontier_page(run)
     with tabs[1]:
         views.plan_page(run)
     with tabs[2]:
-        views.pricing_page(run)
+        pricing_page(run)
     with tabs[3]:
         live_tab(run)
     with tabs[4]:
-        views.new_search_page(root, policy)
+        new_search_page(root, policy)
 
 
 def main() -> None:
@@ -119,7 +136,7 @@ def main() -> None:
     if run_dir is None:
         st.info(f"No runs under '{root}' yet. Start one below, or run "
                 f"`python -m search.run --out {root}`, then reload.")
-        views.new_search_page(root, policy)
+        new_search_page(root, policy)
         return
     show_run(run_dir, root, policy)
 

@@ -22,11 +22,12 @@ import numpy as np
 import pandas as pd
 
 from env.data.errors import CkptSearchError
-from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Plan, action_summary
 from env.data.unit_choice import UnitChoice
+from search.records import meta
 from search.records.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
+from search.records.meta import DriverProcess, PeerEntry
 from search.records.pareto import fastest_within, nondominated
 from search.records.store import STORE_NAME, RunStore, StoreError
 
@@ -83,6 +84,7 @@ class RunData:
     finished_at: float | None = None
     workload: str = ""
     notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why a failed run failed (its status's cause, else its log's last line)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -92,7 +94,7 @@ class RunData:
         return Plan.from_list(self.units, row.iloc[0].actions, self.fingerprint)
 
 
-def run_status(status: str, driver: dict[str, Any] | None) -> str:
+def run_status(status: str, driver: DriverProcess | None) -> str:
     """The store's status, except that a run marked running whose driver process is gone (killed
     with SIGKILL, or its machine restarted) reads ``stopped``: it never finishes, ``--resume`` continues it."""
     if status != "running" or not driver or driver.get("host") != socket.gethostname():
@@ -104,6 +106,19 @@ def run_status(status: str, driver: dict[str, Any] | None) -> str:
     except (PermissionError, KeyError, TypeError, ValueError):
         return status
     return status
+
+
+def log_error(run_dir: Path, last_only: bool = False) -> str | None:
+    """What a search started from the dashboard printed last: its ``error: ...`` line (how
+    ``search.run`` reports a failure) among the log's last lines, else (``last_only`` False) its last line."""
+    log = run_dir / LOG_NAME
+    if not log.is_file():
+        return None
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    errors = [line for line in lines[-5:] if line.startswith("error: ")]
+    if errors:
+        return errors[-1].removeprefix("error: ")
+    return None if last_only or not lines else lines[-1]
 
 
 def stamp(run_dir: str | Path) -> tuple[float, ...]:
@@ -118,14 +133,15 @@ def _is_run_folder(p: Path) -> bool:
 
 
 def _summary(p: Path) -> RunSummary:
-    if not (p / STORE_NAME).is_file():
-        return RunSummary(p.name, p, "starting", "", p.stat().st_mtime)
+    if not (p / STORE_NAME).is_file():  # a search that stopped before its store: its log says why
+        status = "failed" if log_error(p, last_only=True) else "starting"
+        return RunSummary(p.name, p, status, "", p.stat().st_mtime)
     try:
         with RunStore(p / STORE_NAME, readonly=True) as s:
-            config = s.get_meta("config") or {}
-            status = run_status(s.get_meta("status", "running"), s.get_meta("driver"))
+            config = s.read(meta.CONFIG) or {}
+            status = run_status(s.read(meta.STATUS) or "running", s.read(meta.DRIVER))
             return RunSummary(p.name, p, status, str(config.get("workload", "")),
-                              float(s.get_meta("started_at") or p.stat().st_mtime))
+                              float(s.read(meta.STARTED_AT) or p.stat().st_mtime))
     except StoreError:
         return RunSummary(p.name, p, "broken", "", p.stat().st_mtime)
 
@@ -224,17 +240,19 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
     import sqlite3
 
     try:
-        meta = {r[0]: json.loads(r[1]) for r in store.conn.execute("SELECT key, value FROM meta")}
-        profile = ModelProfile.model_validate(meta["profile"]) if meta.get("profile") else None
-        rules, exact = dict(meta.get("rules") or {}), list(meta.get("exact") or [])
-        evaluations = _evaluations_frame(store, rules, exact)
-        base_peak, base_seconds = _baseline(profile, evaluations, meta.get("baseline_digest"))
-        evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
-        evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
-        progress, snapshots = pd.DataFrame(store.progress()), pd.DataFrame(store.snapshots())
+        return _run_data(run_dir, store)
     except sqlite3.DatabaseError as e:
         raise StoreError(f"run store '{store.path}' is corrupt ({e}); move it aside and start a new run") from None
-    units = list(meta.get("units") or (profile.units if profile else []))
+
+
+def _run_data(run_dir: Path, store: RunStore) -> RunData:
+    profile = store.read(meta.PROFILE)
+    rules, exact = store.read(meta.RULES), store.read(meta.EXACT)
+    evaluations = _evaluations_frame(store, rules, exact)
+    base_peak, base_seconds = _baseline(profile, evaluations, store.read(meta.BASELINE_DIGEST))
+    evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
+    evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
+    units = store.read(meta.UNITS) or (profile.units if profile else [])
     notes = []
     if (run_dir / FRONTIER_NAME).is_file():
         frontier, source = _frontier_from_file(run_dir, units), "frontier.json"
@@ -245,31 +263,39 @@ def _read(run_dir: Path, store: RunStore) -> RunData:
         frontier = frontier.sort_values(["peak_bytes", "step_seconds"]).reset_index(drop=True)
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
         frontier["time_rel"] = frontier.step_seconds / base_seconds
-    config = dict(meta.get("config") or {})
-    peers = _peers_frame(meta.get("peers") or {}, base_peak, base_seconds, store)
+    config = store.read(meta.CONFIG) or {}
+    peers = _peers_frame(store.read(meta.PEERS), base_peak, base_seconds, store)
     clocks = evaluations.loc[evaluations.measured, "clock"].dropna().unique().tolist()
     clock = clocks[0] if len(clocks) == 1 else (" / ".join(clocks) if clocks else (profile.clock if profile else ""))
+    status = run_status(store.read(meta.STATUS) or "running", store.read(meta.DRIVER))
     return RunData(
-        path=run_dir, run_id=run_dir.name, status=run_status(str(meta.get("status", "running")), meta.get("driver")),
-        config=config, units=units,
-        fingerprint=str(meta.get("fingerprint") or (profile.fingerprint if profile else "")), profile=profile,
-        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations, frontier=frontier,
-        frontier_source=source, rules=rules, exact=exact, agents=list(meta.get("agents") or []),
-        batch_scaling=dict(meta.get("batch_scaling") or {}), batch_size=meta.get("batch_size"),
-        progress=progress, snapshots=snapshots, peers=peers, headroom=meta.get("headroom"),
-        unit_choice=UnitChoice.model_validate(meta["unit_choice"]) if meta.get("unit_choice") else None,
-        started_at=meta.get("started_at"),
-        finished_at=meta.get("finished_at"), workload=str(config.get("workload", profile.workload if profile else "")),
-        notes=notes,
+        path=run_dir, run_id=run_dir.name, status=status, config=config, units=units,
+        fingerprint=store.read(meta.FINGERPRINT) or (profile.fingerprint if profile else ""), profile=profile,
+        baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
+        frontier=frontier, frontier_source=source, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
+        batch_scaling={d: [dict(p) for p in points] for d, points in store.read(meta.BATCH_SCALING).items()},
+        batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
+        snapshots=pd.DataFrame(store.snapshots()), peers=peers,
+        headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),
+        started_at=store.read(meta.STARTED_AT), finished_at=store.read(meta.FINISHED_AT),
+        workload=str(config.get("workload", profile.workload if profile else "")), notes=notes,
+        error=_failure(run_dir, store.read(meta.STATUS) or ""),
     )
 
 
-def _peers_frame(peers: dict[str, Any], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
+def _failure(run_dir: Path, status: str) -> str | None:
+    """Why a ``failed`` (or ``failed: <cause>``) run failed."""
+    if not status.startswith("failed"):
+        return None
+    return status.partition(":")[2].strip() or log_error(run_dir) or "no cause recorded; see the search's output"
+
+
+def _peers_frame(peers: dict[str, PeerEntry], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
     """The store's measured peers (that ran) on the frontier's axes (times ranked as the plans')."""
     rows = []
     rank = store.ranking()
     for name, entry in peers.items():
-        m = rank(MeasuredPlan.model_validate(entry["record"]))
+        m = rank(entry["record"])
         if not m.oom:
             rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
                          "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,

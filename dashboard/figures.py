@@ -1,28 +1,36 @@
 """Plotly figures of a run: plain functions of :class:`dashboard.data.RunData`, testable without a browser.
 
 - ``frontier_figure``: every evaluated plan, the measured frontier as a step line, the
-  baseline rules as labelled markers, the cost model's exact frontier as a reference line;
+  baseline rules and peers as markers named on hover (labels on the points overlap), the exact
+  solver's plans as measured, with the step line of the best of them;
   absolute (MiB, ms) or relative to the all-keep baseline.
-- ``plan_figure``: one plan unit by unit (action strip, bytes kept, time) from the profile.
+- ``plan_figure``: one plan unit by unit (action, bytes kept, time), one row per unit, so
+  that 48 or 96 units stay readable.
 - ``live_figure``: evaluations and hypervolume over time (the run's snapshots).
-- ``price_figure``: cost and GPUs per frontier plan.
+- ``price_figure``: cost and GPUs per frontier plan, extrapolated micro-batches hatched.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from dashboard import fmt
 from dashboard.data import RunData
 from env.data.types import MIB
+from search.records.pareto import nondominated
 
 ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2",
                   "chain": "#c45a00"}
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"
-PEERS_TRACE = "peers (what users pick instead)"
+RULES_TRACE = "baseline rules (name on hover)"
+PEERS_TRACE = "peers: what users pick instead (name on hover)"
+EXACT_TRACE = "exact solver's plans (optimal on the cost model), as measured"
+SELECTED_TRACE = "selected"
 
 
 def axes(relative: bool) -> tuple[str, str, str, str]:
@@ -41,10 +49,39 @@ def _with_units(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _hover(df: pd.DataFrame) -> list[str]:
-    return [f"<b>{r.summary}</b><br>{' '.join(a[0].upper() for a in r.actions)}<br>"
-            f"peak {r.peak_mib:.3f} MiB ({r.peak_rel:.1%} of baseline)<br>"
-            f"step {r.step_ms:.2f} ms ± {r.spread_ms:.2f} ({r.time_rel:.2f}x)<br>"
-            f"source {r.source} · plan {r.digest}" for r in df.itertuples()]
+    def title(r: object) -> str:
+        rule = getattr(r, "rule", "")
+        return f"rule <b>{rule}</b>: {r.summary}" if rule else f"<b>{r.summary}</b>"  # type: ignore[attr-defined]
+
+    return [f"{title(r)}<br>{' '.join(a[0].upper() for a in r.actions)}<br>"
+            f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
+            f"step {fmt.duration(r.step_seconds)} ± {fmt.duration(r.spread_seconds)} ({fmt.change(r.time_rel)})<br>"
+            f"found by {r.source} · plan {r.digest}" for r in df.itertuples()]
+
+
+def _spread_bars(df: pd.DataFrame, y: str, relative: bool, baseline_seconds: float) -> dict:
+    """Each point's timing spread (IQR) as a bar either side, never below zero seconds."""
+    spread = df.spread_ms / (baseline_seconds * 1e3) if relative else df.spread_ms
+    return dict(type="data", array=spread, arrayminus=np.minimum(spread, df[y]), visible=True, thickness=1, width=0,
+                color="rgba(120,120,120,0.35)")
+
+
+def _exact_traces(ev: pd.DataFrame, x: str, y: str) -> list[go.Scatter]:
+    """The exact solver's plans as measured, and a step line through those no other of them beats.
+
+    The solver's plans are optimal on the cost model; measured, some come out slower than a
+    neighbour with less memory (the model's error and timing noise), so a line through all of
+    them would zigzag. The line is their measured frontier; the markers show every one.
+    """
+    exact = ev.loc[ev.exact].sort_values(["peak_bytes", "step_seconds"])
+    if exact.empty:
+        return []
+    best = exact.loc[nondominated(exact[["peak_bytes", "step_seconds"]].to_numpy(dtype=float))]
+    return [go.Scatter(x=exact[x], y=exact[y], mode="markers", name=EXACT_TRACE, customdata=exact.digest,
+                       hovertext=_hover(exact), hoverinfo="text", legendgroup="exact",
+                       marker=dict(symbol="diamond-open", size=10, color="#54a24b", line=dict(width=2))),
+            go.Scatter(x=best[x], y=best[y], mode="lines", name="their measured frontier", legendgroup="exact",
+                       showlegend=False, hoverinfo="skip", line=dict(dash="dot", color="#54a24b", shape="hv"))]
 
 
 def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool = True,
@@ -58,8 +95,7 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         x=shown[x], y=shown[y], mode="markers", name=EVALUATED_TRACE, customdata=shown.digest,
         hovertext=_hover(shown), hoverinfo="text",
         marker=dict(size=9, color="#888", opacity=[0.25 if d else 0.9 for d in shown.dominated]),
-        error_y=dict(type="data", array=shown.spread_ms if not relative else shown.spread_ms / (run.baseline_seconds * 1e3),
-                     visible=True, thickness=1, width=0, color="rgba(120,120,120,0.35)")))
+        error_y=_spread_bars(shown, y, relative, run.baseline_seconds)))
     predicted = run.evaluations.loc[~run.evaluations.measured & run.evaluations.predicted_peak_bytes.notna()]
     if show_dominated and len(predicted):
         px = predicted.predicted_peak_bytes.astype(float) / (run.baseline_peak_bytes if relative else MIB)
@@ -67,29 +103,30 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         fig.add_trace(go.Scatter(x=px, y=py, mode="markers", name=PREDICTED_TRACE, customdata=predicted.digest,
                                  hovertext=[f"{s} (cost model only, not measured)" for s in predicted.summary],
                                  hoverinfo="text", marker=dict(size=7, symbol="circle-open", color="#bbb")))
-    exact = ev.loc[ev.exact].sort_values(["peak_bytes", "step_seconds"])
-    if len(exact):
-        fig.add_trace(go.Scatter(x=exact[x], y=exact[y], mode="lines", name="exact frontier (cost model)",
-                                 line=dict(dash="dot", color="#54a24b", shape="hv"), hoverinfo="skip"))
+    for trace in _exact_traces(ev, x, y):
+        fig.add_trace(trace)
     if len(run.frontier):
         fr = _with_units(run.frontier)
         fig.add_trace(go.Scatter(x=fr[x], y=fr[y], mode="lines+markers", name=FRONTIER_TRACE, customdata=fr.digest,
-                                 hovertext=_hover(fr), hoverinfo="text", line=dict(shape="hv", color="#e45756", width=2),
-                                 marker=dict(size=11, color="#e45756")))
+                                 hovertext=_hover(fr.assign(rule="")), hoverinfo="text",
+                                 line=dict(shape="hv", color="#e45756", width=2), marker=dict(size=11, color="#e45756")))
     rules = ev.loc[ev.rule != ""]
-    fig.add_trace(go.Scatter(x=rules[x], y=rules[y], mode="markers+text", name="baseline rules", text=rules.rule,
-                             textposition="top center", customdata=rules.digest, hovertext=_hover(rules),
-                             hoverinfo="text", marker=dict(symbol="diamond", size=12, color="#4c78a8")))
+    fig.add_trace(go.Scatter(x=rules[x], y=rules[y], mode="markers", name=RULES_TRACE, text=rules.rule,
+                             customdata=rules.digest, hovertext=_hover(rules), hoverinfo="text",
+                             marker=dict(symbol="diamond", size=12, color="#4c78a8")))
     if len(run.peers):
-        pe = run.peers.assign(peak_mib=run.peers.peak_bytes / MIB, step_ms=run.peers.step_seconds * 1e3)
-        fig.add_trace(go.Scatter(x=pe[x], y=pe[y], mode="markers+text", name=PEERS_TRACE, text=pe.peer,
-                                 textposition="bottom center", hoverinfo="text",
-                                 hovertext=[f"<b>{r.peer}</b> (peer, exports nothing)<br>peak {r.peak_mib:.3f} MiB, "
-                                            f"step {r.step_ms:.2f} ms<br>{r.note}" for r in pe.itertuples()],
+        pe = run.peers
+        fig.add_trace(go.Scatter(x=pe.peak_bytes / MIB if not relative else pe.peak_rel,
+                                 y=pe.step_seconds * 1e3 if not relative else pe.time_rel,
+                                 mode="markers", name=PEERS_TRACE, text=pe.peer, hoverinfo="text",
+                                 hovertext=[f"peer <b>{r.peer}</b> (measured beside the plans; exports nothing)<br>"
+                                            f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
+                                            f"step {fmt.duration(r.step_seconds)} ({fmt.change(r.time_rel)})"
+                                            + (f"<br>{r.note}" if r.note else "") for r in pe.itertuples()],
                                  marker=dict(symbol="x", size=11, color="#b279a2")))
     if selected is not None and (ev.digest == selected).any():
         s = ev.loc[ev.digest == selected]
-        fig.add_trace(go.Scatter(x=s[x], y=s[y], mode="markers", name="selected", customdata=s.digest,
+        fig.add_trace(go.Scatter(x=s[x], y=s[y], mode="markers", name=SELECTED_TRACE, customdata=s.digest,
                                  hovertext=_hover(s), hoverinfo="text",
                                  marker=dict(symbol="star", size=20, color="#f2cf5b", line=dict(width=1, color="#333"))))
     if budget_bytes is not None:
@@ -97,31 +134,41 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         fig.add_vline(x=bx, line=dict(dash="dash", color="#666"), annotation_text="budget")
     if run.headroom:  # nothing to save: show the memory axis from zero, not zoomed into noise
         fig.update_xaxes(rangemode="tozero")
-    fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=520,
-                      margin=dict(l=10, r=10, t=30, b=10),
-                      legend=dict(orientation="h", y=1.08), clickmode="event+select", dragmode="select")
+    # no clickmode/dragmode here: Streamlit sets them for its selection modes, and ours would disable point clicks
+    fig.update_layout(xaxis_title=xt, yaxis_title=f"{yt}, {run.clock} clock" if run.clock else yt, height=580,
+                      margin=dict(l=10, r=10, t=30, b=10),  # the legend below the plot, clear of the toolbar
+                      legend=dict(orientation="h", yanchor="top", y=-0.16, xanchor="left", x=0))
     return fig
 
 
 def plan_figure(units: pd.DataFrame) -> go.Figure:
-    """A plan over its units: the action strip, bytes kept for backward and time per unit."""
-    rows = 3 if "kept_bytes" in units else 1
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        row_heights=[0.2, 0.4, 0.4][:rows] if rows == 3 else [1.0],
-                        subplot_titles=["action", "kept for backward (KiB)", "fwd + bwd time (ms)"][:rows])
+    """A plan over its units, one row per unit in model order: its action, the bytes it keeps for
+    backward and its forward + backward time (the profile's). Rows keep their height however many
+    units there are, so unit names and actions stay readable at 48 units and more."""
+    n = len(units)
+    has_costs = "kept_bytes" in units and units.kept_bytes.notna().any()
+    cols = 3 if has_costs else 1
+    unit_name, per_unit = fmt.size_unit(float(units.kept_bytes.max())) if has_costs else ("KiB", 1024.0)
+    titles = ["action", f"kept for backward ({unit_name})", "forward + backward (ms)"][:cols]
+    fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.03, subplot_titles=titles,
+                        column_widths=[0.2, 0.4, 0.4][:cols] if cols == 3 else [1.0])
     codes = {a: i for i, a in enumerate(ACTION_COLOURS)}
-    n = len(ACTION_COLOURS)
-    scale = [[v, c] for i, c in enumerate(ACTION_COLOURS.values()) for v in (i / n, (i + 1) / n)]
-    fig.add_trace(go.Heatmap(x=units.unit, y=["action"], z=[[codes.get(a, 0) for a in units.action]],
-                             text=[list(units.action)], texttemplate="%{text}", colorscale=scale, zmin=0, zmax=n,
-                             showscale=False, hovertemplate="%{x}: %{text}<extra></extra>"), row=1, col=1)
-    if rows == 3:
+    k = len(ACTION_COLOURS)
+    scale = [[v, c] for i, c in enumerate(ACTION_COLOURS.values()) for v in (i / k, (i + 1) / k)]
+    names = list(units.unit)
+    fig.add_trace(go.Heatmap(y=names, x=["action"], z=[[codes.get(a, 0)] for a in units.action],
+                             text=[[a] for a in units.action], texttemplate="%{text}", textfont=dict(size=11),
+                             colorscale=scale, zmin=0, zmax=k, showscale=False, xgap=0, ygap=1,
+                             hovertemplate="%{y}: %{text}<extra></extra>"), row=1, col=1)
+    if has_costs:
         colours = [ACTION_COLOURS.get(a, "#999") for a in units.action]
-        fig.add_trace(go.Bar(x=units.unit, y=units.kept_bytes / 1024, marker_color=colours, name="kept KiB",
-                             hovertemplate="%{x}: %{y:.1f} KiB<extra></extra>"), row=2, col=1)
-        fig.add_trace(go.Bar(x=units.unit, y=units.seconds * 1e3, marker_color=colours, name="ms",
-                             hovertemplate="%{x}: %{y:.2f} ms<extra></extra>"), row=3, col=1)
-    fig.update_layout(height=420 if rows == 3 else 160, showlegend=False, margin=dict(l=10, r=10, t=30, b=10))
+        fig.add_trace(go.Bar(y=names, x=units.kept_bytes / per_unit, orientation="h", marker_color=colours,
+                             hovertemplate=f"%{{y}}: %{{x:.1f}} {unit_name}<extra></extra>"), row=1, col=2)
+        fig.add_trace(go.Bar(y=names, x=units.seconds * 1e3, orientation="h", marker_color=colours,
+                             hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"), row=1, col=3)
+    fig.update_yaxes(autorange="reversed", type="category", tickfont=dict(size=11))
+    fig.update_xaxes(showticklabels=False, row=1, col=1)
+    fig.update_layout(height=max(220, 80 + 20 * n), showlegend=False, bargap=0.15, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
 
@@ -143,11 +190,17 @@ def live_figure(snapshots: pd.DataFrame, started_at: float | None = None) -> go.
 
 
 def price_figure(prices: pd.DataFrame, currency: str = "$") -> go.Figure:
-    """Cost of the training run per plan (bars) with the GPUs it needs (labels)."""
+    """Cost of the training run per plan (bars), labelled with the GPUs, micro-batch and accumulation it
+    needs; a bar whose micro-batch lies outside the measured batch sizes is hatched (extrapolated)."""
     fits = prices.loc[prices.fits]
     labels = [f"{r.summary} ({r.digest[:6]})" for r in fits.itertuples()]
-    fig = go.Figure(go.Bar(x=labels, y=fits.cost, text=[f"{g} GPU x{a} acc" for g, a in zip(fits.gpus, fits.accumulation)],
-                           textposition="outside", marker_color="#4c78a8",
+    text = [f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}<br>micro-batch {r.micro_batch}"
+            + (f" × {r.accumulation}" if r.accumulation > 1 else "") + ("<br>(extrapolated)" if r.extrapolated else "")
+            for r in fits.itertuples()]
+    fig = go.Figure(go.Bar(x=labels, y=fits.cost, text=text, textposition="outside", marker_color="#4c78a8",
+                           marker_pattern_shape=["/" if e else "" for e in fits.extrapolated],
                            hovertemplate="%{x}<br>cost %{y:,.2f}<br>%{text}<extra></extra>"))
-    fig.update_layout(yaxis_title=f"training cost ({currency})", height=380, margin=dict(l=10, r=10, t=30, b=10))
+    fig.update_layout(yaxis_title=f"training cost ({currency})", height=420, margin=dict(l=10, r=10, t=60, b=10),
+                      uniformtext=dict(minsize=11, mode="show"))  # labels stay readable over narrow bars
+    fig.update_traces(cliponaxis=False)
     return fig

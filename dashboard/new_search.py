@@ -8,10 +8,17 @@ A search runs the Python file a workload names, so who may start one matters: ``
 allows it on a dashboard bound to loopback only; bound to anything else (Streamlit's default
 is every interface) the form is off unless the operator passes ``--allow-launch`` and a
 ``--workloads-dir``, and then only built-in workloads and files inside that folder run.
+
+A workload is checked before anything starts (``resolve_workload``): a built-in's name and
+options, a file's existence and the factory it names (read with ``ast``, not run), a module's
+package. A relative file path is taken from where the dashboard was started and passed on
+absolute, so the search loads the file the user named.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import subprocess
 import sys
@@ -19,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboard.data import LOG_NAME
-from env.data.errors import CkptSearchError
+from env.data.errors import CkptSearchError, WorkloadError
 from env.workloads.spec import WorkloadSpec, builtin_options
 from search.records.runs import run_id
 
@@ -73,11 +80,54 @@ class Started:
     command: list[str]
 
 
-def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str) -> list[str]:
-    """The command line of a background search (checked: a bad input fails here, in one line)."""
+def top_level_names(path: Path) -> set[str]:
+    """Names a Python file defines at its top level (functions, classes, assignments, imports), without running it."""
+    try:
+        tree = ast.parse(path.read_text(errors="replace"), filename=str(path))
+    except SyntaxError as e:
+        raise WorkloadError(f"workload file '{path}' has a syntax error on line {e.lineno}: {e.msg}; fix the file") from None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def resolve_workload(workload: str, cwd: Path | None = None) -> str:
+    """The workload as the search will load it, checked before anything starts (one line when bad):
+    a built-in's name, preset and options; a file's existence and factory (its path made absolute);
+    a module's top-level package."""
     spec = WorkloadSpec.parse(workload)
     if spec.is_builtin:
         builtin_options(spec)  # an unknown name, preset or option fails here, in one line
+        return workload
+    where, _, func = spec.target.rpartition(":")
+    if not where or not func:
+        raise WorkloadError(f"workload '{workload}' must look like path/to/file.py:factory or package.module:factory")
+    if not (where.endswith(".py") or "/" in where):
+        if importlib.util.find_spec(where.split(".")[0]) is None:  # the package only: importing runs its code
+            raise WorkloadError(f"no module '{where.split('.')[0]}' for workload '{workload}'; check the name, "
+                                "or give path/to/file.py:factory")
+        return workload
+    path = ((cwd or Path.cwd()) / where).resolve()
+    if not path.is_file():
+        raise WorkloadError(f"workload file '{where}' does not exist (looked for {path}); check the path")
+    names = top_level_names(path)
+    if func not in names and "__getattr__" not in names and "*" not in names:
+        public = sorted(n for n in names if not n.startswith("_"))
+        raise WorkloadError(f"'{where}' defines no '{func}'; define {func}() there returning (module, inputs), or name "
+                            f"one of: {', '.join(public) or '(none)'}")
+    return str(WorkloadSpec(f"{path}:{func}", spec.preset, spec.options))
+
+
+def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str) -> list[str]:
+    """The command line of a background search (checked: a bad input fails here, in one line)."""
+    workload = resolve_workload(workload)
     if agents < 1 or timesteps < 1:
         raise CkptSearchError(f"agents={agents}, timesteps={timesteps}: both must be at least 1")
     return [sys.executable, "-m", "search.run", "--workload", workload, "--agents", str(agents),

@@ -13,6 +13,9 @@ each frontier plan (measured at 2+ batch sizes, ``batch_scaling`` in the run sto
 4. ``step = accumulation * t(micro)`` (communication not counted), ``wall = steps * step``,
    ``cost = gpus * wall_hours * price_per_gpu_hour``.
 
+Only the plans' peaks and times at the measured batch sizes are measurements; a micro-batch
+outside them is read off the fitted lines (``PlanPrice.extrapolated``), and the page says so.
+
 Pure functions over numbers: the dashboard's page only lays them out.
 """
 
@@ -71,6 +74,8 @@ class PlanPrice:
     bytes_per_sample: float
     fixed_bytes: float
     fits: bool
+    measured_batches: tuple[int, ...] = ()  # batch sizes the plan was measured at
+    extrapolated: bool = False  # the micro-batch lies outside them: its peak and time come from the fits
     micro_batch: int = 0
     accumulation: int = 0
     gpus: int = 0
@@ -111,10 +116,12 @@ def max_micro_batch(peak: LinearFit, gpu_bytes: float) -> int:
 def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], cluster: Cluster) -> PlanPrice:
     """Micro-batch, GPUs, accumulation, wall time and cost of training with one plan."""
     peak, time = fit_scaling(points)
-    base = dict(digest=digest, summary=summary, bytes_per_sample=peak.slope, fixed_bytes=peak.intercept)
+    measured = tuple(sorted({int(p["batch_size"]) for p in points if not p.get("oom")}))
+    base = dict(digest=digest, summary=summary, bytes_per_sample=peak.slope, fixed_bytes=peak.intercept,
+                measured_batches=measured)
     largest = min(max_micro_batch(peak, cluster.gpu_memory_gb * GB), cluster.global_batch)
     if largest < 1:
-        return PlanPrice(**base, fits=False)
+        return PlanPrice(**base, fits=False, extrapolated=measured[0] > 1)
     chunks = math.ceil(cluster.global_batch / largest)
     gpus = min(chunks, cluster.max_gpus)
     accumulation = math.ceil(chunks / gpus)
@@ -122,21 +129,32 @@ def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], clus
     step = accumulation * time(micro)
     wall_hours = cluster.steps * step / 3600
     return PlanPrice(**base, fits=True, micro_batch=micro, accumulation=accumulation, gpus=gpus, step_seconds=step,
-                     wall_hours=wall_hours, cost=gpus * wall_hours * cluster.price_per_gpu_hour)
+                     wall_hours=wall_hours, cost=gpus * wall_hours * cluster.price_per_gpu_hour,
+                     extrapolated=not measured[0] <= micro <= measured[-1])
 
 
 def price_table(frontier: pd.DataFrame, batch_scaling: dict[str, list[dict[str, Any]]], cluster: Cluster) -> pd.DataFrame:
     """One row per frontier plan measured at 2+ batch sizes, cheapest first (plans that do not fit last)."""
+    return priced_and_left_out(frontier, batch_scaling, cluster)[0]
+
+
+def priced_and_left_out(frontier: pd.DataFrame, batch_scaling: dict[str, list[dict[str, Any]]],
+                        cluster: Cluster) -> tuple[pd.DataFrame, list[str]]:
+    """``price_table``, and one line per frontier plan left out saying why (a plan whose memory does
+    not scale cleanly is left out, not mispriced)."""
     cluster.check()
-    rows = []
+    rows, left_out = [], []
     for _, r in frontier.iterrows():
         points = batch_scaling.get(r.digest, [])
+        name = f"{r.summary} ({r.digest[:6]})"
         if len({p["batch_size"] for p in points}) < 2:
+            left_out.append(f"{name}: not measured at a second batch size (the search measures a few frontier plans "
+                            "there, spread from the smallest to the fastest)")
             continue
         try:
             rows.append(price_plan(r.digest, r.summary, points, cluster).__dict__)
-        except PricingError:
-            continue  # a plan whose memory does not scale cleanly is left out, not mispriced
+        except PricingError as e:
+            left_out.append(f"{name}: {e}")
     cols = list(PlanPrice.__dataclass_fields__)
     df = pd.DataFrame(rows, columns=cols)
-    return df.sort_values(["fits", "cost"], ascending=[False, True], na_position="last").reset_index(drop=True)
+    return df.sort_values(["fits", "cost"], ascending=[False, True], na_position="last").reset_index(drop=True), left_out

@@ -1,44 +1,32 @@
 """The dashboard's pages: thin Streamlit layout over ``data``, ``figures``, ``pricing`` and ``selection``.
 
-Each ``*_page(run)`` draws one tab. All numbers come from the pure modules; nothing here
-computes more than a label.
+Each ``*_page(run)`` draws one tab. All numbers come from the pure modules and are written by
+``dashboard.fmt``; nothing here computes more than a label.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, pricing, selection
+from dashboard import figures, fmt, selection
 from dashboard.data import RunData, nearest_rule, unit_table
-from dashboard.new_search import LaunchPolicy, start_search
-from env.data.errors import CkptSearchError
 from env.data.types import MIB
 from search.training.snippet import plan_snippet
 
 LIVE_EVERY_S = 2.0
+CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.measure.timeline.step_clock
+NumberColumn = st.column_config.NumberColumn
 
 
-def _select_budget() -> None:
-    run: RunData = st.session_state["_run"]
-    st.session_state[selection.SELECTED] = selection.digest_under_budget(run, st.session_state[selection.BUDGET])
-
-
-def _select_pick() -> None:
-    st.session_state[selection.SELECTED] = st.session_state[selection.PICK]
-
-
-def _apply_click(run: RunData, fig_for_lookup: Callable[[], object]) -> None:
-    event = st.session_state.get(selection.CHART)
-    points = list(event.get("selection", {}).get("points", [])) if event else []
-    digest = selection.digest_from_selection(points, fig_for_lookup()) if points else None
-    if digest and digest != st.session_state.get(selection.CLICK_SEEN) and (run.evaluations.digest == digest).any():
-        st.session_state[selection.SELECTED] = digest
-    st.session_state[selection.CLICK_SEEN] = digest
+def _delta(ratio: float, what: str) -> dict:
+    """A metric's delta against the baseline: green when less (memory and time both), no arrow when equal."""
+    text = f"{fmt.change(ratio)} {what}"
+    equal = text.startswith("±") or text.startswith("n/a")
+    return dict(delta=text, delta_color="off" if equal else "inverse", delta_arrow="off" if equal else "auto")
 
 
 def frontier_page(run: RunData) -> None:
@@ -50,28 +38,37 @@ def frontier_page(run: RunData) -> None:
         return
     for note in run.notes:
         st.caption(note)
+    state = st.session_state
     c1, c2, c3 = st.columns([1, 1, 3])
     relative = c1.toggle("relative to baseline", key="relative")
     hide = c2.toggle("hide dominated plans", key="hide_dominated")
-    low, high = selection.budget_range(run)
-    budget = st.session_state.get(selection.BUDGET, high)
-    st.session_state[selection.BUDGET] = min(max(budget, low), high)
-    c3.slider("memory budget (MiB): the fastest frontier plan that fits is selected", min_value=low, max_value=high,
-              step=selection.budget_step(low, high), format="%.4f", key=selection.BUDGET, on_change=_select_budget)
-    _apply_click(run, lambda: figures.frontier_figure(run, relative, not hide))
-    selected = st.session_state.get(selection.SELECTED)
-    fig = figures.frontier_figure(run, relative, not hide, selected, st.session_state[selection.BUDGET] * MIB)
-    st.plotly_chart(fig, key=selection.CHART, on_select="rerun", selection_mode="points")
+    budget = selection.BudgetSlider.of(run)
+    low, decimals = budget.low, budget.decimals
+    c3.slider("memory budget (MiB)", min_value=low, max_value=budget.high, key=selection.BUDGET,
+              step=budget.step, format=f"%.{decimals}f",
+              on_change=selection.on_budget, args=(state, run),
+              help="Moving it selects the fastest frontier plan within the budget; a click on the chart or a pick "
+                   "from the list selects that plan and moves the budget to its peak.")
+    selected = state.get(selection.SELECTED)
+    fig = figures.frontier_figure(run, relative, not hide, selected, state[selection.BUDGET] * MIB)
+    st.plotly_chart(fig, key=selection.CHART, on_select=functools.partial(selection.on_chart, state, run),
+                    selection_mode=("points", "box"))
+    st.caption("Click a point, or box-select several (the fastest of them is taken). The red step line is the "
+               "measured frontier; the dotted green one the best of the exact solver's plans as measured "
+               "(optimal on the cost model, so a gap shows the model's error); rules and peers are named on hover.")
     _plan_picker(run, selected)
     if selected is None:
-        st.warning("No frontier plan fits this budget; raise it to at least "
-                   f"{low:.4f} MiB (the smallest measured peak).")
+        st.warning(f"No frontier plan fits this budget; raise it to at least {low:.{decimals}f} MiB "
+                   "(the smallest measured peak).")
     else:
-        _selected_line(run, selected)
-    shown = run.frontier.assign(peak_mib=run.frontier.peak_bytes / MIB, step_ms=run.frontier.step_seconds * 1e3,
-                                clock=run.clock)
-    st.dataframe(shown[["summary", "peak_mib", "peak_rel", "step_ms", "clock", "time_rel", "source", "digest"]],
-                 hide_index=True, width="stretch")
+        _selected_line(run, selected, str(state.get(selection.HOW, "start")))
+    fr = run.frontier
+    table = pd.DataFrame({"plan": fr.summary, "peak (MiB)": fr.peak_bytes / MIB, "memory vs baseline": (fr.peak_rel - 1) * 100,
+                          f"step (ms, {run.clock} clock)": fr.step_seconds * 1e3, "time vs baseline": (fr.time_rel - 1) * 100,
+                          "found by": fr.source, "plan id": fr.digest})
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        "peak (MiB)": NumberColumn(format=f"%.{decimals}f"), "memory vs baseline": NumberColumn(format="%+.1f%%"),
+        f"step (ms, {run.clock} clock)": NumberColumn(format="%.2f"), "time vs baseline": NumberColumn(format="%+.1f%%")})
 
 
 def units_explained(run: RunData) -> None:
@@ -83,22 +80,40 @@ def units_explained(run: RunData) -> None:
         st.code("\n".join(lines[:-1]), language=None)
 
 
+def _plan_label(r: object) -> str:
+    rule = getattr(r, "rule", "")
+    where = "frontier" if not getattr(r, "dominated") else "dominated"
+    return (f"{where}{f' · rule {rule}' if rule else ''} · {getattr(r, 'summary')}: {fmt.size(getattr(r, 'peak_bytes'))}, "
+            f"{fmt.duration(getattr(r, 'step_seconds'))} ({getattr(r, 'digest')})")
+
+
 def _plan_picker(run: RunData, selected: str | None) -> None:
     """Every measured plan, frontier first, as a list: to inspect a rule or a dominated plan too."""
     ev = run.evaluations.loc[run.evaluations.measured].sort_values(["dominated", "peak_bytes", "step_seconds"])
     digests = list(ev.digest)
-    labels = {r.digest: f"{'frontier' if not r.dominated else 'dominated'}{f' · rule {r.rule}' if r.rule else ''} · "
-                        f"{r.summary}: {r.peak_bytes / MIB:.4f} MiB, {r.step_seconds * 1e3:.2f} ms {r.clock} ({r.digest})"
-              for r in ev.itertuples()}
+    labels = {r.digest: _plan_label(r) for r in ev.itertuples()}
     st.session_state[selection.PICK] = selected if selected in digests else None
     st.selectbox("or pick any measured plan", digests, format_func=labels.get, key=selection.PICK,
-                 on_change=_select_pick, placeholder="choose a plan")
+                 on_change=selection.on_pick, args=(st.session_state, run), placeholder="choose a plan")
 
 
-def _selected_line(run: RunData, digest: str) -> None:
+def _selected_line(run: RunData, digest: str, how: str) -> None:
     row = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
-    st.success(f"Selected: **{row.summary}** ({digest}) - peak {row.peak_bytes / MIB:.4f} MiB "
-               f"({1 - row.peak_rel:.1%} less memory than baseline), step {row.step_seconds * 1e3:.2f} ms by the {row.clock} clock ({row.time_rel:.2f}x baseline)")
+    most = 1 - run.frontier.peak_bytes.min() / run.baseline_peak_bytes
+    start = (f"the fastest plan saving at least {selection.START_SHARE:.0%} of the most any plan saves ({most:.0%})"
+             if most > 0 else "the fastest plan (no plan saves memory against a measured baseline yet)")
+    why = {"start": start,
+           "budget": "the fastest frontier plan within the budget", "chart": "picked on the chart",
+           "list": "picked from the list"}.get(how, "")
+    st.success(f"Selected: **{row.summary}** ({digest}), {why}: peak {fmt.size(row.peak_bytes)} "
+               f"({fmt.change(row.peak_rel)} memory), step {fmt.duration(row.step_seconds)} by the {row.clock} clock "
+               f"({fmt.change(row.time_rel)} time), both against the all-keep baseline.")
+    if row.dominated:
+        better = run.frontier.loc[(run.frontier.peak_bytes <= row.peak_bytes) & (run.frontier.step_seconds <= row.step_seconds)]
+        if len(better):
+            b = better.sort_values("step_seconds").iloc[0]
+            st.caption(f"Not on the frontier: {b.summary} ({b.digest}) is faster at no more memory "
+                       f"({fmt.size(b.peak_bytes)}, {fmt.duration(b.step_seconds)}).")
 
 
 def plan_page(run: RunData) -> None:
@@ -109,28 +124,36 @@ def plan_page(run: RunData) -> None:
     row = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
     st.subheader(f"{row.summary} ({digest})")
     m = st.columns(4)
-    m[0].metric("peak memory", f"{row.peak_bytes / MIB:.4f} MiB", f"{row.peak_rel - 1:+.1%} vs baseline",
-                delta_color="inverse")
-    m[1].metric(f"step time ({row.clock} clock)", f"{row.step_seconds * 1e3:.2f} ms", f"{row.time_rel - 1:+.1%} vs baseline",
-                delta_color="inverse")
-    m[2].metric("spread (IQR)", f"{row.spread_seconds * 1e3:.2f} ms", f"{row.repeats} timed steps", delta_color="off")
-    predicted = "n/a" if pd.isna(row.predicted_peak_bytes) else f"{row.predicted_peak_bytes / MIB:.4f} MiB"
-    m[3].metric("cost-model peak", predicted, "prediction", delta_color="off")
+    m[0].metric("peak memory", fmt.size(row.peak_bytes), **_delta(row.peak_rel, "vs baseline"))
+    m[1].metric(f"step time ({row.clock} clock)", fmt.duration(row.step_seconds), **_delta(row.time_rel, "vs baseline"))
+    m[2].metric("spread (IQR)", fmt.duration(row.spread_seconds), f"{row.repeats} timed steps", delta_color="off",
+                delta_arrow="off")
+    m[3].metric("cost-model peak", fmt.size(row.predicted_peak_bytes), "predicted", delta_color="off", delta_arrow="off")
     units = unit_table(run, list(row.actions))
     st.plotly_chart(figures.plan_figure(units), key="plan_chart")
     clock = CLOCKS.get(str(row.clock), f"the {row.clock}")
     st.caption(f"Measured on **{row.device}**, torch {row.torch_version}, batch {row.batch_shape}, "
-               f"median of {row.repeats} steps by {clock} time (spread {row.spread_seconds * 1e3:.2f} ms)"
+               f"median of {row.repeats} steps by {clock} time (spread {fmt.duration(row.spread_seconds)})"
                + ("; each step taken relative to the all-keep step measured just before it on the same Evaluator, "
                   "in the baseline's median seconds, as the search ranked plans" if row.paired else "") + "; "
-               f"proposed by {row.source}. "
-               "Per-unit bytes and times are the profile's, measured with every unit under that action.")
-    st.dataframe(units, hide_index=True, width="stretch")
+               f"found by {row.source}. Per-unit bytes and times are the profile's, measured with every unit under "
+               "that action.")
+    _unit_table(units)
     _compare_with_rule(run, digest)
     export_section(run, digest)
 
 
-CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.measure.timeline.step_clock
+def _unit_table(units: pd.DataFrame) -> None:
+    if "kept_bytes" not in units:
+        st.dataframe(units, hide_index=True, width="stretch")
+        return
+    name, per = fmt.size_unit(float(units[["kept_bytes", "backward_peak_bytes"]].max().max()))
+    shown = pd.DataFrame({
+        "unit": units.unit, "action": units.action, f"kept for backward ({name})": units.kept_bytes / per,
+        f"saved vs keep ({name})": units.saved_bytes / per, f"peak while recomputed ({name})": units.backward_peak_bytes / per,
+        "forward + backward (ms)": units.seconds * 1e3, "extra vs keep (ms)": units.extra_seconds * 1e3})
+    st.dataframe(shown, hide_index=True, width="stretch",
+                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]})
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:
@@ -140,10 +163,10 @@ def _compare_with_rule(run: RunData, digest: str) -> None:
     me = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
     st.markdown(f"**Nearest baseline rule: `{rule.rule}`** ({rule.summary})")
     st.table(pd.DataFrame({
-        "": ["peak (MiB)", "step (ms)", "x baseline memory", "x baseline time"],
-        "this plan": [f"{me.peak_bytes / MIB:.4f}", f"{me.step_seconds * 1e3:.2f}", f"{me.peak_rel:.3f}", f"{me.time_rel:.2f}"],
-        f"rule {rule.rule}": [f"{rule.peak_bytes / MIB:.4f}", f"{rule.step_seconds * 1e3:.2f}", f"{rule.peak_rel:.3f}",
-                              f"{rule.time_rel:.2f}"],
+        "": ["peak", "step", "memory vs baseline", "time vs baseline"],
+        "this plan": [fmt.size(me.peak_bytes), fmt.duration(me.step_seconds), fmt.change(me.peak_rel), fmt.change(me.time_rel)],
+        f"rule {rule.rule}": [fmt.size(rule.peak_bytes), fmt.duration(rule.step_seconds), fmt.change(rule.peak_rel),
+                              fmt.change(rule.time_rel)],
     }).set_index(""))
 
 
@@ -151,48 +174,25 @@ def export_section(run: RunData, digest: str) -> None:
     plan = run.plan(digest)
     text = plan.to_json()
     snippet = plan_snippet(plan, title=run.workload)
+    json_name, py_name = f"plan-{digest}.json", f"checkpoint_plan_{digest}.py"
     st.markdown("**Export**")
-    c1, c2 = st.columns(2)
-    c1.download_button("Download plan JSON", text, file_name=f"plan-{digest}.json", mime="application/json",
+    c1, c2 = st.columns([1, 2])
+    c1.download_button("Download plan JSON", text, file_name=json_name, mime="application/json",
                        key="download_json", on_click="ignore")
-    c2.download_button("Download Python snippet (torch only)", snippet, file_name=f"checkpoint_plan_{digest}.py",
+    c1.download_button("Download Python snippet (torch only)", snippet, file_name=py_name,
                        mime="text/x-python", key="download_snippet", on_click="ignore")
-    with st.expander("plan JSON", expanded=True):
+    c2.markdown(f"**How to apply**, before training:\n"
+                f"1. `handle = search.apply_plan(model, \"{json_name}\")`; `handle.remove()` undoes it\n"
+                f"2. or, with only torch: `from {py_name[:-3]} import apply_checkpoint_plan; apply_checkpoint_plan(model)`\n"
+                "3. with `torch.compile`: apply the plan first, then compile")
+    with st.expander("plan JSON"):
         st.code(text, language="json")
     with st.expander("Python snippet"):
         st.code(snippet, language="python")
 
 
-def pricing_page(run: RunData) -> None:
-    st.markdown("For each frontier plan measured at 2+ batch sizes: the largest micro-batch that fits one GPU "
-                "(peak = a + b x batch, fitted), the data-parallel GPUs and accumulation steps that reach the global "
-                "batch, the wall time and the cost. Communication time is not counted.")
-    c = st.columns(5)
-    cluster = pricing.Cluster(
-        gpu_memory_gb=c[0].number_input("GPU memory (GB)", min_value=0.0001, value=80.0, format="%.4f", key="gpu_gb"),
-        price_per_gpu_hour=c[1].number_input("price per GPU-hour", min_value=0.0, value=2.5, key="gpu_price"),
-        global_batch=int(c[2].number_input("global batch", min_value=1, value=1024, key="global_batch")),
-        steps=int(c[3].number_input("training steps", min_value=1, value=10000, key="train_steps")),
-        max_gpus=int(c[4].number_input("GPUs available", min_value=1, value=64, key="max_gpus")))
-    if not run.batch_scaling:
-        st.info("This run has no batch-scaling measurements (frontier plans at 2+ batch sizes); "
-                "run the search with --batch-scaling to price memory.")
-        return
-    try:
-        table = pricing.price_table(run.frontier, run.batch_scaling, cluster)
-    except CkptSearchError as e:
-        st.error(str(e))
-        return
-    if table.empty:
-        st.info("No frontier plan has measurements at 2+ batch sizes yet.")
-        return
-    left_out = len(run.frontier) - len(table)
-    if left_out:
-        st.caption(f"{left_out} frontier plan(s) have no batch-scaling measurements and are not priced.")
-    st.plotly_chart(figures.price_figure(table), key="price_chart")
-    shown = table.assign(bytes_per_sample_kib=table.bytes_per_sample / 1024, fixed_mib=table.fixed_bytes / MIB)
-    st.dataframe(shown[["summary", "fits", "micro_batch", "accumulation", "gpus", "step_seconds", "wall_hours", "cost",
-                        "bytes_per_sample_kib", "fixed_mib", "digest"]], hide_index=True, width="stretch")
+def _number(x: object) -> str:
+    return f"{x:.3g}" if isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x)) else "-"
 
 
 def live_panel(run: RunData) -> None:
@@ -200,41 +200,17 @@ def live_panel(run: RunData) -> None:
     ev = run.evaluations
     last_hv = float(run.snapshots.hypervolume.iloc[-1]) if len(run.snapshots) else math.nan
     m = st.columns(5)
-    m[0].metric("status", run.status)
+    m[0].metric("status", run.status.partition(":")[0])
     m[1].metric("plans evaluated", len(ev))
     m[2].metric("measured", int(ev.measured.sum()))
     m[3].metric("frontier size", len(run.frontier))
-    m[4].metric("hypervolume", "n/a" if math.isnan(last_hv) else f"{last_hv:.4f}")
+    m[4].metric("hypervolume", "n/a" if math.isnan(last_hv) else f"{last_hv:.3f}")
     st.plotly_chart(figures.live_figure(run.snapshots, run.started_at), key="live_chart")
     for r in run.progress.itertuples() if len(run.progress) else []:
         total = r.total_timesteps or 0
         frac = min(1.0, r.timesteps / total) if total else 0.0
-        budget = f"{r.budget_bytes / MIB:.3f} MiB" if r.budget_bytes else "-"
+        budget = fmt.size(r.budget_bytes) if r.budget_bytes else "-"
         st.progress(frac, text=f"{r.agent} (budget {budget}): {r.timesteps}/{total or '?'} steps, "
-                                f"{r.episodes} episodes, best reward {r.best_reward}, {r.status}")
-    if not len(ev):
+                                f"{r.episodes} episodes, best reward {_number(r.best_reward)}, {r.status}")
+    if not len(ev) and run.status == "running":
         st.info("No plans evaluated yet: the search is profiling the model.")
-
-
-def new_search_page(runs_root: Path, policy: LaunchPolicy) -> None:
-    if not policy.enabled:
-        st.info(policy.reason)
-        return
-    with st.form("new_search"):
-        st.markdown(f"Starts `python -m search.run` in the background; its run folder goes under `{runs_root}`.")
-        workload = st.text_input("workload", value="gpt/tiny", help="gpt, cnn, lstm, mlp, presets gpt/tiny, ...")
-        c = st.columns(2)
-        agents = int(c[0].number_input("agents", min_value=1, value=2))
-        timesteps = int(c[1].number_input("timesteps per agent", min_value=1, value=512))
-        submitted = st.form_submit_button("Start search")
-    if submitted:
-        try:
-            started = start_search(workload, agents, timesteps, runs_root, policy=policy)
-        except CkptSearchError as e:
-            st.error(str(e))
-            return
-        st.session_state["run_choice"] = started.run_dir.name
-        st.session_state["started"] = f"started pid {started.pid}: {' '.join(started.command)}"
-        st.rerun()
-    if "started" in st.session_state:
-        st.caption(st.session_state["started"])

@@ -1,16 +1,18 @@
 """Take the README's screenshots of every dashboard page with a real Chromium.
 
-    python docs/screenshots.py [RUNS_DIR]
+    python docs/screenshots.py [RUNS_DIR] [--pages frontier plan ...] [--prefix NAME_]
 
 Without RUNS_DIR it first runs a real search (``python -m search.run`` on ``gpt/tiny?n_layer=8``
 with its default agents and reward: every point on the pictures was proposed and measured by
-that search, nothing is scripted). Writes docs/frontier.png, docs/plan.png, docs/pricing.png,
-docs/live.png and docs/new_search.png. Needs /usr/bin/chromium (apt-get install chromium)
-and the playwright Python package; it never downloads a browser.
+that search, nothing is scripted). Shows the newest run under RUNS_DIR and writes
+docs/<prefix><page>.png for frontier, plan, pricing, live and new_search, each as tall as the
+page. Needs /usr/bin/chromium (apt-get install chromium) and the playwright Python package; it
+never downloads a browser.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -20,42 +22,55 @@ sys.path.insert(0, str(ROOT))
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
+from dashboard.data import list_runs, load_run  # noqa: E402
 from dashboard.launch import free_port, start_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
 DOCS = Path(__file__).resolve().parent
+WIDTH = 1400
+PAGES = {"frontier": "Frontier", "plan": "Plan", "pricing": "Price of memory", "live": "Live", "new_search": "New search"}
+GPU_PER_BASELINE = 1.5  # the price page's GPU: 1.5x the baseline's peak, so the plans differ in micro-batch and GPUs
 
 
-def open_tab(page: Page, name: str) -> None:
-    page.get_by_role("tab", name=name).click()
+def fit_height(page: Page) -> None:
+    """Make the window as tall as the page's content, so one screenshot holds all of it."""
+    height = page.get_by_test_id("stMainBlockContainer").evaluate("e => e.scrollHeight")
+    page.set_viewport_size({"width": WIDTH, "height": max(800, min(int(height) + 40, 4000))})
+    page.wait_for_timeout(1500)  # plotly redraws at the new size
+
+
+def open_page(page: Page, name: str, gpu_gb: float) -> None:
+    page.get_by_role("tab", name=PAGES[name]).click()
     page.wait_for_timeout(1500)  # plotly draws after the tab is shown
+    if name == "pricing":
+        box = page.get_by_role("spinbutton", name="GPU memory (GB)")
+        box.fill(f"{gpu_gb:.3g}")
+        box.press("Enter")
+        page.wait_for_timeout(2500)
 
 
-def shoot(runs: Path, out: Path = DOCS) -> list[Path]:
+def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> list[Path]:
+    shown = load_run(list_runs(runs)[0].path)  # the dashboard opens on the newest run
+    gpu_gb = GPU_PER_BASELINE * shown.baseline_peak_bytes / 1e9
     port = free_port()
     server = start_server(runs, port)
     shots = []
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
             page.goto(f"http://127.0.0.1:{port}/")
-            page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(timeout=60_000)
+            page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(timeout=60_000)  # first paint can be empty
             page.wait_for_timeout(1000)
-            shots.append(out / "frontier.png")
-            page.screenshot(path=shots[-1], full_page=True)
-            for tab, name in (("Plan", "plan"), ("Price of memory", "pricing"), ("Live", "live"),
-                              ("New search", "new_search")):
-                open_tab(page, tab)
-                if name == "pricing":  # a small GPU makes the memory/price trade-off visible on a tiny model
-                    box = page.get_by_label("GPU memory (GB)")
-                    box.fill("0.004")
-                    box.press("Enter")
-                    page.wait_for_timeout(2500)
-                shots.append(out / f"{name}.png")
-                page.screenshot(path=shots[-1], full_page=True)
+            for name in pages:
+                open_page(page, name, gpu_gb)
+                fit_height(page)
+                page.mouse.move(0, 0)  # no hover label on the pictures
+                shots.append(out / f"{prefix}{name}.png")
+                page.screenshot(path=shots[-1])
+                page.set_viewport_size({"width": WIDTH, "height": 1000})
             browser.close()
     finally:
         server.terminate()
@@ -64,16 +79,21 @@ def shoot(runs: Path, out: Path = DOCS) -> list[Path]:
 
 
 def main() -> None:
-    if len(sys.argv) > 1:
-        runs = Path(sys.argv[1])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs", nargs="?", help="folder of run folders (default: run a fresh gpt/tiny?n_layer=8 search)")
+    p.add_argument("--pages", nargs="+", choices=list(PAGES), default=list(PAGES))
+    p.add_argument("--prefix", default="", help="file name prefix, e.g. 48_units_")
+    args = p.parse_args()
+    if args.runs:
+        runs = Path(args.runs)
     else:
         import subprocess
 
         runs = Path(tempfile.mkdtemp(prefix="ckpt-screens-"))
         subprocess.run([sys.executable, "-m", "search.run", "--workload", "gpt/tiny?n_layer=8", "--no-progress",
                         "--out", str(runs), "--name", "gpt-tiny-demo"], cwd=ROOT, check=True)
-    for p in shoot(runs):
-        print(p)
+    for path in shoot(runs, args.pages, args.prefix):
+        print(path)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ from env.cost.cost_model import CostModel
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, fingerprint
+from env.data.types import PlanSource
 from env.measure.measurement import measure
 from env.measure.profiler import profile
 from env.units.find import find_units
 from env.workloads.workload import load_workload
+from search.records import meta
 from search.records.frontier_file import Baseline, FrontierFile, point_from, write_frontier
 from search.records.pareto import hypervolume, nondominated
 from search.records.store import STORE_NAME, RunStore
@@ -98,8 +100,9 @@ def _snapshots(store: RunStore, prof: ModelProfile) -> None:
 
 def write_frontier_json(run_dir: Path, store: RunStore, prof: ModelProfile) -> Path:
     """``frontier.json`` (search.records.frontier_file) from the store's measured non-dominated evaluations."""
-    units = store.get_meta("units")
-    evals = [e for e in store.measured() if not e.oom]
+    units = store.read(meta.UNITS)
+    rank = store.ranking()  # the times the search and the dashboard rank plans by
+    evals = [rank(e) for e in store.measured() if not e.oom]
     front = [e for e, k in zip(evals, nondominated([[e.peak_bytes, e.step_seconds] for e in evals])) if k]
     assert prof.baseline is not None
     points = [point_from(e, units) for e in front]
@@ -151,17 +154,18 @@ def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontie
     randoms = [Plan.from_list(units, [rng.choice(prof.actions) for _ in units], fp) for _ in range(n_random)]
     with RunStore(run_dir / STORE_NAME) as store:
         started = started_at if started_at is not None else time.time()
-        store.set_meta("config", {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured", "seed": seed})
-        for key, value in (("units", units), ("fingerprint", fp), ("profile", prof.model_dump(mode="json")),
-                           ("status", status), ("started_at", started), ("batch_size", batch_size),
-                           ("baseline_digest", rules["none"].digest),
-                           ("rules", {n: p.digest for n, p in rules.items()}),
-                           ("exact", [p.digest for p in exact]),
-                           ("agents", [{"name": "agent_0", "budget_bytes": int(prof.baseline.peak_bytes * 0.9)},
-                                       {"name": "agent_1", "budget_bytes": int(prof.baseline.peak_bytes * 0.97)}])):
-            store.set_meta(key, value)
-        labelled = [(p, f"rule:{n}") for n, p in rules.items()] + [(p, "exact") for p in exact]
-        labelled += [(p, f"agent_{i % 2}") for i, p in enumerate(randoms)]
+        store.write(meta.CONFIG, {"workload": workload, "agents": 2, "timesteps": 256, "reward": "measured",
+                                  "seed": seed})
+        for key, value in ((meta.UNITS, units), (meta.FINGERPRINT, fp), (meta.PROFILE, prof),
+                           (meta.STATUS, status), (meta.STARTED_AT, started), (meta.BATCH_SIZE, batch_size),
+                           (meta.BASELINE_DIGEST, rules["none"].digest),
+                           (meta.RULES, {n: p.digest for n, p in rules.items()}),
+                           (meta.EXACT, [p.digest for p in exact]),
+                           (meta.AGENTS, [{"name": "agent_0", "budget_bytes": int(prof.baseline.peak_bytes * 0.9)},
+                                          {"name": "agent_1", "budget_bytes": int(prof.baseline.peak_bytes * 0.97)}])):
+            store.write(key, value)
+        labelled = [(p, PlanSource.rule(n)) for n, p in rules.items()] + [(p, PlanSource.EXACT) for p in exact]
+        labelled += [(p, PlanSource.agent(i % 2)) for i, p in enumerate(randoms)]
         measure(w, rules["none"], units, repeats=5)  # not stored: the first plan measured ran slow (cold caches)
         for plan, source in labelled:
             if store.get(plan.digest) is None:
@@ -172,11 +176,11 @@ def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontie
                                timesteps=done, total_timesteps=256, episodes=done // len(units), best_reward=0.1 * i,
                                status="finished" if status == "finished" else "running")
         _snapshots(store, prof)
-        store.set_meta("batch_scaling", _batch_scaling(workload, batch_size, _measured_front(store, fp, units), units))
+        store.write(meta.BATCH_SCALING, _batch_scaling(workload, batch_size, _measured_front(store, fp, units), units))
         if frontier_json:
             write_frontier_json(run_dir, store, prof)
         if status != "running":
-            store.set_meta("finished_at", started + 60.0)
+            store.write(meta.FINISHED_AT, started + 60.0)
     return run_dir
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from env.data.measured import MeasuredPlan
+from env.data.types import SourceKind
 from search.engine.archive import ParetoArchive, spread_picks
 
 
@@ -22,9 +23,9 @@ def test_frontier_keeps_non_dominated_measured_plans_by_memory():
 def test_an_agent_that_proposes_a_rules_plan_is_credited():
     a = ParetoArchive()
     a.add(_result("r", 50, 2.0, source="rule:all"))
-    assert a.frontier(sources=("agent",)) == []
+    assert a.frontier(kinds=(SourceKind.AGENT,)) == []
     a.propose((1,), "r", "agent_1", 50, 2.0)
-    assert [r.digest for r in a.frontier(sources=("agent",))] == ["r"]
+    assert [r.digest for r in a.frontier(kinds=(SourceKind.AGENT,))] == ["r"]
 
 
 def test_candidates_fill_the_limit_from_later_fronts_and_skip_measured_plans():
@@ -92,7 +93,7 @@ def test_candidates_fill_the_agents_own_frontier_where_a_rule_already_sits():
     digest = lambda idx: f"d{idx[0]}"  # noqa: E731
     # against every measured plan, the agents' low plan adds only the sliver it beats the rule by
     assert a.candidates(1, digest, baseline=base) == [(2,)]
-    assert a.candidates(1, digest, baseline=base, known_sources=("agent",)) == [(1,)]
+    assert a.candidates(1, digest, baseline=base, known_kinds=(SourceKind.AGENT,)) == [(1,)]
 
 
 def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_noise():
@@ -104,13 +105,14 @@ def test_contenders_are_the_plans_that_missed_the_frontier_by_less_than_the_nois
               _result("nearer", 110, 1.01), _result("far", 70, 2.5), _result("ruled", 58, 2.05),
               _result("rule", 45, 1.5, source="rule:all")]:
         a.add(r)
+    agents = (SourceKind.AGENT,)
     assert [r.digest for r in a.contenders(0.02)] == ["nearer"]  # the rule dominates lean, near, ruled, far by 25%+
-    assert [r.digest for r in a.contenders(0.02, sources=("agent",))] == ["nearer", "near"]  # 1.0%, 1.5%
-    assert [r.digest for r in a.contenders(0.03, sources=("agent",))] == ["nearer", "near"]  # ruled's 2.5%: capped
-    assert [r.digest for r in a.contenders(0.3, sources=("agent",))] == ["nearer", "near"]
+    assert [r.digest for r in a.contenders(0.02, kinds=agents)] == ["nearer", "near"]  # 1.0%, 1.5%
+    assert [r.digest for r in a.contenders(0.03, kinds=agents)] == ["nearer", "near"]  # ruled's 2.5%: capped
+    assert [r.digest for r in a.contenders(0.3, kinds=agents)] == ["nearer", "near"]
     a.add(_result("more", 30, 3.0))  # a third point on the agents' frontier: room for a third contender
-    assert [r.digest for r in a.contenders(0.03, sources=("agent",))] == ["nearer", "near", "ruled"]
-    assert a.contenders(0.0, sources=("agent",)) == []
+    assert [r.digest for r in a.contenders(0.03, kinds=agents)] == ["nearer", "near", "ruled"]
+    assert a.contenders(0.0, kinds=agents) == []
 
 
 def test_only_the_plans_no_agent_and_no_warm_start_proposed_are_the_rules_own() -> None:
@@ -145,11 +147,11 @@ def test_the_agents_answer_to_a_rule_beyond_their_frontier_is_measured_first():
     for idx, (peak, secs) in preds.items():
         a.propose(idx, f"d{idx[0]}", "agent_0", peak, secs)
     digest = lambda idx: f"d{idx[0]}"  # noqa: E731
-    by_volume = a.candidates(1, digest, baseline=base, known_sources=("agent",))
+    by_volume = a.candidates(1, digest, baseline=base, known_kinds=(SourceKind.AGENT,))
     assert by_volume == [(2,)]  # 1.7% off the rule: no answer within a margin of 0
-    assert a.candidates(1, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(1,)]
-    assert a.candidates(2, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(1,), (2,)]
+    assert a.candidates(1, digest, baseline=base, known_kinds=(SourceKind.AGENT,), margin=0.02) == [(1,)]
+    assert a.candidates(2, digest, baseline=base, known_kinds=(SourceKind.AGENT,), margin=0.02) == [(1,), (2,)]
     # the rule matched by a measured agent plan: the hypervolume alone ranks the rest
     a.add(_result("d1", 59, 1.19))
     assert [r.digest for r in a.rivals(("agent",))] == ["base"]
-    assert a.candidates(1, digest, baseline=base, known_sources=("agent",), margin=0.02) == [(2,)]
+    assert a.candidates(1, digest, baseline=base, known_kinds=(SourceKind.AGENT,), margin=0.02) == [(2,)]

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import torch
 
+from env.data.errors import CkptSearchError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,7 +72,7 @@ def test_a_quoted_plan_measured_less_than_the_rules_is_refused() -> None:
                        "50%": {"reachable": True, "searched": {"n_measurements": 2}}}}
     check_equal_measurements(row)
     row["targets"]["50%"]["searched"]["n_measurements"] = 1  # the luckiest of fewer samples
-    with pytest.raises(ValueError, match="quote plans measured alike"):
+    with pytest.raises(CkptSearchError, match="quote plans measured alike"):
         check_equal_measurements(row)
 
 
@@ -150,8 +152,8 @@ def test_default_run_quick(tmp_path: Path) -> None:
     r = load(out)
     assert r["workload"] == "gpt/tiny" and r["clock"] == "thread-cpu" and r["wall_seconds"] > 0
     assert 0 < r["measured"] <= 12 and r["frontier"]
-    from bench.readme_numbers import _default_run
-    assert "The default `python -m search.run` took" in _default_run(r)[0]
+    from bench.views import VIEWS
+    assert "The default `python -m search.run` took" in VIEWS["default_run"].summary(r)[0]
 
 
 @pytest.mark.slow
@@ -173,12 +175,12 @@ def test_peers_quick(tmp_path: Path) -> None:
         if p["ours"] is not None:
             assert p["ours"]["samples"] == 1 and p["ours"]["fits"]
             assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours"]["step_seconds"])
-    from bench.peers import markdown
-    assert "compile-budget-0.0" in markdown(load(out))
+    from bench.views import markdown
+    assert "compile-budget-0.0" in markdown("peers", load(out))
 
 
 def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:
-    from bench.common import interleaved, rotated
+    from bench.measuring import interleaved, rotated
     from env.data.measured import MeasuredPlan
 
     assert [rotated("abc", r)[0] for r in range(4)] == ["a", "b", "c", "a"] and rotated([], 3) == []
@@ -198,7 +200,7 @@ def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples()
 
 
 def test_a_peer_quote_timed_unequally_is_refused() -> None:
-    from bench.common import check_equal_samples
+    from bench.measuring import check_equal_samples
     from env.data.measured import MeasuredPlan
 
     def rec(samples: list[float]) -> MeasuredPlan:
@@ -207,7 +209,7 @@ def test_a_peer_quote_timed_unequally_is_refused() -> None:
                             torch_version="t")
 
     assert check_equal_samples([rec([1.0, 1.1]), rec([0.9, 1.0])], "w") == 2
-    with pytest.raises(ValueError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
+    with pytest.raises(CkptSearchError, match="quote plans measured alike"):  # ours: the luckiest of fewer samples
         check_equal_samples([rec([1.0, 1.1]), rec([0.9])], "w")
 
 
@@ -248,7 +250,7 @@ def test_the_second_quote_measures_each_flagged_rule_beside_the_agents_plan_it_w
     sys.path.insert(0, str(ROOT))
     from agents.baselines import baseline_rules
     from bench.agents_search import _fastest, _samples, analyse, confirm
-    from bench.common import Ledger
+    from bench.measuring import Ledger
     from env.data.plan import Action
     from search.engine.evaluator import Evaluator
 
@@ -315,7 +317,7 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
     assert b["rules_beyond_noise"] == ["none", "small", "near"]
     assert b["rules_confirmed_by"]["near"] == pytest.approx(0.76 / 0.755 - 1)
     assert b["rules_beyond_confirmed"] == ["none", "small"]
-    from bench.readme_numbers import rules_beyond
+    from bench.views.agents import rules_beyond
     assert rules_beyond(b)[1] == ("none (the baseline), small in both quotes; within it in the second quote: "
                                   "near (agents +0.7% there)")
     assert rules_beyond(a)[1] == "none (the baseline), small"
@@ -330,7 +332,7 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
 
 
 def test_the_quote_mixes_the_groups_it_compares_and_turns_each_round() -> None:
-    from bench.common import evenly_mixed, serpentine
+    from bench.measuring import evenly_mixed, serpentine
 
     assert evenly_mixed("abc", "ABC", "xy") == ["a", "A", "x", "b", "B", "y", "c", "C"]
     assert evenly_mixed([1, 2, 3, 4], [], ["e"]) == [1, 2, "e", 3, 4]  # the lone item in the middle
@@ -382,3 +384,97 @@ def test_dynamic_quick(tmp_path: Path) -> None:
     assert r["both_under_cap"] and all(v <= r["cap_mb"] for v in r["static"]["peaks_mb"].values())
     assert r["dynamic_over_static"] == pytest.approx(r["median_seconds"]["dynamic"] / r["median_seconds"]["static"])
 
+
+
+def _counting_bench() -> tuple[Any, Any]:
+    """A benchmark whose rows are named by ``id``; each run measures the ids it is given."""
+    from bench.harness import Bench, Run
+
+    def options(ap: Any) -> None:
+        ap.add_argument("--ids", nargs="+", default=["a", "b"])
+        ap.add_argument("--value", type=int, default=1)
+
+    def measure(run: Run) -> None:
+        for i in run.args.ids:
+            run.add_row({"id": i, "value": run.args.value})
+
+    return Bench("counting", "A benchmark of nothing.", options, quick={"value": 7}, rows="rows",
+                 row_id=lambda r: r["id"]), measure
+
+
+def test_append_keeps_the_rows_a_run_does_not_measure_and_files_the_replaced_ones_as_history(tmp_path: Path) -> None:
+    from bench.harness import main
+
+    bench, measure = _counting_bench()
+    out = tmp_path / "counting.json"
+    main(bench, measure, ["--ids", "a", "b", "c", "--out", str(out)])
+    first = json.loads(out.read_text())
+    assert [r["id"] for r in first["rows"]] == ["a", "b", "c"] and first["settings"]["value"] == 1
+    main(bench, measure, ["--ids", "b", "--value", "2", "--append", "--out", str(out)])
+    second = json.loads(out.read_text())
+    # b measured again in its place; a and c kept with the machine and date they were measured on
+    assert [(r["id"], r["value"]) for r in second["rows"]] == [("a", 1), ("b", 2), ("c", 1)]
+    assert second["rows"][0]["written_at"] == first["written_at"] and "machine" in second["rows"][0]
+    assert "written_at" not in second["rows"][1]  # this run's row: the file's machine line is its own
+    (history,) = second["earlier_runs"]
+    assert history["written_at"] == first["written_at"] and [r["id"] for r in history["rows"]] == ["b"]
+    main(bench, measure, ["--ids", "d", "--out", str(out)])  # without --append: this run's rows alone
+    assert [r["id"] for r in json.loads(out.read_text())["rows"]] == ["d"]
+
+
+def test_quick_sets_what_the_bench_declares_and_a_bad_input_ends_in_one_line(tmp_path: Path) -> None:
+    from bench.harness import parse
+
+    bench, _ = _counting_bench()
+    assert parse(bench, ["--quick"]).value == 7 and parse(bench, []).value == 1
+    assert "--value 7" in bench.parser().format_help()  # --help says what --quick sets
+    sys.path.insert(0, str(ROOT))
+    from bench import measured_table
+    from bench.harness import main
+
+    out = tmp_path / "m.json"
+    with pytest.raises(SystemExit) as stop:
+        main(measured_table.BENCH, measured_table.measure, ["--repeats", "1", "--rounds", "2", "--out", str(out)])
+    assert str(stop.value) == ("bench/measured_table.py: --repeats 1 x --rounds 2 gives fewer than 5 timed steps; "
+                               "raise either") and not out.exists()
+
+
+def test_the_readme_table_is_short_and_every_row_links_its_file_and_an_existing_section() -> None:
+    import re
+
+    from bench.common import RESULTS_DIR, read_results
+    from bench.readme_numbers import render
+
+    results = read_results(RESULTS_DIR)
+    block = render(results)
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| what")]
+    assert 8 <= len(rows) <= 12
+    md = (ROOT / "BENCHMARKS.md").read_text()  # generated from the same results with the README's block
+    anchors = {re.sub(r"[^\w\- ]", "", h[3:].lower()).replace(" ", "-") for h in md.splitlines() if h.startswith("## ")}
+    for line in rows:
+        (path,) = re.findall(r"\]\((bench/results/\w+\.json)\)", line)
+        (anchor,) = re.findall(r"\(BENCHMARKS\.md#([\w-]+)\)", line)
+        assert (ROOT / path).is_file() and anchor in anchors, line
+
+
+def test_benchmark_scripts_import_no_readme_renderer_nor_tests_and_define_no_memory_unit() -> None:
+    import ast
+
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not any(m == "tests" or m.startswith("tests.") for m in imported), path
+        if path.name not in ("report.py", "readme_numbers.py"):
+            assert "bench.readme_numbers" not in imported, path
+        assigned = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+        assert not assigned & {"MIB", "MB", "MiB"}, f"{path}: use env.data.types.MIB"
+
+
+def test_random_plans_are_distinct_seeded_and_the_whole_space_when_it_is_small() -> None:
+    from bench.measuring import random_plans
+
+    assert random_plans(2, 2, 10, seed=0) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    plans = random_plans(6, 3, 20, seed=1)
+    assert len(set(plans)) == 20 and all(len(p) == 6 and set(p) <= {0, 1, 2} for p in plans)
+    assert plans == random_plans(6, 3, 20, seed=1) != random_plans(6, 3, 20, seed=2)

@@ -13,12 +13,13 @@ import torch
 
 import env  # noqa: F401  (registers CkptSearch-v2)
 from agents.exact import exact_frontier
+from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.gym.checkpoint_env import BudgetShare, CheckpointEnv
 from env.gym.features import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS
-from tests.profiles import layered_profile, synthetic_profile
+from tests.profiles import synthetic_profile
 
 
 @pytest.fixture(scope="module")

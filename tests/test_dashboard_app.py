@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from streamlit import config as st_config
 from streamlit.testing.v1 import AppTest
 
-from dashboard.data import load_run, select_plan
+from dashboard import selection
+from dashboard.data import load_run
 from dashboard.launch import RUNS_ENV
-from dashboard.new_search import LaunchPolicy, search_command, start_search
+from dashboard.new_search import LaunchPolicy, resolve_workload, search_command, start_search
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
+from search.records import meta
 from search.records.store import STORE_NAME, RunStore
 from tests.fixtures_runs import cached_run
 
@@ -34,6 +39,12 @@ def _no_exception(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
 
+def _opening_tab(at: AppTest) -> str:
+    """The label of the tab the page opens on."""
+    container = at.get("tab_container")[0]
+    return at.tabs[container.proto.tab_container.default_tab_index].label
+
+
 def _exported(at: AppTest) -> Plan:
     return Plan.from_json(at.code[0].value)
 
@@ -48,24 +59,50 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     run = load_run(run_dir)
     at = _app(run_dir.parent, monkeypatch)
     _no_exception(at)
-    top = max(run.frontier.peak_bytes.max(), run.baseline_peak_bytes)  # the slider starts at its top
-    fastest = select_plan(run.frontier, top).digest
-    assert _exported(at).digest == fastest and fastest in at.success[0].value
+    assert _opening_tab(at) == "Frontier"
+    start = selection.start_plan(run)  # opens on a plan that saves memory, not on the no-checkpointing one
+    assert start != run.rules["none"] and _exported(at).digest == start and start in at.success[0].value
+    assert at.slider(key="budget_mib").value == pytest.approx(run.frontier.set_index("digest").peak_bytes[start] / MIB)
+    low, high = selection.budget_range(run)
+    at.slider(key="budget_mib").set_value(high).run()  # the loosest budget: the fastest plan of all
+    assert _exported(at).digest == run.frontier.sort_values("step_seconds").digest.iloc[0]
+    assert "the fastest frontier plan within the budget" in at.success[0].value
     smallest = run.frontier.iloc[0]
     at.slider(key="budget_mib").set_value(smallest.peak_bytes / MIB).run()  # the tightest budget
     _no_exception(at)
     plan = _exported(at)
     assert plan.digest == smallest.digest and plan.fingerprint == run.fingerprint
     assert [a.value for a in plan.action_list(run.units)] == list(smallest.actions)
-    at.selectbox(key="plan_pick").set_value(run.rules["all"]).run()  # any measured plan, here a rule
+    name = next(n for n in ("all", "all_selective") if run.rules[n] != smallest.digest)  # not the selected plan
+    rule = run.evaluations.set_index("digest").loc[run.rules[name]]
+    at.selectbox(key="plan_pick").set_value(run.rules[name]).run()  # any measured plan, here a rule
     plan = _exported(at)
-    assert plan.digest == run.rules["all"] and {a.value for a in plan.actions.values()} == {"recompute"}
-    assert "recompute 4" in at.success[0].value and "recompute 4" in at.subheader[0].value
+    action = {"all": "recompute", "all_selective": "selective"}[name]
+    assert plan.digest == run.rules[name] and {a.value for a in plan.actions.values()} == {action}
+    assert f"{rule.summary}** ({run.rules[name]}), picked from the list" in at.success[0].value
+    assert rule.summary in at.subheader[0].value
+    assert at.slider(key="budget_mib").value == pytest.approx(max(rule.peak_bytes / MIB, low))  # the slider follows
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
     snippet = at.code[1].value
     assert "def apply_checkpoint_plan" in snippet and run.fingerprint in snippet
     compile(snippet, "snippet", "exec")
+    assert "How to apply" in "".join(m.value for m in at.markdown)
+
+
+@pytest.mark.slow
+def test_numbers_are_readable(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(run_dir.parent, monkeypatch)
+    _no_exception(at)
+    metrics = {m.label: m for m in at.metric}
+    peak = metrics["peak memory"]
+    assert peak.value.endswith(("KiB", "MiB")) and len(peak.value.split()[0].partition(".")[2]) <= 2
+    assert peak.delta.startswith("-")  # the start plan saves memory: shown as less, coloured as good
+    at.selectbox(key="plan_pick").set_value(load_run(run_dir).rules["none"]).run()
+    assert {m.label: m for m in at.metric}["peak memory"].delta == "±0.0% vs baseline"  # no arrow on nothing
+    columns = [c for d in at.dataframe for c in d.value.columns]
+    assert not [c for c in columns if "_" in c], columns  # readable headers, not peak_rel or extra_seconds
+    assert "nan" not in at.caption[0].value and "MiB" in at.caption[0].value
 
 
 @pytest.mark.slow
@@ -73,17 +110,20 @@ def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pyte
     live = tmp_path / "runs" / "live-run"
     shutil.copytree(run_dir, live)
     with RunStore(live / STORE_NAME) as s:
-        s.set_meta("status", "running")
+        s.write(meta.STATUS, "running")
     at = _app(live.parent, monkeypatch)
     _no_exception(at)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["status"] == "running" and int(metrics["measured"]) == len(load_run(live).evaluations)
     assert len(at.get("progress")) == 2
+    assert _opening_tab(at) == "Live"  # a running run opens on its live page
     at.number_input(key="gpu_gb").set_value(0.004).run()
     _no_exception(at)
     assert not at.error
-    priced = next(d.value for d in at.dataframe if "fits" in d.value.columns)
-    assert priced.fits.all() and (priced.gpus * priced.accumulation * priced.micro_batch >= 1024).all()
+    priced = next(d.value for d in at.dataframe if "fits one GPU" in d.value.columns)
+    assert priced["fits one GPU"].all() and (priced.GPUs * priced.accumulation * priced["micro-batch"] >= 1024).all()
+    beyond = priced["micro-batch"] > priced["measured at"].map(lambda b: max(int(x) for x in b.split(", ")))
+    assert (priced.extrapolated == beyond).all()  # a micro-batch beyond the measured sizes says so
 
 
 def test_empty_folder_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,6 +160,85 @@ def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.Mo
     at.button[0].click().run()
     _no_exception(at)
     assert "unknown preset 'huge'" in at.error[0].value
+
+
+def test_a_workload_file_is_checked_before_launch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "mine.py").write_text("import torch\n\ndef make():\n    return torch.nn.Linear(2, 1), (torch.ones(1, 2),)\n")
+    assert resolve_workload("mine.py:make", cwd=tmp_path) == f"{tmp_path / 'mine.py'}:make"  # absolute: where the user is
+    for bad, says in (("missing.py:make", "does not exist"), ("mine.py:build", "defines no 'build'; define build()"),
+                      ("nosuchpackage.models:make", "no module 'nosuchpackage'")):
+        with pytest.raises(CkptSearchError, match=says) as e:
+            resolve_workload(bad, cwd=tmp_path)
+        assert "\n" not in str(e.value)
+    (tmp_path / "broken.py").write_text("def make(:\n")
+    with pytest.raises(CkptSearchError, match="syntax error on line 1"):
+        resolve_workload("broken.py:make", cwd=tmp_path)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    at = _app(runs, monkeypatch)
+    at.text_input[0].set_value(str(tmp_path / "missing.py") + ":make")
+    at.button[0].click().run()
+    _no_exception(at)
+    assert "does not exist" in at.error[0].value and not any(runs.iterdir()), "refused before anything started"
+
+
+@pytest.mark.slow
+def test_a_search_started_from_the_form_becomes_the_shown_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Submitting the form after the sidebar's run picker exists must not touch the picker's state in the
+    same run of the script (StreamlitAPIException); the new run is shown from the next one."""
+    runs = tmp_path / "runs"
+    shutil.copytree(cached_run("gpt/tiny"), runs / "a-finished")
+    at = _app(runs, monkeypatch)
+    tab = at.tabs[4]
+    tab.text_input[0].set_value("gpt/tiny")
+    tab.number_input[1].set_value(8)
+    tab.button[0].click().run()
+    started = [p for p in runs.iterdir() if p.name != "a-finished"]
+    try:
+        _no_exception(at)
+        assert len(started) == 1 and at.selectbox(key="run_choice").value == started[0].name
+        assert "waiting for the search to write its store" in at.caption[0].value or _opening_tab(at) == "Live"
+    finally:
+        stop_search(int(at.session_state["started"].split()[2].rstrip(":")))  # "started pid N: command"
+
+
+def stop_search(pid: int) -> None:
+    """Kill a search started from the dashboard with its Ray processes (its own process group)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+
+
+def test_a_failed_run_shows_its_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    early = tmp_path / "b-failed-early"  # stopped before it wrote a store
+    early.mkdir()
+    (early / "search.log").write_text("starting\nerror: workload file 'x.py' does not exist; check the path\n")
+    at = _app(tmp_path, monkeypatch)
+    _no_exception(at)
+    assert "x.py' does not exist" in at.error[0].value and not at.info
+    assert "failed" in at.selectbox(key="run_choice").format_func("b-failed-early")
+
+
+@pytest.mark.slow
+def test_a_run_that_failed_after_its_store_shows_the_log_error(run_dir: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    failed = tmp_path / "runs" / "failed-run"
+    shutil.copytree(run_dir, failed)
+    with RunStore(failed / STORE_NAME) as s:
+        s.set_meta("status", "failed")
+    (failed / "search.log").write_text("profiling\nerror: factory make() raised ValueError: bad shape; fix the factory\n")
+    at = _app(failed.parent, monkeypatch)
+    _no_exception(at)
+    assert "factory make() raised ValueError: bad shape" in at.error[0].value
+    assert not any("profiling the model" in i.value for i in at.info)
 
 
 def test_launch_binds_locally_unless_told() -> None:

@@ -25,6 +25,7 @@ from dashboard.pricing import (
     price_table,
 )
 from env.cost.cost_model import CostModel
+from search.records import meta
 from search.records.store import STORE_NAME, RunStore
 from tests.fixtures_runs import cached_run
 
@@ -115,7 +116,7 @@ def test_list_runs_newest_first_and_broken_runs(run_copy: Path) -> None:
     older = root / "older"
     shutil.copytree(run_copy, older)
     with RunStore(older / STORE_NAME) as s:
-        s.set_meta("started_at", 1.0)
+        s.write(meta.STARTED_AT, 1.0)
     (root / "broken").mkdir()
     (root / "broken" / STORE_NAME).write_bytes(b"this is not sqlite" * 100)
     (root / "starting").mkdir()

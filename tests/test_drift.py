@@ -13,9 +13,17 @@ import pytest
 
 from env.data.measured import MeasuredPlan, median_seconds
 from env.data.plan import Action
-from search.engine.evaluator import REFERENCE_MIN_PLANS, REFERENCE_WINDOW, Evaluator
+from search.engine.evaluator import Evaluator
 from search.engine.ledger import Ledger, SearchSetup
-from search.records.ranking import paired
+from search.records.ranking import (
+    REFERENCE_MIN_PLANS,
+    REFERENCE_WINDOW,
+    decided_from,
+    paired,
+    pooled_reference,
+    reference_due,
+    timing_noise,
+)
 from search.records.store import RunStore
 from tests.profiles import synthetic_profile
 
@@ -48,6 +56,35 @@ def test_pairing_takes_each_sample_relative_to_its_reference_and_rescales() -> N
     raw = m.merged(_m("p", ["keep"], [1.5], [], "e:3"))
     assert raw.reference_seconds == [] and paired(raw, 2.0) is raw
     assert paired(m, None) is m
+
+
+def test_when_a_reference_is_due_and_what_labels_the_samples_after_it() -> None:
+    """References off: never; none yet: before the first plan; then only when the last is older than
+    ``reference_every`` and ``REFERENCE_MIN_PLANS`` plans were measured since. A label pools the
+    samples of the last references."""
+    assert not reference_due(None, 0, every=0.0) and not reference_due(100.0, 100, every=0.0)
+    assert reference_due(None, 0, every=30.0)
+    assert not reference_due(31.0, REFERENCE_MIN_PLANS - 1, every=30.0)  # stale, but too few plans since
+    assert not reference_due(29.0, 10 * REFERENCE_MIN_PLANS, every=30.0)  # many plans, but fresh
+    assert reference_due(31.0, REFERENCE_MIN_PLANS, every=30.0)
+    assert pooled_reference([[1.0, 1.2], [0.9], [1.1, 5.0]]) == pytest.approx(1.1)
+
+
+def test_timing_noise_is_the_median_relative_spread_at_least_the_floor() -> None:
+    from env.cost.correction import TIME_NOISE
+
+    one = _m("a", ["keep"], [1.0], [], "e:1")
+    assert timing_noise([]) == TIME_NOISE and timing_noise([one]) == TIME_NOISE  # nothing repeated yet
+    wide = [_m(d, ["keep"], [1.0, 1.1, 1.2], [], f"e:{k}") for k, d in enumerate("bcd")]  # spread 0.2 / 1.1
+    assert timing_noise(wide + [one]) == pytest.approx(0.2 / 1.1)
+    tight = [_m(d, ["keep"], [1.0, 1.001], [], f"e:{k}") for k, d in enumerate("xyz")]
+    assert timing_noise(tight) == TIME_NOISE
+
+
+def test_the_deciding_passes_begin_after_each_evaluators_last_measurement() -> None:
+    records = [_m("a", ["keep"], [1.0, 1.0], [], "e0-x:3").merged(_m("a", ["keep"], [1.0, 1.0], [], "e1-y:9")),
+               _m("b", ["keep"], [1.0], [], "e0-x:5"), _m("c", ["keep"], [1.0], [], "unplaced")]
+    assert decided_from(records) == {"e0-x": 6, "e1-y": 10}
 
 
 def test_a_machine_that_speeds_up_no_longer_hides_which_plan_is_faster(tmp_path) -> None:

@@ -9,10 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
+from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
 from env.cost.peak_walk import PeakWalk
 from env.data.plan import Action
-from tests.profiles import layered_profile, synthetic_profile
+from tests.profiles import synthetic_profile, with_chains
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 
@@ -119,7 +120,8 @@ def test_chains_reach_below_per_unit_recompute_on_a_stack_of_blocks() -> None:
     (never a higher lowest peak), reaches lower on some, and without chain gives the same frontier."""
     lower = 0
     for seed in range(4):
-        plain, chained = (CostModel(layered_profile(12, seed=seed, chains=c)) for c in (False, True))
+        plain = CostModel(layered_profile(12, seed=seed))
+        chained = CostModel(with_chains(plain.profile))
         low_plain, low_chained = exact_frontier(plain)[0], exact_frontier(chained)[0]
         assert low_chained.peak_bytes <= low_plain.peak_bytes
         if low_chained.peak_bytes < low_plain.peak_bytes:

@@ -21,6 +21,7 @@ from env.measure.measurement import measure
 from env.units.find import find_units
 from env.workloads.workload import load_workload
 from search.export import main
+from search.records import meta
 from search.records.frontier_file import Baseline, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.store import RunStore
 from search.training.integrations import hf_available, hf_units
@@ -44,9 +45,9 @@ def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=fin
                             points=[point_from(m, units) for _, m in measured])
     run_dir.mkdir(parents=True)
     with RunStore(run_dir) as store:
-        store.set_meta("config", {"workload": spec, "seed": 0})
-        store.set_meta("units", units)
-        store.set_meta("fingerprint", fp)
+        store.write(meta.CONFIG, {"workload": spec, "seed": 0})
+        store.write(meta.UNITS, units)
+        store.write(meta.FINGERPRINT, fp)
         for _, m in measured:
             store.record(m)
     write_frontier(run_dir, frontier)

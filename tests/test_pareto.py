@@ -29,3 +29,19 @@ def test_baseline_normalises_to_one_and_reference_scales() -> None:
     assert hypervolume(pts, REFERENCE) == pytest.approx(0.1 * 1.0 + 0.5 * 0.5)
     with pytest.raises(ValueError, match="must be positive"):
         normalise([(1, 1)], 0, 1)
+
+
+def test_the_readable_frontier_leaves_out_a_lower_plan_that_is_slower_beyond_the_noise() -> None:
+    from search.records.pareto import readable
+
+    mib = 2**20
+    # 47.89 MiB at 304 ms beside 47.91 MiB at 260 ms (a 48-unit search's first two rows), then two real steps
+    peaks = [47.89 * mib, 47.91 * mib, 60 * mib, 80 * mib]
+    seconds = [0.304, 0.260, 0.230, 0.200]
+    assert readable(peaks, seconds, memory_tolerance=0.1 * mib, noise=0.02) == [False, True, True, True]
+    # within the noise in time, or further than the tolerance in memory: both kept
+    assert readable(peaks, [0.262, 0.260, 0.230, 0.200], 0.1 * mib, 0.02) == [True] * 4
+    assert readable(peaks, seconds, memory_tolerance=0.01 * mib, noise=0.02) == [True] * 4
+    # a chain of near points: a point is left out only for a kept one within the tolerance that beats it
+    close = [10 * mib, 10.05 * mib, 10.1 * mib]
+    assert readable(close, [0.30, 0.28, 0.26], 0.06 * mib, 0.02) == [True, False, True]

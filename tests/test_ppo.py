@@ -10,12 +10,13 @@ import pytest
 
 from agents.exact import exact_frontier
 from agents.ppo import AgentConfig, PPOAgent
+from bench.synthetic import layered_profile
+from tests.profiles import with_chains
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from search.records.pareto import hypervolume, normalise
-from tests.profiles import layered_profile
 
 
 class Reward(str, Enum):
@@ -46,7 +47,7 @@ def test_one_agent_reports_every_exact_frontier_point_with_chains_on_8_units() -
     """Chains in the action space: the agent is cloned from the exact frontier over plans with chain
     regions, its plans are valid (a chain only after recompute or chain), reach the lowest exact
     point (which needs a region) and trace the frontier."""
-    prof = layered_profile(8, seed=2, chains=True)
+    prof = with_chains(layered_profile(8, seed=2))
     cm = CostModel(prof)
     exact = exact_frontier(cm)
     assert cm.chain in exact[0].plan  # the lowest plan needs a region (layered seed 2: below every per-unit plan)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from search.engine.driver import ANSWER_ROUNDS, FRONTIER_MEASUREMENTS
+from search.engine.phases.rounds import ANSWER_ROUNDS
+from search.engine.phases.rules import FRONTIER_MEASUREMENTS
+from search.records import meta
 from search.records.config import parse_config
 from search.records.ranking import measurements_of
 from search.records.store import RunStore
@@ -38,6 +40,7 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
     run_dir = tmp_path / "t1"
     assert capsys.readouterr().out.strip().splitlines()[-1] == str(run_dir)
     front = json.loads((run_dir / "frontier.json").read_text())
+    assert "## Where the time went" in (run_dir / "report.md").read_text()
     assert front["points"], "the frontier has points"
     for p in front["points"]:
         assert p["measured"] is True and p["peak_bytes"] > 0 and p["step_seconds"] > 0
@@ -45,22 +48,31 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
     peaks = [p["peak_bytes"] for p in front["points"]]
     times = [p["step_seconds"] for p in front["points"]]
     assert peaks == sorted(peaks) and times == sorted(times, reverse=True)  # a frontier: less memory, more time
+    rule = front["readable"]  # no point shown has a plan beside it, within the tolerance, faster beyond the noise
+    for a in front["points"]:
+        assert not any(b["peak_bytes"] <= a["peak_bytes"] + rule["memory_tolerance_bytes"]
+                       and b["step_seconds"] < a["step_seconds"] * (1 - rule["timing_noise"]) for b in front["points"])
     with RunStore(run_dir, readonly=True) as s:
-        assert s.get_meta("status") == "finished"
+        assert s.read(meta.STATUS) == "finished"
         assert 0 < s.count(measured_only=True) <= 14
         assert s.count() > s.count(measured_only=True)  # agents' predicted plans are recorded too
         assert {p["agent"] for p in s.progress()} == {"agent_0", "agent_1"}
         assert all(p["timesteps"] >= 256 for p in s.progress())
-        assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"])
-        assert set(s.get_meta("rules")) >= {"none", "all", "every_2", "sqrt_n"}
-        assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.get_meta("rules").values())
+        phases, busy = s.read(meta.PHASE_SECONDS), s.read(meta.EVALUATOR_SECONDS)  # where the wall time went
+        assert {"Ray start", "profile", "rules", "training", "measuring", "deciding passes", "report"} <= set(phases)
+        assert all(v >= 0 for v in phases.values()) and busy["plans"] > 0 and busy["reference_measurements"] >= 2
+        assert busy["plan_measurements"] + busy["reference_measurements"] == sum(
+            m.n_measurements for m in s.measured())
+        assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"]) + len(rule["left_out"])
+        assert set(s.read(meta.RULES)) >= {"none", "all", "every_2", "sqrt_n"}
+        assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.read(meta.RULES).values())
         # measurements were left after training (7-10 of 14 are spent): the agents answered the last ones
-        answers, spent = s.get_meta("answer_rounds"), s.count(measured_only=True)
+        answers, spent = s.read(meta.ANSWER_ROUNDS), s.count(measured_only=True)
         assert answers or spent >= 14, "the agents never saw the last round's measurements"
         assert answers is None or answers[-1]["proposed"] == 0 or len(answers) == ANSWER_ROUNDS or spent >= 14
         assert answers is None or all(0 <= a["measured"] <= a["proposed"] for a in answers)
         # every sample carries the reference measured before it; the baseline was measured again as the reference
-        base = s.get(s.get_meta("baseline_digest")).measurement
+        base = s.get(s.read(meta.BASELINE_DIGEST)).measurement
         assert all(m.is_paired for m in s.measured()) and base.n_measurements >= 3
         # and once more after everything else, so the final passes' plans have a reference after them too
         last: dict[str, int] = {}
@@ -70,18 +82,20 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert last[who] == n
         # the deciding passes: every plan that decides the frontier measured twice side by side, and the
         # frontier ranked on those measurements alone (the baseline on all of its)
-        remeasured, since = s.get_meta("remeasured"), s.get_meta("decided_from")
-        assert s.get_meta("baseline_digest") in remeasured and since
+        remeasured, since = s.read(meta.REMEASURED), s.read(meta.DECIDED_FROM)
+        assert s.read(meta.BASELINE_DIGEST) in remeasured and since
         assert any(remeasured.count(d) == 2 for d in remeasured), "the second pass measured the frontier again"
-        passes = s.get_meta("deciding_passes")
+        passes = s.read(meta.DECIDING_PASSES)
         assert sum(passes, []) == remeasured and set(passes[0]) <= set(passes[1])  # what the first took, the second
         by_plan = {tuple(m.actions): m for m in s.measured()}
         for p in front["points"]:
             m = by_plan[tuple(p["plan"][u] for u in front["units"])]
             late = [n for who, n, _ in measurements_of(m) if n >= since.get(who, 0)]
             assert p["n_measurements"] == (m.n_measurements if m.digest == base.digest else len(late)) >= 2
-        scaling = s.get_meta("batch_scaling")
+        scaling = s.read(meta.BATCH_SCALING)
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
+        fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too
+        assert by_plan[tuple(fastest["plan"][u] for u in front["units"])].digest in scaling
     assert "each taken relative to the baseline measured beside it" in (run_dir / "report.md").read_text()
     assert list((run_dir / "plans").glob("budget_*MB.json"))
     assert (run_dir / "tb").is_dir()
@@ -112,7 +126,7 @@ def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
     run_dir = tmp_path / "killed"
     run_dir.mkdir()
     with RunStore(run_dir / "store.sqlite") as store:
-        store.set_meta("config", json.loads(cfg.to_json()))
+        store.write(meta.CONFIG, json.loads(cfg.to_json()))
         pool = EvaluatorPool(cfg)
         ledger = Ledger(prepare(store, pool), store)
         Driver(cfg, run_dir, ledger, pool, on_round=kill_once).run()
@@ -140,13 +154,13 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     run = tmp_path / "pin"
     run.mkdir()
     with RunStore(run / "store.sqlite") as s:
-        s.set_meta("config", json.loads(parse_config(args).to_json()))
-        s.set_meta("profile", json.loads((DATA / "gpt_tiny_profile.json").read_text()))
+        s.write(meta.CONFIG, json.loads(parse_config(args).to_json()))
+        s.write(meta.PROFILE, json.loads((DATA / "gpt_tiny_profile.json").read_text()))
     assert main(["--resume", str(run), "--no-progress"]) == 0
     with RunStore(run, readonly=True) as s:
         proposals = [[p.digest, p.actions, p.source] for p in s.plans()]
         peaks = {m.digest: m.peak_bytes for m in s.measured()}
-        rules = set(s.get_meta("rules").values())
+        rules = set(s.read(meta.RULES).values())
     assert proposals == pinned["proposals"]
     common = set(peaks) & set(pinned["peaks"])
     assert rules <= common  # which other plans are measured depends on measured times
@@ -181,17 +195,17 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "--resume" in err
     with RunStore(store_path, readonly=True) as s:
-        assert s.get_meta("status") == "interrupted"
+        assert s.read(meta.STATUS) == "interrupted"
         before = {m.digest: m.step_seconds_samples for m in s.measured()}
     assert len(before) >= 4
     done = _run_cli(["--resume", str(tmp_path / "r"), "--no-progress"])
     assert done.returncode == 0, done.stderr[-2000:]
     with RunStore(store_path, readonly=True) as s:
         after = {m.digest: m.step_seconds_samples for m in s.measured()}
-        assert s.get_meta("status") == "finished"
-        remeasured = s.get_meta("remeasured")  # the final passes over frontier points, near misses, the baseline
-        base = s.get_meta("baseline_digest")
-        rules = set(s.get_meta("rules").values())
+        assert s.read(meta.STATUS) == "finished"
+        remeasured = s.read(meta.REMEASURED)  # the final passes over frontier points, near misses, the baseline
+        base = s.read(meta.BASELINE_DIGEST)
+        rules = set(s.read(meta.RULES).values())
         assert base in remeasured
     for digest, samples in before.items():
         assert len(set(samples)) == len(samples), "a measurement was recorded twice"
@@ -283,7 +297,7 @@ def test_two_node_cluster_two_evaluators_one_killed(tmp_path):
         store_path = tmp_path / "two" / "store.sqlite"
         assert _wait_for(lambda: _measured_count(store_path) >= 3), "the run measured plans"
         with RunStore(store_path, readonly=True) as s:
-            evaluators = s.get_meta("evaluators")
+            evaluators = s.read(meta.EVALUATORS)
         assert len(evaluators) == 2 and len({e["node"] for e in evaluators}) == 2, evaluators
         os.kill(evaluators[1]["pid"], signal.SIGKILL)  # a worker killed mid-run
         out, err = proc.communicate(timeout=300)
@@ -296,8 +310,8 @@ def test_two_node_cluster_two_evaluators_one_killed(tmp_path):
         report = (tmp_path / "two" / "report.md").read_text()
         assert "evaluator_1 died" in report and "| evaluator_1 |" in report
         with RunStore(store_path, readonly=True) as s:
-            assert s.get_meta("status") == "finished"
-            assert len(s.get_meta("baseline_by_evaluator")) == 2  # the baseline on every Evaluator
+            assert s.read(meta.STATUS) == "finished"
+            assert len(s.read(meta.BASELINE_BY_EVALUATOR)) == 2  # the baseline on every Evaluator
     finally:
         os.killpg(cluster.pid, signal.SIGTERM)
         cluster.wait(timeout=60)
@@ -321,9 +335,9 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
     with RunStore(store_path, readonly=True) as s:
-        remeasured = set(s.get_meta("remeasured"))
-        rules = set(s.get_meta("rules").values())  # measured until each has FRONTIER_MEASUREMENTS
-        assert s.get_meta("status") == "finished"
+        remeasured = set(s.read(meta.REMEASURED))
+        rules = set(s.read(meta.RULES).values())  # measured until each has FRONTIER_MEASUREMENTS
+        assert s.read(meta.STATUS) == "finished"
     for digest, samples in before.items():
         assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"
         if digest not in remeasured | rules:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -11,7 +16,7 @@ from env.runtime.apply import plan_for
 from env.units.find import find_units
 from env.workloads.workload import load_workload
 from search import apply_plan
-from search.training.snippet import plan_snippet
+from search.training.snippet import merge_imports, plan_snippet
 
 MIXED = ["recompute", "selective", "keep", "recompute"]
 
@@ -39,6 +44,42 @@ def test_snippet_defines_the_plan_and_needs_only_torch():
     assert ns["PLAN"] == {k: v.value for k, v in plan.actions.items()}
     assert ns["FINGERPRINT"] == plan.fingerprint
     assert "recompute 2" in text.splitlines()[0]
+
+
+def test_snippet_imports_each_name_once():
+    w = load_workload("gpt/tiny")
+    text = plan_snippet(plan_for(w.model, find_units(w.model), MIXED))
+    imports = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
+    assert len(imports) == len(set(imports)) and "from __future__ import annotations" not in imports
+    modules = [line.split()[1] for line in imports if line.startswith("from ")]
+    assert len(modules) == len(set(modules)), imports  # one `from m import ...` per module
+    names = [n.strip() for line in imports if line.startswith("from ") for n in line.split(" import ")[1].split(",")]
+    assert len(names) == len(set(names)), imports
+    assert merge_imports(["from typing import Any", "import os", "from typing import Any, Callable as C", "import os",
+                          "from __future__ import annotations"]) == ["import os", "from typing import Any, Callable as C"]
+
+
+def test_snippet_loads_as_a_module_by_name_and_from_its_path(tmp_path: Path):
+    """Users import the exported file by name, or load it from a path with importlib (a module that is
+    then not in sys.modules): both define the plan, in a process that imports nothing of this project."""
+    w = load_workload("gpt/tiny")
+    plan = plan_for(w.model, find_units(w.model), MIXED)
+    (tmp_path / "ckpt_plan.py").write_text(plan_snippet(plan))
+    script = textwrap.dedent(f"""
+        import importlib.util, sys
+        import ckpt_plan
+        spec = importlib.util.spec_from_file_location("exported_plan", {str(tmp_path / "ckpt_plan.py")!r})
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)  # not registered in sys.modules
+        assert "exported_plan" not in sys.modules
+        assert loaded.PLAN == ckpt_plan.PLAN and loaded.FINGERPRINT == ckpt_plan.FINGERPRINT
+        assert not [m for m in sys.modules if m.split(".")[0] in ("env", "search", "agents", "dashboard")]
+        print(loaded.FINGERPRINT)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == plan.fingerprint
 
 
 @pytest.mark.slow

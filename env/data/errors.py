@@ -26,3 +26,13 @@ class UnitError(CkptSearchError):
 
 class MeasurementError(CkptSearchError):
     """A measurement that failed (out of memory, a unit that ran twice, ...)."""
+
+
+class ModelError(CkptSearchError):
+    """The user's model (its forward, loss or backward) raised during a training step: the model's own
+    exception and where the search met it (choosing units, warm-up, the profile, a plan's measurement)."""
+
+    @classmethod
+    def during(cls, where: str, error: BaseException) -> "ModelError":
+        return cls(f"the model raised {type(error).__name__}: {error} (during {where}); fix the model or its "
+                   "factory: a plain training step of it fails the same way")

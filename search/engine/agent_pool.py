@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from env.data.measured import MeasuredPlan
-from env.data.types import RewardMode
+from env.data.types import PlanSource, RewardMode, SourceKind
 from search.engine import ray_session
 from search.engine.ledger import Ledger
+from search.records import meta
 from search.records.config import SearchConfig
 
 
 @dataclass
 class AgentSlot:
-    name: str
+    name: PlanSource  # agent_<i>: the source of the plans it proposes
     budget_bytes: int  # the memory budget its plan is exported for (plans/budget_<N>MB.json)
     seed: int
     share: Any = None  # env.gym.checkpoint_env.BudgetShare: the slice of reachable budgets it learns plans for
@@ -57,12 +58,12 @@ class AgentPool:
         (self.run_dir / "agents").mkdir(exist_ok=True)
         store = self.ledger.store
         done = {p["agent"]: p for p in store.progress()}
-        store.set_meta("agents", [{"name": f"agent_{i}", "budget_bytes": b} for i, b in enumerate(budgets)])
+        store.write(meta.AGENTS, [{"name": PlanSource.agent(i), "budget_bytes": b} for i, b in enumerate(budgets)])
         from agents.ppo import budget_slices
 
         shares = budget_slices(len(budgets))  # one budget-conditioned agent per slice of the frontier
         for i, b in enumerate(budgets):
-            slot = AgentSlot(f"agent_{i}", b, self.cfg.seed + i, shares[i])
+            slot = AgentSlot(PlanSource.agent(i), b, self.cfg.seed + i, shares[i])
             prev = done.get(slot.name)
             if prev:
                 slot.timesteps, slot.restarts, slot.episodes = prev["timesteps"], prev["restarts"], prev["episodes"]
@@ -116,7 +117,7 @@ class AgentPool:
         reports = []
         for fut, slot in futures.items():
             try:
-                rep = self.ray.get(fut)
+                rep = ray_session.get(fut)  # the model's error in a measured reward: one line, as from the driver
             except ray_session.actor_gone() as e:
                 self._died(slot, e)
                 continue
@@ -170,14 +171,13 @@ class AgentPool:
 def may_demonstrate(record: MeasuredPlan, warm_start: bool) -> bool:
     """Whether the agents' teacher may demonstrate this measured plan where it beats the teacher's plans
     (``PPOAgent.observe``'s ``teach``). With warm start the agents start from every plan the search
-    measured, the rules' too: on a 48-unit gpt/small search the rule segments_2 (the first half of the
-    units recomputed) measured 1.242 of the baseline at 86.8 MB, faster than every plan of the corrected
-    cost model's frontier near it (1.25-1.29), and as it was never demonstrated no agent proposed it;
-    the agents' frontier stayed 2.3% behind there. Without warm start a rule's plan corrects the cost
-    model and is never demonstrated, so that every plan an agent proposes stays its own find."""
+    measured, the rules' too, since a rule's plan that beats the corrected cost model's frontier is
+    otherwise never proposed (see docs/measurement.md#ranking-and-drift-why). Without warm start a
+    rule's plan corrects the cost model and is never demonstrated, so that every plan an agent
+    proposes stays its own find."""
     return warm_start or not _rule_only(record)
 
 
 def _rule_only(record: MeasuredPlan) -> bool:
-    """Whether only rules proposed the plan (``rule:<name>``), no agent and no warm start."""
-    return bool(record.sources) and all(src.startswith("rule:") for src in record.sources)
+    """Whether only rules proposed the plan, no agent and no warm start."""
+    return bool(record.sources) and all(PlanSource(src).kind is SourceKind.RULE for src in record.sources)

@@ -4,6 +4,8 @@ Two kinds of knowledge, kept apart:
 - ``measured``: plan digest -> its ``MeasuredPlan`` (the truth; only these form the frontier);
 - ``predicted``: plan indices -> predicted (peak_bytes, step_seconds) of plans proposed by the
   agents (and the exact solver with warm start): the pool measurement candidates come from.
+Either can be narrowed to the plans some kinds of proposer proposed (``Kinds``: the agents, the
+exact solver, ...; ``env.data.types.SourceKind``).
 Frontier and hypervolume use medians of measured step times on baseline-normalised axes
 (``search.records.pareto``).
 """
@@ -16,10 +18,11 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 
 from env.data.measured import MeasuredPlan
+from env.data.types import Indices, PlanSource, SourceKind
 from search.records.pareto import fastest_within, hypervolume, nondominated, normalise
 
 T = TypeVar("T")
-Indices = tuple[int, ...]
+Kinds = tuple[SourceKind, ...] | None  # the proposers whose plans count; None: everyone's
 
 
 def spread_picks(items: Sequence[T], k: int) -> list[T]:
@@ -59,7 +62,7 @@ class ParetoArchive:
         """A plan's whole record (every measurement merged, every proposer)."""
         self.measured[record.digest] = record
 
-    def propose(self, idx: Indices, digest: str, source: str, peak_bytes: int, step_seconds: float,
+    def propose(self, idx: Indices, digest: str, source: PlanSource, peak_bytes: int, step_seconds: float,
                 candidate: bool = True) -> None:
         """A proposal; ``candidate`` plans (agents', warm start) join the measurement pool."""
         if digest in self.measured:
@@ -67,42 +70,42 @@ class ParetoArchive:
         if candidate:
             self.predicted[idx] = (peak_bytes, step_seconds)
 
-    def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
-        """Measured plans that ran (no OOM); with ``sources``, only those one of them proposed
-        (an agent that proposes a plan a rule also gives still found it)."""
+    def points(self, kinds: Kinds = None) -> list[MeasuredPlan]:
+        """Measured plans that ran (no OOM); with ``kinds``, only those a proposer of one of them
+        proposed (an agent that proposes a plan a rule also gives still found it)."""
         rows = [r for r in self.measured.values() if not r.oom]
-        if sources is not None:
-            rows = [r for r in rows if any(p.startswith(sources) for p in r.sources)]
+        if kinds is not None:
+            rows = [r for r in rows if any(PlanSource(p).kind in kinds for p in r.sources)]
         return rows
 
-    def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+    def frontier(self, kinds: Kinds = None) -> list[MeasuredPlan]:
         """Non-dominated measured plans, by peak bytes ascending."""
-        return frontier_of(self.points(sources))
+        return frontier_of(self.points(kinds))
 
-    def contenders(self, margin: float, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
-        """Measured plans (of ``sources``) off their frontier by less than ``margin``: their median
+    def contenders(self, margin: float, kinds: Kinds = None) -> list[MeasuredPlan]:
+        """Measured plans (of ``kinds``' proposers) off their frontier by less than ``margin``: their median
         step time within that share of the frontier's fastest at no more memory. Timing noise put
         them there as easily as the frontier's plans on it; nearest first, at most as many as the
         frontier has."""
-        front = self.frontier(sources)
+        front = self.frontier(kinds)
         on = {r.digest for r in front}
         peaks, seconds = [f.peak_bytes for f in front], [f.step_seconds for f in front]
         near = []
-        for r in self.points(sources):
+        for r in self.points(kinds):
             i = fastest_within(peaks, seconds, r.peak_bytes)
             if r.digest not in on and i is not None and r.step_seconds < seconds[i] * (1 + margin):
                 near.append((r.step_seconds / seconds[i], r))
         return [r for _, r in sorted(near, key=lambda x: x[0])][:len(front)]
 
-    def rivals(self, sources: tuple[str, ...]) -> list[MeasuredPlan]:
-        """Plans of the whole measured frontier that the frontier of ``sources``' plans does not
+    def rivals(self, kinds: tuple[SourceKind, ...]) -> list[MeasuredPlan]:
+        """Plans of the whole measured frontier that the frontier of ``kinds``' plans does not
         reach: none of those plans at no more memory is as fast (a rule, a warm-start plan), by peak."""
-        return [r for _, r in self._leads(sources)]
+        return [r for _, r in self._leads(kinds)]
 
-    def _leads(self, sources: tuple[str, ...]) -> list[tuple[float, MeasuredPlan]]:
-        """``rivals`` with how far each is ahead: the ``sources``' fastest time at its memory over
+    def _leads(self, kinds: tuple[SourceKind, ...]) -> list[tuple[float, MeasuredPlan]]:
+        """``rivals`` with how far each is ahead: the ``kinds``' fastest time at its memory over
         its own (inf where none fits), by peak."""
-        own = self.frontier(sources)
+        own = self.frontier(kinds)
         peaks, seconds = [r.peak_bytes for r in own], [r.step_seconds for r in own]
         out = []
         for r in self.frontier():
@@ -113,21 +116,20 @@ class ParetoArchive:
 
     def candidates(self, limit: int, digest_of: Callable[[Indices], str],
                    predict: Callable[[Indices], tuple[int, float]] | None = None,
-                   baseline: MeasuredPlan | None = None, known_sources: tuple[str, ...] | None = None,
+                   baseline: MeasuredPlan | None = None, known_kinds: Kinds = None,
                    margin: float = 0.0) -> list[Indices]:
         """Unmeasured plans of the pool worth measuring next. ``predict`` (e.g.
         ``env.cost.correction.MeasuredCorrection.predict``) ranks the pool instead of the predictions
         recorded at proposal time.
 
-        With ``known_sources``, first the answers to their rivals (``rivals``): for each, the fastest
+        With ``known_kinds``, first the answers to their rivals (``rivals``): for each, the fastest
         plan of the pool predicted to fit its peak, if predicted within ``margin`` (the run's timing
         noise) of its time; at most half the limit, the rivals furthest ahead of the agents'
-        frontier first. Ranked by hypervolume alone, such a plan adds only the sliver between its
-        neighbours on the agents' frontier, and the measurements ran out before it was measured: on a
-        6-unit hf/gpt2 search the agents' plan at the memory of the rules every_2 and segments_2,
-        predicted 1.8% slower than they measured, never was, and both rules stayed 5% beyond the
-        agents' frontier. Then, with the ``baseline`` measured: greedily, the plan whose predicted point adds most
-        hypervolume to the measured frontier of ``known_sources``' plans (all plans: None) and the
+        frontier first, since ranked by hypervolume alone such a plan adds only the sliver between
+        its neighbours on the agents' frontier and may never be measured (see
+        docs/measurement.md#ranking-and-drift-why). Then, with the ``baseline`` measured: greedily, the
+        plan whose predicted point adds most
+        hypervolume to the measured frontier of ``known_kinds``' plans (all plans: None) and the
         plans picked before it, so measurements go where that frontier has gaps rather than where
         proposals are dense. Then, once no predicted
         point adds any, as without a baseline: the predicted fronts of the pool, best front first,
@@ -138,8 +140,8 @@ class ParetoArchive:
                 if digest_of(idx) not in self.measured]
         out: list[Indices] = []
         answers: list[tuple[int, float]] = []  # the predicted points of the rivals' answers
-        if known_sources is not None:
-            for _, rival in sorted(self._leads(known_sources), key=lambda x: x[0], reverse=True):
+        if known_kinds is not None:
+            for _, rival in sorted(self._leads(known_kinds), key=lambda x: x[0], reverse=True):
                 if len(out) >= (limit + 1) // 2:
                     break
                 fits = [k for k, (_, (peak, secs)) in enumerate(pool)
@@ -151,7 +153,7 @@ class ParetoArchive:
                 answers.append(pool.pop(best)[1])
         if baseline is not None and pool and len(out) < limit:
             base = (baseline.peak_bytes, baseline.step_seconds)
-            known = list(normalise([(r.peak_bytes, r.step_seconds) for r in self.frontier(known_sources)] + answers,
+            known = list(normalise([(r.peak_bytes, r.step_seconds) for r in self.frontier(known_kinds)] + answers,
                                    *base))
             while pool and len(out) < limit:
                 now = hypervolume(known)

@@ -8,32 +8,30 @@ preloads the store's records so nothing is measured again. ``ray_evaluator`` mak
 class a Ray actor.
 
 Drift: with ``reference_every`` seconds, the Evaluator measures the reference plan (all keep)
-again whenever its last measurement of it is older than that and ``REFERENCE_MIN_PLANS`` plans
-have been measured since, and labels each sample with the median of the last
-``REFERENCE_WINDOW`` reference measurements' samples (``MeasuredPlan.reference_seconds``), so
-that plans compare as if side by side (``search.records.ranking.paired``) although the machine's speed drifts
-over minutes. One reference is a median of a few steps and errs by a few percent at load; pooled
-over the last few it errs less and still follows drift over minutes. The label is what the
-Evaluator knows when it measures (an agent's measured reward uses it); the search ranks plans
-against the references nearest to them on both sides once those are measured
-(``search.records.ranking.Ranking``), read from the measurement ids, which count everything one Evaluator
-measured in order.
+again when ``search.records.ranking.reference_due`` says so, and labels each sample with
+``search.records.ranking.pooled_reference`` of its last references (``MeasuredPlan.reference_seconds``):
+what it knows when it measures (an agent's measured reward uses it). The search ranks plans
+against the references nearest to them on both sides (``search.records.ranking.Ranking``), read
+from the measurement ids, which count everything one Evaluator measured in order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from env.data.measured import MeasuredPlan, median_seconds
+from env.data.errors import CkptSearchError, ModelError
+from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
-from env.data.plan import Action, parse_action
+from env.data.plan import Action, action_summary, parse_action
+from env.data.types import PlanSource
 from env.measure.measurement import measure, warm_up
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -41,9 +39,7 @@ from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
 from env.workloads.spec import WorkloadSpec
 from env.workloads.workload import Workload, load_workload
-
-REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
-REFERENCE_WINDOW = 3  # a sample's reference: the median of the samples of this many last reference measurements
+from search.records.ranking import REFERENCE_WINDOW, pooled_reference, reference_due
 
 
 def resolve_device(name: str) -> str:
@@ -61,7 +57,8 @@ class Evaluator:
         self.device = resolve_device(device)
         self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
-        self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        with model_errors("the choice of decision units (one instrumented training step)"):
+            self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
         self.units = list(self.unit_choice.units)
         self.actions = [parse_action(a) for a in actions]
         self.node = _node_name()
@@ -76,6 +73,7 @@ class Evaluator:
         self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
         self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
         self.n_references = 0
+        self.busy = {"plans": 0.0, "references": 0.0, "plan_measurements": 0, "reference_measurements": 0}
 
     def info(self) -> dict[str, Any]:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
@@ -84,12 +82,14 @@ class Evaluator:
                 "device_model": device_model(self.workload.device)}
 
     def profile(self) -> dict[str, Any]:
-        prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
+        with model_errors("the profile of the decision units"):
+            prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
         return prof.model_dump(mode="json")
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""
-        return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
+        with model_errors("the warm-up steps"):
+            return {"evaluator": self.label, "steps": len(warm_up(self.workload))}
 
     def preload(self, records: Sequence[MeasuredPlan]) -> int:
         """Known measurements (from a resumed store): answered from the cache from now on."""
@@ -117,24 +117,31 @@ class Evaluator:
 
     def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
         self.n_measured += 1
-        m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                    measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+        start = time.perf_counter()
+        with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
+            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
+                        measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+        kind = "references" if is_reference else "plans"
+        self.busy[kind] += time.perf_counter() - start
+        self.busy[f"{kind[:-1]}_measurements"] += 1
         return self._labelled(m, is_reference)
 
+    def seconds(self) -> dict[str, float]:
+        """Seconds spent measuring plans and references (the all-keep plan against drift), and how many."""
+        return dict(self.busy)
+
     def _refresh_reference(self) -> None:
-        """With references on, the all-keep plan measured again when its last measurement is older than
-        ``reference_every`` seconds and ``REFERENCE_MIN_PLANS`` plans were measured since (or there is
-        none): into the journal (the store gets it by ``drain``), not the cache, which answers the
-        driver with records whose measurements the store has (or gets in the same answer), as a store
-        merges a record's samples only whole."""
-        if not self.reference_every:
-            return
+        """The all-keep plan measured again when ``reference_due``: into the journal (the store gets it
+        by ``drain``), not the cache, which answers the driver with records whose measurements the
+        store has (or gets in the same answer), as a store merges a record's samples only whole."""
+        age, since = None, 0
         if self._reference is not None:
             _, at, n = self._reference
-            if time.monotonic() - at <= self.reference_every or self.n_measured - n < REFERENCE_MIN_PLANS:
-                return
+            age, since = time.monotonic() - at, self.n_measured - n
+        if not reference_due(age, since, self.reference_every):
+            return
         plan = plan_for(self.workload.model, self.units, [Action(a) for a in self._keep])
-        self.journal.append(self._measure(plan, "rule:none", is_reference=True))
+        self.journal.append(self._measure(plan, PlanSource.rule("none"), is_reference=True))
 
     def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
         """The measurement with this Evaluator's label and, when references are on, each sample's reference."""
@@ -143,8 +150,7 @@ class Evaluator:
             self.reference_every = 0.0  # all keep does not fit this device: nothing to pair with
         if self.reference_every and is_reference:
             self._reference_samples.append(m.step_seconds_samples)
-            pooled = median_seconds([x for samples in self._reference_samples for x in samples])
-            self._reference = (pooled, time.monotonic(), self.n_measured)
+            self._reference = (pooled_reference(self._reference_samples), time.monotonic(), self.n_measured)
             self.n_references += 1
         if self.reference_every and self._reference is not None:
             update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)
@@ -158,8 +164,9 @@ class Evaluator:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
         self._refresh_reference()
         self.n_measured += 1
-        m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
-                         measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        with model_errors(f"the measurement of peer {peer.name}"):
+            m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
+                             measurement_id=f"{self._id_prefix}:{self.n_measured}")
         return self._labelled(m, is_reference=False)
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
@@ -180,6 +187,18 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+@contextlib.contextmanager
+def model_errors(where: str) -> Iterator[None]:
+    """The model's own exception, raised while the Evaluator ran ``where``, as one ``ModelError`` line that
+    names both (the driver shows it once, without Ray's frames); the project's own errors pass as they are."""
+    try:
+        yield
+    except CkptSearchError:
+        raise
+    except Exception as e:
+        raise ModelError.during(where, e) from e
 
 
 def device_model(device: torch.device) -> str:

@@ -21,11 +21,12 @@ from typing import Any, Callable, Sequence
 
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
+from env.data.types import PlanSource
 from search.engine import ray_session
 from search.engine.evaluator import ray_evaluator, resolve_device
 from search.records.config import SearchConfig
 
-Job = tuple[Sequence[str], str, bool]  # (action names, source, again)
+Job = tuple[Sequence[str], PlanSource, bool]  # (action names, source, again)
 
 
 @dataclass
@@ -72,9 +73,8 @@ class EvaluatorPool:
     def _placement(self, slot: EvaluatorSlot) -> Any:
         """Where a slot's Evaluator goes: GPU Evaluators by Ray's SPREAD (one GPU each already places
         them); CPU Evaluators round-robin over the nodes alive now that offer CPUs, in node order, pinned
-        there (an Evaluator takes no CPU from Ray's accounting, so any node fits it). SPREAD, and a
-        soft affinity too, put both of two CPU Evaluators on one node of a busy two-node cluster in
-        3 of 5 tries here."""
+        there (an Evaluator takes no CPU from Ray's accounting, so any node fits it), since SPREAD and a
+        soft affinity can put two CPU Evaluators on one busy node (see docs/measurement.md#ranking-and-drift-why)."""
         if slot.gpu:
             return "SPREAD"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -166,7 +166,7 @@ class EvaluatorPool:
         t.start()
         return t
 
-    def on_each(self, names: Sequence[str], source: str) -> list[MeasuredPlan]:
+    def on_each(self, names: Sequence[str], source: PlanSource) -> list[MeasuredPlan]:
         """The same plan measured once on every live Evaluator (the baseline: a slow device shows)."""
         out = []
         for slot in list(self.live):
@@ -179,6 +179,14 @@ class EvaluatorPool:
                     if not slot.alive:
                         break
         return out
+
+    def seconds(self) -> dict[str, float]:
+        """Measuring seconds and counts of every live Evaluator, summed (``Evaluator.seconds``)."""
+        total: dict[str, float] = {}
+        for busy in self._gather([s.handle.seconds.remote() for s in self.live]):
+            for k, v in busy.items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def drain(self) -> list[MeasuredPlan]:
         """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""

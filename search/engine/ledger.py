@@ -20,11 +20,13 @@ from typing import Sequence
 
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
-from env.data.codec import Indices, PlanCodec
+from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
-from search.engine.archive import ParetoArchive, hypervolume_of
-from search.records.ranking import Ranking, measurements_of
+from env.data.types import Indices, PlanSource, SourceKind
+from search.engine.archive import Kinds, ParetoArchive, hypervolume_of
+from search.records import meta
+from search.records.ranking import Ranking, decided_from
 from search.records.store import RunStore
 
 
@@ -52,7 +54,7 @@ class Ledger:
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     def __post_init__(self) -> None:
-        self.baseline_digest: str | None = self.store.get_meta("baseline_digest")
+        self.baseline_digest: str | None = self.store.read(meta.BASELINE_DIGEST)
         self._rank = Ranking(None)  # from the baseline as the store has it, once measured
 
     @property
@@ -72,21 +74,18 @@ class Ledger:
 
     def set_baseline(self, digest: str) -> None:
         """The all-keep plan's digest: the reference every plan's time is paired with."""
-        self.store.set_meta("baseline_digest", digest)
+        self.store.write(meta.BASELINE_DIGEST, digest)
         with self.lock:
             self.baseline_digest = digest
             self._rescale()
 
     def decide_from_here(self) -> dict[str, int]:
         """From now on, a plan measured again is ranked on its measurements from here alone
-        (``search.records.ranking.Ranking``, store meta ``decided_from``: per Evaluator, the place in its order
-        after the last measurement the store has); returns the mapping."""
+        (``search.records.ranking.decided_from`` of what the store has, store meta ``decided_from``);
+        returns the mapping."""
         with self.lock:
-            since: dict[str, int] = {}
-            for m in self.store.measured():
-                for who, n, _ in measurements_of(m) or []:
-                    since[who] = max(since.get(who, 0), n + 1)
-            self.store.set_meta("decided_from", since)
+            since = decided_from(self.store.measured())
+            self.store.write(meta.DECIDED_FROM, since)
             self._rescale()
             return since
 
@@ -98,13 +97,13 @@ class Ledger:
         for m in known:
             self.archive.add(self._rank(m))
 
-    def propose(self, idx: Sequence[int], source: str, candidate: bool | None = None) -> str:
+    def propose(self, idx: Sequence[int], source: PlanSource, candidate: bool | None = None) -> str:
         """Record a plan someone proposed, with its cost-model prediction; returns its digest.
         Agents' and warm-start plans become measurement candidates; rules' do not."""
         idx = tuple(int(a) for a in idx)
         pred = self.setup.cost_model.predict(list(idx))
         digest = self.codec.digest(idx)
-        is_candidate = not source.startswith("rule:") if candidate is None else candidate
+        is_candidate = PlanSource(source).kind is not SourceKind.RULE if candidate is None else candidate
         with self.lock:
             self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
             self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)
@@ -115,7 +114,7 @@ class Ledger:
         with self.lock:
             row = self.store.get(m.digest)
             if row is None:
-                self.propose(self.codec.indices(m.actions), m.source)
+                self.propose(self.codec.indices(m.actions), PlanSource(m.source))
             before = row.measurement if row is not None else None  # as stored: a ranked record can be cut
             stored = self.store.record(m)
             merged = self._rank(stored)
@@ -132,34 +131,32 @@ class Ledger:
     def record_peer(self, name: str, m: MeasuredPlan, note: str = "") -> MeasuredPlan:
         """A peer's measurement: kept beside the plans (store meta ``peers``), never on their frontier."""
         with self.lock:
-            peers = self.store.get_meta("peers", {})
-            old = MeasuredPlan.model_validate(peers[name]["record"]) if name in peers else None
-            merged = old.merged(m) if old is not None else m
-            peers[name] = {"record": merged.model_dump(mode="json"), "note": note}
-            self.store.set_meta("peers", peers)
+            peers = self.store.read(meta.PEERS)
+            merged = peers[name]["record"].merged(m) if name in peers else m
+            peers[name] = {"record": merged, "note": note}
+            self.store.write(meta.PEERS, peers)
         return merged
 
     def peers(self) -> dict[str, MeasuredPlan]:
-        return {k: self._rank(MeasuredPlan.model_validate(v["record"]))
-                for k, v in self.store.get_meta("peers", {}).items()}
+        return {k: self._rank(v["record"]) for k, v in self.store.read(meta.PEERS).items()}
 
-    def proposers(self, idx: Indices) -> list[str]:
+    def proposers(self, idx: Indices) -> list[PlanSource]:
         with self.lock:
             row = self.store.get(self.codec.digest(idx))
-        return row.proposers if row else []
+        return [PlanSource(p) for p in row.proposers] if row else []
 
     # -- what is known -------------------------------------------------------------------------
-    def points(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+    def points(self, kinds: Kinds = None) -> list[MeasuredPlan]:
         with self.lock:
-            return self.archive.points(sources)
+            return self.archive.points(kinds)
 
-    def frontier(self, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+    def frontier(self, kinds: Kinds = None) -> list[MeasuredPlan]:
         with self.lock:
-            return self.archive.frontier(sources)
+            return self.archive.frontier(kinds)
 
-    def contenders(self, margin: float, sources: tuple[str, ...] | None = None) -> list[MeasuredPlan]:
+    def contenders(self, margin: float, kinds: Kinds = None) -> list[MeasuredPlan]:
         with self.lock:
-            return self.archive.contenders(margin, sources)
+            return self.archive.contenders(margin, kinds)
 
     def baseline(self) -> MeasuredPlan | None:
         return self.archive.measured.get(self.baseline_digest) if self.baseline_digest else None
@@ -184,7 +181,7 @@ class Ledger:
         correction = self.corrected()
         with self.lock:
             return self.archive.candidates(limit, self.codec.digest, correction.predict, self.baseline(),
-                                           known_sources=("agent",), margin=margin)
+                                           known_kinds=(SourceKind.AGENT,), margin=margin)
 
     def snapshot(self) -> None:
         with self.lock:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from env.data.types import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from env.data.types import MIB
 from search.engine.agent_pool import AgentSlot
 
 
@@ -46,8 +46,8 @@ class ProgressView:
         for col in ("agent", "budgets MB", "steps", "episodes", "best reward", "status"):
             table.add_column(col)
         for s in status.agents:
-            budgets = (f"{s.budget_range[0] / MB:.1f}-{s.budget_range[1] / MB:.1f}" if s.budget_range
-                       else f"{s.budget_bytes / MB:.1f}")
+            budgets = (f"{s.budget_range[0] / MIB:.1f}-{s.budget_range[1] / MIB:.1f}" if s.budget_range
+                       else f"{s.budget_bytes / MIB:.1f}")
             table.add_row(s.name, budgets, f"{s.timesteps}/{status.timesteps_per_agent}",
                           str(s.episodes), "-" if s.best_reward == float("-inf") else f"{s.best_reward:.3f}", s.status)
         last = status.snapshot
@@ -64,10 +64,14 @@ class ProgressView:
         if not self.enabled:
             return
         b = report["baseline"]
-        self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MB:.1f} MB, "
+        self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MIB:.1f} MB, "
                            f"{b['step_seconds'] * 1e3:.0f} ms")
         for p in report["frontier"]:
-            self.console.print(f"  {p['peak_bytes'] / MB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
+            self.console.print(f"  {p['peak_bytes'] / MIB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
                                f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}")
+        phases = report.get("phase_seconds") or {}
+        if phases:
+            self.console.print(f"time: {sum(phases.values()):.0f} s; " + ", ".join(
+                f"{name} {s:.0f} s" for name, s in sorted(phases.items(), key=lambda kv: -kv[1]) if s >= 0.5))
         for e in report["events"]:
             self.console.print(f"  note: {e}")

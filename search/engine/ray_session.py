@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
-from env.data.errors import CkptSearchError
+from env.data.errors import CkptSearchError, MeasurementError, ModelError, PlanError, UnitError, WorkloadError
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
-_PROJECT_ERROR = re.compile(r"(?:WorkloadError|UnitError|PlanError|MeasurementError|CkptSearchError): ([^\n]+)")
+_ERRORS: dict[str, type[CkptSearchError]] = {
+    cls.__name__: cls for cls in (CkptSearchError, WorkloadError, UnitError, PlanError, MeasurementError, ModelError)}
+_PROJECT_ERROR = re.compile(rf"({'|'.join(_ERRORS)}|StoreError): ([^\n]+)")
 
 
 def start_ray(address: str = "", num_cpus: int | None = None) -> None:
@@ -25,13 +28,21 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
                                 "RAY_DEDUP_LOGS": "0"}}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
-    else:
+        return
+    # The local instance's processes inherit this thread's signal mask: with SIGTERM blocked while they
+    # start, they outlive a SIGTERM sent to the whole process group or job (timeout, SLURM, systemd), so
+    # the driver can still drain the Evaluators into the store; ray.shutdown() and the driver's death
+    # (Ray's fate sharing kills them) still end them.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
         # "local": a new instance even when another cluster runs on this machine (that one needs --address).
         # A single-node instance serves this machine only: Ray binds it to loopback when told that
         # no other node will join, instead of to the host's network address.
         os.environ.setdefault(LOCAL_ONLY_ENV, "0")
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
                  runtime_env=runtime_env, log_to_driver=False)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def get(ref: Any) -> Any:
@@ -41,13 +52,17 @@ def get(ref: Any) -> Any:
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as e:
-        if isinstance(e.cause, CkptSearchError):
-            raise e.cause from None
+        cause = e.cause
+        while isinstance(cause, ray.exceptions.RayTaskError):  # an actor's call into another actor failed
+            cause = cause.cause
+        if isinstance(cause, CkptSearchError):
+            raise cause from None
         raise
-    except ray.exceptions.RayActorError as e:
+    except ray.exceptions.RayActorError as e:  # an actor that failed to start: only its message is left
         found = _PROJECT_ERROR.findall(str(e))
         if found:
-            raise CkptSearchError(found[-1]) from None
+            name, message = found[-1]
+            raise _ERRORS.get(name, CkptSearchError)(message) from None
         raise
 
 

@@ -12,11 +12,13 @@ from typing import Any
 
 from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
-from env.data.types import MIB as MB  # plans/budget_<N>MB.json: N in MiB, as --budget-mb
+from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
+from search.records import meta
 from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierFile, point_from, write_frontier
-from search.records.pareto import fastest_within
+from search.records.pareto import MEMORY_TOLERANCE, fastest_within, readable
+from search.records.ranking import timing_noise
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
@@ -25,44 +27,55 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     base = ledger.baseline()
     if base is None:
         raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
-    front = ledger.frontier()
-    agents_front = ledger.frontier(sources=("agent",))
-    exact_digests = set(store.get_meta("exact", []))
+    strict = ledger.frontier()  # the store keeps every measurement; the frontier the user sees is readable
+    tolerance = MEMORY_TOLERANCE * base.activation_bytes
+    noise = timing_noise(ledger.points())
+    shown = readable([r.peak_bytes for r in strict], [r.step_seconds for r in strict], tolerance, noise)
+    front = [r for r, keep in zip(strict, shown) if keep]
+    agents_front = ledger.frontier((SourceKind.AGENT,))
+    exact_digests = set(store.read(meta.EXACT))
     exact_measured = [r for r in ledger.points() if r.digest in exact_digests]
-    exact_front = ledger.frontier(sources=("exact",))
-    rules = store.get_meta("rules", {})
+    exact_front = ledger.frontier((SourceKind.EXACT,))
+    rules = store.read(meta.RULES)
     units = list(codec.units)
 
     points = [point_from(r, units) for r in front]
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-                                         points=points))
+                                         points=points, readable={
+                                             "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
+                                             "left_out": [r.digest for r, keep in zip(strict, shown) if not keep]}))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
-    for a in store.get_meta("agents", []):
+    for a in store.read(meta.AGENTS):
         best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
         if best is not None:
-            codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MB:.0f}MB.json")
+            codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json")
 
     on_front = {r.digest for r in front}
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}
                  for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
-    peer_rows = peers_against(ledger.peers(), front, store.get_meta("peers", {}))
-    hv_all, hv_agents, hv_exact = ledger.hv(front), ledger.hv(agents_front), ledger.hv(exact_front)
+    peer_rows = peers_against(ledger.peers(), front, {k: v["note"] for k, v in store.read(meta.PEERS).items()})
+    hv_all, hv_agents, hv_exact = ledger.hv(strict), ledger.hv(agents_front), ledger.hv(exact_front)
+    choice = store.read(meta.UNIT_CHOICE)
     report = {
         "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
         "units": len(units), "evaluations": store.count(), "measured": store.count(True),
         "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
         "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
+        "left_out": {"plans": len(strict) - len(front), "memory_tolerance_bytes": int(tolerance),
+                     "timing_noise": noise},
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
         "exact_plans_measured": len(exact_measured), "rules": rule_rows, "peers": peer_rows, "events": ledger.events,
-        "agents": store.progress(), "evaluators": store.get_meta("evaluators", []),
-        "measurement_mode": store.get_meta("measurement_mode", ""),
-        "baseline_by_evaluator": store.get_meta("baseline_by_evaluator", {}),
-        "unit_choice": store.get_meta("unit_choice"), "headroom": store.get_meta("headroom"),
+        "agents": store.progress(), "evaluators": store.read(meta.EVALUATORS),
+        "measurement_mode": store.read(meta.MEASUREMENT_MODE),
+        "baseline_by_evaluator": store.read(meta.BASELINE_BY_EVALUATOR),
+        "unit_choice": choice.model_dump(mode="json") if choice else None,
+        "headroom": store.read(meta.HEADROOM),
+        "phase_seconds": store.read(meta.PHASE_SECONDS), "evaluator_seconds": store.read(meta.EVALUATOR_SECONDS),
         "paired": base.has_references,
         "references": base.n_measurements,
     }
@@ -72,12 +85,12 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
 
 
 def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
-                  raw: dict[str, Any]) -> list[dict[str, Any]]:
+                  notes: dict[str, str]) -> list[dict[str, Any]]:
     """Each peer beside the fastest frontier plan at no more memory (same run, same Evaluators)."""
     rows = []
     for name, m in sorted(peers.items(), key=lambda kv: kv[1].peak_bytes):
         if m.oom:
-            rows.append({"peer": name, "oom": True, "note": raw.get(name, {}).get("note", "")})
+            rows.append({"peer": name, "oom": True, "note": notes.get(name, "")})
             continue
         best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], m.peak_bytes)
         ours = front[best] if best is not None else None
@@ -86,7 +99,7 @@ def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
                      "ours_peak_bytes": ours.peak_bytes if ours else None,
                      "ours_step_seconds": ours.step_seconds if ours else None,
                      "time_ratio_peer_over_ours": m.step_seconds / ours.step_seconds if ours else None,
-                     "note": raw.get(name, {}).get("note", "")})
+                     "note": notes.get(name, "")})
     return rows
 
 
@@ -98,11 +111,11 @@ def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
         if r["oom"]:
             out.append(f"| {r['peer']} | out of memory | | | | |")
             continue
-        ours = (f"{r['ours_peak_bytes'] / MB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
+        ours = (f"{r['ours_peak_bytes'] / MIB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
                 else "none: no plan of ours measured this low")
         ratio = r["time_ratio_peer_over_ours"]
         shown = f"{ratio:.2f}x" + (" (peer faster)" if ratio < 1 else "") if ratio else "-"
-        out.append(f"| {r['peer']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {shown} | "
+        out.append(f"| {r['peer']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {shown} | "
                    f"{r['note'][:80]} |")
     return out
 
@@ -111,22 +124,27 @@ def to_markdown(rep: dict[str, Any]) -> str:
     b = rep["baseline"]
     lines = [f"# Search report: {rep['workload']}", "",
              f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
-             f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MB:.1f} MB, "
+             f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MIB:.1f} MB, "
              f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}"
              + (f"; each taken relative to the baseline measured beside it on the same Evaluator ({rep['references']} "
                 "measurements of it), in the baseline's median seconds, so plans measured minutes apart compare as "
                 "if side by side" if rep.get("paired") else "") + ".", ""]
     if rep.get("headroom"):
         lines += [f"**{rep['headroom']}**", ""]
-    lines += ["## Measured frontier", "",
-             "| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
+    lines += ["## Measured frontier", ""]
+    out = rep.get("left_out") or {}
+    if out.get("plans"):
+        lines += [f"{out['plans']} measured frontier plan(s) left out: each has a plan beside it at most "
+                  f"{out['memory_tolerance_bytes'] / MIB:.2f} MiB higher that is faster by more than the run's timing "
+                  f"noise ({out['timing_noise']:.1%}).", ""]
+    lines += ["| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
-        lines.append(f"| {p['peak_bytes'] / MB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
+        lines.append(f"| {p['peak_bytes'] / MIB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
                      f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
     lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | on the frontier? |", "|---|---:|---:|---|"]
     for r in rep["rules"]:
-        lines.append(f"| {r['rule']} | {r['peak_bytes'] / MB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
+        lines.append(f"| {r['rule']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     if rep["peers"]:
         lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
@@ -146,6 +164,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
         own = by_label.get(e["label"])
         lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
                      + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
+    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {})
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
@@ -155,3 +174,18 @@ def _clock_words(clock: str) -> str:
     """What a clock name means, for readers of the report."""
     return {"thread-cpu": "medians of the measuring thread's CPU time (clock thread-cpu)",
             "wall": "medians of the wall clock between synchronisations (clock wall)"}.get(clock, f"clock {clock}")
+
+
+def time_lines(phases: dict[str, float], evaluators: dict[str, float]) -> list[str]:
+    """Where the wall time went, phase by phase, and how much of the measuring was references."""
+    if not phases:
+        return []
+    total = sum(phases.values())
+    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all:", "",
+             "| phase | seconds | share |", "|---|---:|---:|"]
+    lines += [f"| {name} | {s:.1f} | {s / total:.0%} |" for name, s in phases.items()]
+    if evaluators.get("plan_measurements") or evaluators.get("reference_measurements"):
+        lines += ["", f"The Evaluators measured {evaluators.get('plan_measurements', 0):.0f} times for "
+                  f"{evaluators.get('plans', 0):.1f} s and took {evaluators.get('reference_measurements', 0):.0f} "
+                  f"reference measurements (all keep, against drift) for {evaluators.get('references', 0):.1f} s."]
+    return lines

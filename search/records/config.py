@@ -119,11 +119,18 @@ def _arg_type(f: dataclasses.Field) -> Any:
     return str if isinstance(t, type) and issubclass(t, RewardMode) else t  # choices check; validate() converts
 
 
+EXIT_CODES = ("exit codes: 0 finished (or a finished run resumed: nothing to do); 2 bad input or a refusal (one "
+              "line on stderr); 3 the model failed (its own error in one line; the run's status is 'failed: <cause>'); "
+              "130 Ctrl-C and 143 SIGTERM (the measurements are drained into the store and the frontier and report "
+              "written from them; continue with --resume RUN)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m search.run",
         description="Search activation-checkpointing plans against measured peak memory and step time. "
                     "The last line printed is the run folder.",
+        epilog=EXIT_CODES,
     )
     for f in dataclasses.fields(SearchConfig):
         flag = "--" + f.name.replace("_", "-")

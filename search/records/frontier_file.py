@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pydantic import BaseModel, ValidationError, field_validator
 
@@ -76,6 +76,9 @@ class FrontierFile(BaseModel):
     units: list[str]
     baseline: Baseline
     points: list[FrontierPoint]
+    # the rule that left points of the measured frontier out of ``points`` (search.records.pareto.readable):
+    # {"memory_tolerance_bytes": ..., "timing_noise": ..., "left_out": [digests]}; None: nothing applied
+    readable: dict[str, Any] | None = None
 
     @field_validator("points")
     @classmethod

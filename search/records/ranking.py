@@ -1,17 +1,56 @@
-"""How a search ranks a measured plan's step time against its references (all keep), in one place.
+"""How a search ranks a measured plan's step time, in one place: the drift policy.
 
-Plans measured minutes apart are compared as if measured side by side: each measurement is taken
-relative to the reference measurements nearest to it on the same Evaluator (``Ranking``), a plan
-is never ranked faster than the baseline (``no_faster_than``), and a plan measured in the deciding
-passes at the end of a search is ranked on those measurements alone. Why each rule holds, with the
-runs that showed it: ``docs/measurement.md``.
+- References: each Evaluator measures the reference plan (all keep) again when its last reference
+  is older than ``reference_every`` seconds and at least ``REFERENCE_MIN_PLANS`` plans were measured
+  since (``reference_due``), and labels each sample with the pooled median of its last
+  ``REFERENCE_WINDOW`` references (``pooled_reference``): what it knows when it measures.
+- Pairing: the search takes each measurement relative to the ``NEAREST_REFERENCES`` reference
+  measurements of its Evaluator nearest to it, on both sides (``Ranking``; ``paired`` where the ids
+  do not place it), in the baseline's median seconds, so plans measured minutes apart compare as if
+  side by side.
+- Floor: no plan ranks faster than the baseline (``no_faster_than``).
+- Deciding passes: from the place where they began (``decided_from``), a plan measured in them is
+  ranked on those measurements alone (``Ranking.decided``).
+- Noise: a run's timing noise (``timing_noise``) is the margin within which a plan off the frontier
+  still contends for it.
+
+Why each rule holds, with the runs that showed it: see docs/measurement.md#ranking-and-drift-why.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+import statistics
+from typing import Mapping, Sequence
 
+from env.cost.correction import TIME_NOISE
 from env.data.measured import MeasuredPlan, median_seconds
+
+REFERENCE_MIN_PLANS = 4  # at most one reference measurement per this many plans: <= 1/5 of the time
+REFERENCE_WINDOW = 3  # a sample's label: the median of the samples of this many last reference measurements
+NEAREST_REFERENCES = 3  # a measurement is ranked against this many reference measurements nearest to it
+
+
+def reference_due(age_seconds: float | None, plans_since: int, every: float) -> bool:
+    """Whether an Evaluator measures its reference again before the next plan: references on
+    (``every`` > 0), and none yet (``age_seconds`` None), or the last one older than ``every`` with
+    ``REFERENCE_MIN_PLANS`` plans measured since."""
+    if not every:
+        return False
+    return age_seconds is None or (age_seconds > every and plans_since >= REFERENCE_MIN_PLANS)
+
+
+def pooled_reference(window: Sequence[Sequence[float]]) -> float:
+    """The label of the samples measured next: the median of the last references' samples pooled.
+    One reference is a median of a few steps; pooled over a few it errs less and still follows a
+    drift over minutes."""
+    return median_seconds([x for samples in window for x in samples])
+
+
+def timing_noise(records: Sequence[MeasuredPlan]) -> float:
+    """A run's timing noise: the median spread of its plans' step times over their medians, at
+    least ``TIME_NOISE``."""
+    spreads = [r.spread_seconds / r.step_seconds for r in records if len(r.step_seconds_samples) > 1]
+    return max(TIME_NOISE, statistics.median(spreads)) if spreads else TIME_NOISE
 
 
 def paired(record: MeasuredPlan, scale: float | None) -> MeasuredPlan:
@@ -29,18 +68,13 @@ def paired(record: MeasuredPlan, scale: float | None) -> MeasuredPlan:
 
 def no_faster_than(record: MeasuredPlan, seconds: float) -> MeasuredPlan:
     """The record with its samples scaled so that its median is a hair above ``seconds`` (the
-    baseline's) if it was below. Recomputing, selectively recomputing or offloading a unit adds
-    work to the step, so a plan measured faster than keeping everything measured noise; among the
-    plans that save a little memory for a little time, one always measures lucky, and on raw
-    medians it pushed the baseline, the fastest plan there is, off the frontier (unet2d, resnet50:
-    the frontier's top point then quoted 7-11% slower than the baseline). The hair keeps both."""
+    baseline's) if it was below: recomputing, selectively recomputing or offloading a unit adds
+    work to the step, so a plan measured faster than keeping everything measured noise, and the
+    hair keeps both it and the baseline on the frontier (see docs/measurement.md#ranking-and-drift-why)."""
     if record.oom or not record.step_seconds_samples or record.step_seconds > seconds:
         return record
     f = seconds * (1 + 1e-9) / record.step_seconds
     return record.model_copy(update={"step_seconds_samples": [s * f for s in record.step_seconds_samples]})
-
-
-NEAREST_REFERENCES = 3  # a measurement is ranked against this many reference measurements nearest to it
 
 
 def measurements_of(record: MeasuredPlan) -> list[tuple[str, int, list[float]]] | None:
@@ -69,22 +103,16 @@ class Ranking:
 
     Beside means on both sides: each measurement against the pooled samples of the
     ``NEAREST_REFERENCES`` reference measurements of its Evaluator nearest to it in that Evaluator's
-    order, those after it included once they exist (the baseline's record holds them all). The
-    Evaluator labels each sample with the references before it (``paired``), all it knows then; a
-    machine that sped up after two slow references kept every plan of the next minutes paired with
-    the slow ones (gpt/small: plans ranked 10-15% faster than they quoted, and one of them kept the
-    rule ``segments_2`` off the agents' frontier). Records whose ids do not place them (older
-    stores) are ``paired`` as labelled.
+    order, those after it included once they exist (the baseline's record holds them all), since
+    the label the Evaluator gave it knows only the references before it. Records whose ids do not
+    place them (older stores) are ``paired`` as labelled.
 
     With ``decided_from`` (per Evaluator, the place in its order where a search's deciding passes
-    began; ``search.engine.driver.Driver.remeasure_frontier``), a plan measured in those passes is ranked
-    on those measurements alone, taken side by side with the other plans that decide the frontier;
-    an Evaluator the mapping does not name started after they began. The baseline keeps all its
-    measurements: they are the references. Pairing removes a drift that moves every plan alike,
-    not one that changes the plans' ratios to each other: on a 6-unit hf/gpt2 search the all-keep
-    step measured 928 ms for 54 measurements and 840 ms after, and all-recompute's ratio to it
-    went from 1.37 to 1.51; a plan measured three times in the first phase ranked 1.205 and kept
-    two plans off the agents' frontier that its quote put 6% ahead of it."""
+    began; ``search.engine.phases.deciding``), a plan measured in those passes is ranked on those
+    measurements alone, taken side by side with the other plans that decide the frontier, since
+    pairing removes a drift that moves every plan alike but not one that changes the plans' ratios
+    to each other; an Evaluator the mapping does not name started after they began. The baseline
+    keeps all its measurements: they are the references. See docs/measurement.md#ranking-and-drift-why."""
 
     def __init__(self, baseline: MeasuredPlan | None, decided_from: Mapping[str, int] | None = None) -> None:
         ran = baseline is not None and not baseline.oom
@@ -132,3 +160,13 @@ class Ranking:
         if self.floor is None or record.digest == self.baseline_digest:
             return out
         return no_faster_than(out, self.floor)
+
+
+def decided_from(records: Sequence[MeasuredPlan]) -> dict[str, int]:
+    """Where deciding passes that begin now begin: per Evaluator, the place in its order after the
+    last of its measurements in ``records`` (``Ranking``'s ``decided_from``)."""
+    since: dict[str, int] = {}
+    for m in records:
+        for who, n, _ in measurements_of(m) or []:
+            since[who] = max(since.get(who, 0), n + 1)
+    return since

@@ -1,13 +1,20 @@
-"""Run folders: ``<out>/<run-id>/`` with ``config.json`` and the store; the run id of a workload."""
+"""Run folders: ``<out>/<run-id>/`` with ``config.json`` and the store; the run id of a workload; the lock
+that keeps one live driver per run folder."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 import re
+import socket
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from env.data.errors import CkptSearchError
 from env.workloads.spec import WorkloadSpec
+from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore, StoreError
 
@@ -33,7 +40,7 @@ def make_run_dir(cfg: SearchConfig) -> tuple[SearchConfig, Path]:
         if not (run_dir / STORE_NAME).is_file():
             raise CkptSearchError(f"--resume {run_dir}: no {STORE_NAME} there; give a run folder made by search.run")
         with RunStore(run_dir / STORE_NAME, readonly=True) as s:
-            saved = s.get_meta("config")
+            saved = s.read(meta.CONFIG)
         if saved is None:
             raise StoreError(f"--resume {run_dir}: the store has no config; it is not a ckpt-search run")
         keep = {"progress": cfg.progress, "address": cfg.address}
@@ -44,3 +51,56 @@ def make_run_dir(cfg: SearchConfig) -> tuple[SearchConfig, Path]:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(cfg.to_json() + "\n")
     return cfg, run_dir
+
+
+LOCK_NAME = "driver.lock"
+
+
+class RunLock:
+    """An exclusive lock on a run folder, held by the one driver searching it (``flock``: released by the
+    operating system when that process exits, a kill -9 included). The file says who holds it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_NAME
+        self._file: IO[str] | None = None
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds the lock now ({pid, host, since}); None when no live driver does."""
+        if not self.path.is_file():
+            return None
+        with open(self.path) as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                text = f.read()
+                try:
+                    return json.loads(text) if text else {}
+                except json.JSONDecodeError:
+                    return {}
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return None
+
+    def acquire(self) -> "RunLock":
+        """Take the lock, or refuse in one line naming the live driver that holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            who = self.holder() or {}
+            raise CkptSearchError(f"run folder '{self.path.parent}' is being searched by a live driver (pid "
+                                  f"{who.get('pid', '?')} on {who.get('host', '?')}); wait for it to finish, or stop "
+                                  "it (Ctrl-C) and resume then") from None
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
+        f.flush()
+        self._file = f
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            fcntl.flock(self._file, fcntl.LOCK_UN)
+            self._file.close()
+            self._file = None

@@ -1,12 +1,14 @@
 """RunStore: one SQLite file (WAL) per run folder, written as results arrive.
 
 Tables:
-- ``meta``: key -> JSON value (``config``, ``profile``, ``units``, ``fingerprint``, ``status``,
-  ``started_at``, ``finished_at``, ``notes``).
+- ``meta``: key -> JSON value, each key declared with its type in ``search.records.meta``
+  (``config``, ``profile``, ``units``, ``status``, ``rules``, ...) and read and written through
+  ``read``/``write``.
 - ``evaluations``: one row per distinct plan (``plan_digest`` unique): its actions, everyone who
-  proposed it (an agent name, ``rule:<name>``, ``exact``; first first), its cost-model
-  prediction, and once measured its ``env.data.measured.MeasuredPlan`` (peak, samples, the clock that
-  took them, device, ...); a repeat measurement merges into the same record.
+  proposed it (``env.data.types.PlanSource``: ``agent_<i>``, ``rule:<name>``, ``exact``; first
+  first), its cost-model prediction, and once measured its ``env.data.measured.MeasuredPlan``
+  (peak, samples, the clock that took them, device, ...); a repeat measurement merges into the
+  same record.
 - ``progress``: one row per agent: timesteps done, episodes, best reward, status.
 - ``snapshots``: the frontier over time (evaluations so far, frontier size, hypervolume).
 
@@ -16,15 +18,23 @@ The dashboard reads this file and never imports Ray; readers open it read-only.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, get_origin
+
+from pydantic import ValidationError
 
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
+from search.records import meta
+from search.records.meta import MetaKey, meta_key
 from search.records.ranking import Ranking
+
+T = TypeVar("T")
 
 STORE_NAME = "store.sqlite"
 SCHEMA_VERSION = 2
@@ -116,7 +126,11 @@ class RunStore:
             raise StoreError(f"no run store at '{path}'; start a run with python -m search.run, or pick a run folder")
         try:
             if readonly:
-                self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
+                # no write-ahead log beside it: no writer is open, and an immutable read creates none either
+                # (a finished run read by --resume or the dashboard is left exactly as it was)
+                quiet = "" if path.with_name(path.name + "-wal").exists() else "&immutable=1"
+                self.conn = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro{quiet}", uri=True,
+                                            timeout=30, check_same_thread=False)
                 _check_integrity(self.conn, path)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,14 +139,14 @@ class RunStore:
                 self.conn.execute("PRAGMA journal_mode=WAL")
                 self.conn.executescript(_SCHEMA)
             self.conn.row_factory = sqlite3.Row
-            version = self.get_meta("store_schema_version")
+            version = self.read(meta.STORE_SCHEMA_VERSION)
         except sqlite3.DatabaseError as e:
             raise StoreError(
                 f"run store '{path}' is corrupt or not a ckpt-search store ({e}); "
                 "move it aside and start a new run (nothing was written to it)"
             ) from None
         if version is None and not readonly:
-            self.set_meta("store_schema_version", SCHEMA_VERSION)
+            self.write(meta.STORE_SCHEMA_VERSION, SCHEMA_VERSION)
         elif version is not None and version != SCHEMA_VERSION:
             raise StoreError(f"run store '{path}' has schema version {version}, this ckpt-search reads {SCHEMA_VERSION}; "
                              "open it with the version that wrote it")
@@ -146,14 +160,36 @@ class RunStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- meta ---------------------------------------------------------------------------------
-    def set_meta(self, key: str, value: Any) -> None:
-        with self.conn:
-            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value)))
+    # -- meta (search.records.meta) -----------------------------------------------------------
+    def read(self, key: MetaKey[T]) -> T:
+        """The run's value of ``key``, checked against its type; the key's ``missing`` when not written."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key.name,)).fetchone()
+        if row is None:
+            return key.missing()
+        try:
+            return key.loads(row[0])
+        except (ValidationError, json.JSONDecodeError) as e:
+            raise StoreError(f"run store '{self.path}' holds a meta '{key.name}' that is not {_type_name(key)} "
+                             f"({_first_error(e)}); it was written by another ckpt-search version or is damaged: "
+                             "start a new run") from None
 
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else default
+    def write(self, key: MetaKey[T], value: T) -> None:
+        """Set ``key`` to ``value``, checked against its type first (nothing is written if it is not)."""
+        try:
+            text = key.dumps(value)
+        except ValidationError as e:
+            raise StoreError(f"run meta '{key.name}' must be {_type_name(key)}, not {type(value).__name__} "
+                             f"({_first_error(e)}); see search/records/meta.py") from None
+        with self.conn:
+            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key.name, text))
+
+    def get_meta(self, name: str) -> Any:
+        """``read`` by the key's stored name, for scripts; an undeclared name is refused in one line."""
+        return self.read(meta_key(name))
+
+    def set_meta(self, name: str, value: Any) -> None:
+        """``write`` by the key's stored name, for scripts; an undeclared name is refused in one line."""
+        self.write(meta_key(name), value)
 
     # -- evaluations --------------------------------------------------------------------------
     def propose(self, digest: str, actions: list[str], source: str, predicted_peak_bytes: int | None = None,
@@ -212,12 +248,12 @@ class RunStore:
 
     def baseline(self) -> MeasuredPlan | None:
         """The baseline's (all keep) record as measured; None before it is."""
-        row = self.get(self.get_meta("baseline_digest") or "")
+        row = self.get(self.read(meta.BASELINE_DIGEST) or "")
         return row.measurement if row else None
 
     def ranking(self) -> Ranking:
         """How the search ranks the plans this store holds (``search.records.ranking.Ranking``), from the store alone."""
-        return Ranking(self.baseline(), self.get_meta("decided_from"))
+        return Ranking(self.baseline(), self.read(meta.DECIDED_FROM))
 
     def count(self, measured_only: bool = False) -> int:
         q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
@@ -242,3 +278,18 @@ class RunStore:
 
     def snapshots(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]
+
+
+def _type_name(key: MetaKey[Any]) -> str:
+    """``dict[str, str]``, ``ModelProfile | None``: the key's type as its declaration reads."""
+    t = key.value_type
+    plain = isinstance(t, type) and get_origin(t) is None
+    return t.__name__ if plain else re.sub(r"\b(?:\w+\.)+(\w+)", r"\1", str(t))  # no module paths
+
+
+def _first_error(e: ValidationError | json.JSONDecodeError) -> str:
+    if isinstance(e, json.JSONDecodeError):
+        return f"not JSON: {e.msg}"
+    first = e.errors()[0]
+    where = ".".join(str(x) for x in first["loc"])
+    return f"{where}: {first['msg']}" if where else first["msg"]

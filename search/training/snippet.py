@@ -3,11 +3,16 @@
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
 ``env/apply.py`` (the policy classes, the chain regions, the saved-op list of ``selective``,
-the buffer restore during recompute), of ``env/offload.py`` (the overlapped offload: side stream, events, pinned
-buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``), read with ``ast``.
+the buffer restore during recompute), of ``env/offload.py`` (the overlapped offload: side stream,
+events, pinned buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``),
+read with ``ast``.
 So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
 reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
-here. The tests check that a snippet gives the same gradients and the same measured peak as
+here. The snippet's imports are merged into one statement per module, and it has no
+``from __future__ import annotations``: with string annotations, ``dataclasses`` looks the
+module up in ``sys.modules``, which a file loaded with ``importlib.util.spec_from_file_location``
+is not (the annotations are then evaluated, so the snippet needs Python 3.10+). The tests check
+that a snippet gives the same gradients and the same measured peak as
 ``apply_plan``, in a process that imports no part of this project, and that its wrappers
 compile with ``torch.compile(fullgraph=True)`` (apply the plan, then compile).
 """
@@ -112,13 +117,26 @@ def _segments(module: object, names: Sequence[str]) -> tuple[list[str], dict[str
     return imports, found
 
 
+def merge_imports(statements: Sequence[str]) -> list[str]:
+    """Import statements merged: ``import m`` once each, one ``from m import a, b`` per module (no ``__future__``)."""
+    plain: dict[str, None] = {}
+    names: dict[str, dict[str, None]] = {}
+    for node in ast.parse("\n".join(statements)).body:
+        if isinstance(node, ast.Import):
+            plain.update({ast.unparse(ast.Import(names=[a])): None for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            alias = (f"{a.name} as {a.asname}" if a.asname else a.name for a in node.names)
+            names.setdefault("." * node.level + (node.module or ""), {}).update(dict.fromkeys(alias))
+    return sorted(plain) + [f"from {m} import {', '.join(sorted(n))}" for m, n in sorted(names.items())]
+
+
 def plan_snippet(plan: Plan, title: str = "") -> str:
     """Python source, needing only torch, that defines ``apply_checkpoint_plan(model)`` for ``plan``."""
     offload_imports, offload_defs = _segments(env.runtime.offload, OFFLOAD_NAMES)
     imports, defs = _segments(env.runtime.apply, APPLY_NAMES)
-    imports = list(dict.fromkeys(offload_imports + imports))
+    imports = merge_imports([*EXTRA_IMPORTS, *offload_imports, *imports])
     header = (f'"""Activation-checkpointing plan{f" for {title}" if title else ""}: {plan.summary()}.\n\n'
-              "Needs only torch. Usage:\n\n"
+              "Needs only torch (and Python 3.10+). Usage:\n\n"
               "    remove = apply_checkpoint_plan(model)   # before training; remove() undoes it\n\n"
               "With torch.compile, apply the plan first, then compile; the wrappers trace into one graph\n"
               "(fullgraph=True works) and the compiler recomputes the planned units in backward:\n\n"
@@ -126,7 +144,7 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
               "    model = torch.compile(model)\n"
               '"""\n')
     body = [
-        header, "from __future__ import annotations\n", *EXTRA_IMPORTS, *imports, "", PLAN_ERROR,
+        header, *imports, "", PLAN_ERROR,
         inspect.getsource(env.data.plan.Action) + "\n", inspect.getsource(env.data.plan.fingerprint) + "\n",
         inspect.getsource(env.data.plan.regions) + "\n",
     ]

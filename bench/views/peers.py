@@ -1,0 +1,141 @@
+"""Views of the peers: what users pick instead, quoted beside our plans (``peers``,
+``peers_compiled``), and compiled training probed row by row (``peers_probe``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.views.base import Headline, Result, View, measured, mib, table
+
+COMPILE_BUDGET_PEER = "compile-budget-"  # env.measure.peers.compile_budget_peer names them compile-budget-0.5
+
+
+def compile_budgets(peers: list[Result]) -> list[tuple[float, Result]]:
+    """(budget, peer row) of the compile-budget peers that ran (not out of memory), by budget."""
+    return sorted(((float(p["peer"].removeprefix(COMPILE_BUDGET_PEER)), p) for p in peers
+                   if p["peer"].startswith(COMPILE_BUDGET_PEER) and not p.get("oom")), key=lambda bp: bp[0])
+
+
+def budget_peaks(peers: list[Result]) -> list[tuple[float, float]]:
+    """(budget, peak MiB) of the compile-budget peers that ran, by budget."""
+    return [(b, mib(p["peak_bytes"])) for b, p in compile_budgets(peers)]
+
+
+def non_monotone(peaks: list[tuple[float, float]], tolerance: float = 0.01) -> tuple[float, float, float, float] | None:
+    """A lower budget whose peak lies above a higher budget's (by more than ``tolerance``), the widest such pair."""
+    pairs = [(lo[1] - hi[1], lo, hi) for i, lo in enumerate(peaks) for hi in peaks[i + 1:]
+             if lo[1] > hi[1] * (1 + tolerance)]
+    if not pairs:
+        return None
+    _, lo, hi = max(pairs)
+    return lo[0], lo[1], hi[0], hi[1]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def _peer_row(p: Result) -> list[Any]:
+    o, head = p["ours"], [p["peer"], f"{mib(p['peak_bytes']):.1f}", f"{_ms(p['step_seconds'])} ({_ms(p['spread_seconds'])})"]
+    if o is None:
+        return [*head, "none: no plan of ours measured this low", "", "", "", p["note"][:60]]
+    ratio = p["time_ratio_peer_over_ours"]
+    verdict = "within the spreads" if not p["beyond_spread"] else "peer faster" if ratio < 1 else "ours faster"
+    return [*head, o["plan"], f"{mib(o['peak_bytes']):.1f}{'' if o['fits'] else ' (above!)'}",
+            f"{_ms(o['step_seconds'])} ({_ms(o['spread_seconds'])})", f"{ratio:.2f}x",
+            verdict + (f"; {p['note'][:60]}" if p["note"] else "")]
+
+
+def peers_table(result: Result) -> str:
+    out = []
+    for w in result["workloads"]:
+        q = w.get("quote")
+        if q is None:
+            continue
+        b = q["baseline"]
+        out += [f"**`{w['workload']}`** ({'compiled' if w['compiled'] else 'eager'} steps, {w['clock']} clock, "
+                f"{q['samples_per_plan']} samples a plan in {q['rounds']} interleaved rounds, load "
+                f"{q['load_average_1']:.1f}; baseline {mib(b['peak_bytes']):.1f} MiB, {_ms(b['step_seconds'])} "
+                f"± {_ms(b['spread_seconds'])} ms)", "",
+                table(["peer", "peak MiB", "step ms (spread)", "our fastest plan at no more memory", "MiB",
+                       "step ms (spread)", "peer / ours", ""], [_peer_row(p) for p in q["peers"]], "lrrlrrrl"), ""]
+    return "\n".join(out)
+
+
+def _tally(q: Result) -> tuple[list[Result], list[Result], list[Result]]:
+    """The quoted peers ours is faster than beyond both spreads, within them of, slower than."""
+    rows = [p for p in q["peers"] if p["ours"] is not None]
+    faster = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] > 1]
+    slower = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] < 1]
+    within = [p for p in rows if p not in faster and p not in slower]
+    return faster, within, slower
+
+
+def peers_summary(r: Result) -> list[str]:
+    out = []
+    for w in r["workloads"]:
+        q = w.get("quote")
+        if q is None:
+            continue
+        faster, within, slower = _tally(q)
+        ratios = [p["time_ratio_peer_over_ours"] for p in q["peers"] if p["ours"] is not None]
+        lower = [p["peer"] for p in q["peers"] if p["ours"] is None]
+        wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower) or "none"
+        steps = "compiled steps" if w["compiled"] else "our plans in eager steps (the compile budgets compiled)"
+        text = (f"`{w['workload']}`, {steps}: against {len(q['peers'])} peers, our fastest plan at no more memory is "
+                f"faster beyond both spreads than {len(faster)}, within them of {len(within)}, slower than {len(slower)} "
+                f"(peers that win: {wins})")
+        if ratios:
+            text += f"; peer / ours from {min(ratios):.2f}x to {max(ratios):.2f}x"
+        if lower:
+            text += f"; no plan of ours as low as {', '.join(lower)}"
+        bad = non_monotone(budget_peaks(q["peers"]))
+        if bad:
+            text += (f"; the compile budget's peak is not monotone: budget {bad[0]:.1f} peaks at {bad[1]:.1f} MiB, "
+                     f"above budget {bad[2]:.1f}'s {bad[3]:.1f} MiB")
+        out.append(text + f"; {q['samples_per_plan']} samples a plan, interleaved, apart from the search "
+                          f"({w['clock']} clock, load {q['load_average_1']:.1f}).")
+    return out
+
+
+def peers_headlines(r: Result) -> list[Headline]:
+    quotes = [(w, w["quote"]) for w in r["workloads"] if w.get("quote")]
+    if not quotes:
+        return []
+    tally = [_tally(q) for _, q in quotes]
+    n = sum(len(q["peers"]) for _, q in quotes)
+    faster, within, slower = (sum(len(t[k]) for t in tally) for k in range(3))
+    lower = sum(p["ours"] is None for _, q in quotes for p in q["peers"])
+    steps = "compiled" if quotes[0][0]["compiled"] else "eager"
+    loads = [q["load_average_1"] for _, q in quotes]
+    return [Headline(f"Our fastest plan at no more memory than each peer, {steps} ({n} peers on {len(quotes)} workloads)",
+                     f"faster beyond both spreads than {faster}, within them of {within}, slower than {slower}"
+                     + (f"; {lower} peers lower than any plan of ours" if lower else ""),
+                     measured(r, quotes[0][0]["clock"], max(loads)))]
+
+
+def peers_probe_table(r: Result) -> str:
+    rows = [(x["name"], f"{x['peak_mb']:.2f}", f"{x['activation_mb']:.2f}", f"{x['step_ms']:.1f}", f"{x['spread_ms']:.1f}",
+             "" if x["compile_s"] is None else f"{x['compile_s']:.1f}", x.get("note", "")[:60]) for x in r["rows"]]
+    return (f"`{r['workload']}`, {r['repeats']} timed steps a row, {r['rows'][0]['clock']} clock.\n\n"
+            + table(["row", "peak MiB", "activation MiB", "step ms", "spread ms", "cold compile s", "note"], rows,
+                    "lrrrrrl"))
+
+
+VIEWS = [
+    View("peers", "Side by side with what users pick instead", "Peers measured by the search's own Evaluator in the "
+         "same run as the searched plans (eager steps); against each, our fastest frontier plan at no more memory, "
+         "chosen on the search's measurements. The table quotes fresh measurements: one Evaluator apart from the "
+         "search times the baseline, every peer and every chosen plan of ours alike, in interleaved rounds (spread: "
+         "max - min of a plan's samples; a ratio whose difference is within the two spreads says so). The figure "
+         "shows the search's own measurements. Compile budgets below 1.0 on models with dropout do not keep the "
+         "gradients in torch 2.13 (the note says so).", "python bench/peers.py", peers_table, peers_summary,
+         peers_headlines),
+    View("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
+         "compiled; compile time is reported apart.", "python bench/peers.py --compile", peers_table, peers_summary,
+         peers_headlines),
+    View("peers_probe", "Compiled training, probed", "Peak and step time of one workload eager (no checkpointing, "
+         "our recompute-all plan) and compiled (`activation_memory_budget` per row, our recompute-all plan applied "
+         "then compiled), each compiled row from an empty inductor cache, rows measured one after the other.",
+         "python bench/peers_probe.py", peers_probe_table),
+]

@@ -1,0 +1,216 @@
+"""Views of what a search does and costs: the default run, search quality, measurements in
+parallel, the search's costs, the env's speed, dynamic checkpointing."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.common import machine_label
+from bench.views.base import Headline, Result, View, measured, mib, span, table
+from search.engine.report import peers_markdown
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+# --------------------------------------------------------------------------------------------- default_run
+
+def default_run_table(r: Result) -> str:
+    b = r["baseline"]
+    rows = [(f"{mib(p['peak_bytes']):.1f}", f"{1 - p['peak_bytes'] / b['peak_bytes']:.0%}", f"{p['step_seconds'] * 1e3:.1f}",
+             f"{p['step_seconds'] / b['step_seconds'] - 1:+.0%}", ", ".join(p["found_by"])) for p in r["frontier"]]
+    out = [f"`{r['command']}` on `{r['workload']}` ({r['units']} units): {r['wall_seconds']:.0f} s by the wall clock, "
+           f"{r['evaluations']} plans evaluated, {r['measured']} measured; step times by the {r['clock']} clock. "
+           f"{r.get('measurement_mode', '')}.", "",
+           table(["peak MiB", "saving", "step ms", "slowdown", "found by"], rows, "rrrrl")]
+    if r.get("peers"):
+        out += ["", *peers_markdown(r["peers"])]
+    return "\n".join(out)
+
+
+def _lowest(r: Result) -> tuple[Result, Result]:
+    return r["frontier"][0], r["baseline"]
+
+
+def default_run_summary(r: Result) -> list[str]:
+    low, b = _lowest(r)
+    return [f"The default `python -m search.run` took {r['wall_seconds']:.0f} s: {r['evaluations']} plans evaluated, "
+            f"{r['measured']} measured, a {len(r['frontier'])}-point frontier from {mib(b['peak_bytes']):.1f} MiB "
+            f"({b['step_seconds'] * 1e3:.0f} ms a step) down to {mib(low['peak_bytes']):.1f} MiB "
+            f"({low['peak_bytes'] / b['peak_bytes'] - 1:+.0%} memory, {low['step_seconds'] / b['step_seconds'] - 1:+.0%} time)."]
+
+
+def default_run_headlines(r: Result) -> list[Headline]:
+    low, b = _lowest(r)
+    return [Headline(f"Default search (`{r['workload']}`): its lowest plan",
+                     f"{low['peak_bytes'] / b['peak_bytes'] - 1:+.0%} peak for {low['step_seconds'] / b['step_seconds'] - 1:+.0%} "
+                     f"step time; {r['wall_seconds']:.0f} s, {r['measured']} plans measured", measured(r))]
+
+
+# --------------------------------------------------------------------------------------------- search_quality
+
+AGENTS, AGENTS_OWN, SEARCHES = "agents (search run)", "agents' own plans", ("random", "NSGA-II", "rules")
+
+
+def search_quality_table(result: Result) -> str:
+    """Per workload: each method's hypervolume, its ratio to the measured exact frontier's, the
+    evaluations it needed to reach 99% of that, then the verdict the bench drew."""
+    out = []
+    for w in result["workloads"]:
+        rows = [(name, f"{m['evaluations']} ({m['distinct_plans']})", f"{m['hypervolume']:.4f}", _num(m["ratio_to_exact"]),
+                 m["evaluations_to_99pct_of_exact"] or "not reached", _num(m["hypervolume_at_agents_evaluations"]),
+                 len(m["frontier"])) for name, m in w["methods"].items()]
+        out += [f"**{w['label']}** (`{w['workload']}`, {w['n_units']} units x {len(w['actions'])} actions = "
+                f"{w['plans_in_space']} plans; baseline {mib(w['baseline']['peak_bytes']):.1f} MiB, "
+                f"{w['baseline']['step_seconds'] * 1e3:.1f} ms a step)", "",
+                table(["method", "evaluations (distinct)", "hypervolume", "/ exact", "evaluations to 99% of exact",
+                       "hypervolume at the search's count", "frontier points"], rows), "",
+                f"Exact frontier's hypervolume on the cost model (predicted): {w['exact_predicted_hypervolume']:.4f}. "
+                f"{w['new_measurements']} measurements in {w['wall_seconds']:.0f} s"
+                + (f"; measured on {machine_label(w['machine'])}" if "machine" in w else "") + ".", ""]
+        out += [f"- {v}" for v in w["verdict"]] + [""]
+    return "\n".join(out)
+
+
+def search_quality_summary(r: Result) -> list[str]:
+    out = []
+    for w in r["workloads"]:
+        m = w["methods"]
+        out.append(f"`{w['workload']}` ({w['n_units']} units), hypervolume at {m['random']['evaluations']} measured "
+                   f"plans each: PPO agents {m['agents (search run)']['hypervolume']:.3f} (their own plans "
+                   f"{m[AGENTS_OWN]['ratio_to_exact']:.3f} of the exact solver's plans, measured), random "
+                   f"{m['random']['hypervolume']:.3f}, NSGA-II {m['NSGA-II']['hypervolume']:.3f}, rules "
+                   f"{m['rules']['hypervolume']:.3f}.")
+    return out
+
+
+
+def search_quality_headlines(r: Result) -> list[Headline]:
+    first = r["workloads"][0]
+    m = first["methods"]
+    ahead = sum(all(w["methods"][AGENTS]["hypervolume"] > w["methods"][k]["hypervolume"] for k in SEARCHES)
+                for w in r["workloads"])
+    return [Headline(f"Search quality (`{first['workload']}`): hypervolume at {m['random']['evaluations']} measured plans",
+                     f"agents {m[AGENTS]['hypervolume']:.3f}, random {m['random']['hypervolume']:.3f}, NSGA-II "
+                     f"{m['NSGA-II']['hypervolume']:.3f}, rules {m['rules']['hypervolume']:.3f}; agents highest on "
+                     f"{ahead} of {len(r['workloads'])} workloads",
+                     measured(first, first["baseline"].get("clock", "clock not recorded")))]
+
+
+# --------------------------------------------------------------------------------------------- evaluator_pool
+
+def evaluator_pool_table(r: Result) -> str:
+    rows = [(row["round"], row["evaluators"], row["plans"], f"{row['wall_seconds']:.1f}", f"{row['measurements_per_minute']:.1f}",
+             ", ".join(f"{v}" for v in row["per_evaluator"].values()), f"{row['load_average_1']:.1f}") for row in r["rounds"]]
+    med = r["measurements_per_minute_median"]
+    out = [table(["round", "Evaluators", "plans", "wall s", "measurements/min", "per Evaluator", "load"], rows, "rrrrrlr"),
+           "", f"Median: {med['1']:.1f} measurements/min with one Evaluator, {med['2']:.1f} with two "
+               f"({r['speedup_2_over_1']:.2f}x)."]
+    if r.get("plain_processes"):
+        plain = r["plain_measurements_per_minute_median"]
+        rows = [(p["round"], p["processes"], f"{p['wall_seconds']:.1f}", f"{p['measurements_per_minute']:.1f}",
+                 f"{p['mean_measurement_seconds']:.3f}", f"{p['mean_timed_step_seconds']:.3f}", f"{p['load_average_1']:.1f}")
+                for p in r["plain_processes"]]
+        out += ["", "The ceiling: the same plans in plain processes (no Ray, no queue), started together.", "",
+                table(["round", "processes", "wall s", "measurements/min", "s a measurement", "of it timed steps", "load"],
+                      rows), "",
+                f"Median: {plain['1']:.1f} and {plain['2']:.1f} measurements/min ({r['plain_speedup_2_over_1']:.2f}x); "
+                f"the pool with two Evaluators reaches {r['pool_over_plain_with_2']:.2f} of two plain processes."]
+    for s in r.get("default_search", []):
+        out.append(f"Default search with `--evaluators {s['evaluators']}`: {s['wall_seconds']:.0f} s ({s['summary']}).")
+    return "\n".join(out)
+
+
+def evaluator_pool_headlines(r: Result) -> list[Headline]:
+    med, rounds = r["measurements_per_minute_median"], r["rounds"]
+    per_round = [x["measurements_per_minute"] for x in rounds if x["evaluators"] == 2]
+    figure = (f"{r['speedup_2_over_1']:.2f}x the measurements a minute of one ({med['1']:.1f} and {med['2']:.1f}; "
+              f"two: {span(per_round, '{:.1f}')} over {len(per_round)} rounds)")
+    if r.get("plain_processes"):
+        figure += f"; two plain processes {r['plain_speedup_2_over_1']:.2f}x"
+    load = statistics.median(x["load_average_1"] for x in rounds)
+    return [Headline("Two CPU Evaluators against one", figure, measured(r, "wall clock", load))]
+
+
+# --------------------------------------------------------------------------------------------- search_cost
+
+def search_cost_table(result: Result) -> str:
+    """Env speed, measurements/s, PPO throughput, then the growth table."""
+    env = result["env_speed"]
+    out = [f"Env steps/s in model mode (`{env['workload']}`, {env['n_units']} units, from {env['source']}): "
+           f"{env.get('steps_per_second') or '-'} plain, {env['steps_per_second_with_masks']:.0f} with action masks.", "",
+           table(["workload", "units", "s a measurement", "measurements/s", "median step s"],
+                 [(f"`{r['workload']}`", r["n_units"], f"{r['seconds_per_measurement']:.2f}",
+                   f"{r['measurements_per_second']:.2f}", f"{r['median_step_seconds']:.3f}") for r in result["measurements"]]),
+           "", table(["PPO Ray workers (2 CPUs)", "env steps/s, all workers", "per worker"],
+                     [(r["workers"], f"{r['env_steps_per_second']:.0f}", f"{r['env_steps_per_second'] / r['workers']:.0f}")
+                      for r in result["ppo"]], "rrr"), ""]
+    rows = [(r["n_units"], r["n_actions"], f"{r['plans']:.3g}",
+             f"{r['exact_seconds']:.3f}" if "exact_seconds" in r else r["exact_note"], r.get("exact_frontier_size", "-"),
+             f"{r['env_steps_per_second']:.0f}") for r in result["scaling"]]
+    out.append(table(["units", "actions", "plans", "exact solve s", "exact frontier points", "env steps/s"], rows, "rrrrrr"))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------- env_speed
+
+def env_speed_table(r: Result) -> str:
+    return table(["workload", "units x actions", "env steps/s", "with action masks"],
+                 [(r["workload"], f"{r['n_units']} x {r['n_actions']}", r["steps_per_second"],
+                   r["steps_per_second_with_masks"])], "llrr")
+
+
+# --------------------------------------------------------------------------------------------- dynamic
+
+def dynamic_table(r: Result) -> str:
+    lengths = [str(n) for n in r["lengths"]]
+    rows = [(name, *(f"{r[name]['peaks_mb'][n]:.1f}" for n in lengths), f"{r['median_seconds'][name]:.2f}")
+            for name in ("static", "dynamic")]
+    return "\n".join([
+        f"`{r['workload']}`, {r['steps']} batches of {', '.join(lengths)} tokens, cap {r['cap_mb']:.1f} MiB, "
+        f"{r['rounds']} rounds, {r['clock']} clock.", "",
+        table(["plan", *(f"peak at {n} tokens, MiB" for n in lengths), "total s (median)"], rows), "",
+        f"Dynamic over static: {r['dynamic_over_static']:.3f} of the total step time (medians over the rounds); "
+        f"both under the cap: {'yes' if r['both_under_cap'] else 'NO'}."])
+
+
+def dynamic_headlines(r: Result) -> list[Headline]:
+    per_round = [d / s for d, s in zip(r["dynamic"]["totals_seconds"], r["static"]["totals_seconds"])]
+    lengths = "/".join(str(n) for n in r["lengths"])
+    return [Headline(f"A plan per batch shape (`DynamicPlan`, {lengths} tokens) against one static plan",
+                     f"{r['dynamic_over_static']:.3f} of its step time (rounds {span(per_round)}); "
+                     f"both under the {r['cap_mb']:.1f} MiB cap: {'yes' if r['both_under_cap'] else 'no'}",
+                     measured(r, "thread-cpu"))]
+
+
+VIEWS = [
+    View("default_run", "The default run", "The README's first command, defaults only, with the peers it measures "
+         "beside the search.", "python bench/default_run.py", default_run_table, default_run_summary,
+         default_run_headlines),
+    View("search_quality", "Search quality at equal measurement budgets",
+         "Hypervolume (search.records.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
+         "measured frontier each method finds with the same number of measured plans, every plan measured through "
+         "one Evaluator in one process, frontier plans measured once more at the end. \"agents (search run)\" is "
+         "`python -m search.run --reward hybrid --no-warm-start` with its budget (the rules it always measures "
+         "count against it); \"exact (measured)\" is the yardstick: the exact solver's frontier on the profile, "
+         "each plan measured. Workloads run at the bench's small sizes (bench/workloads.py) so that each fits ~5 "
+         "minutes on 2 cores.", "python bench/search_quality.py", search_quality_table, search_quality_summary,
+         search_quality_headlines),
+    View("search_quality_seed1", "Search quality, a second seed", "The same comparison on gpt and cnn with seed 1 "
+         "(other weights, batch and agent seeds), to show how much of a single run's verdict is timing noise.",
+         "python bench/search_quality.py --workloads gpt cnn --seed 1 --out bench/results/search_quality_seed1.json",
+         search_quality_table, search_quality_summary),
+    View("evaluator_pool", "Measurements in parallel", "The same plans through one and two CPU Evaluators "
+         "(alternating rounds, wall clock), and the default search's wall time with each.",
+         "python bench/evaluator_pool.py", evaluator_pool_table, headlines=evaluator_pool_headlines),
+    View("dynamic", "Dynamic checkpointing", "Batches of varying sequence length under one memory cap: the plan chosen "
+         "per batch shape by `search.DynamicPlan` (one search per shape) against the one static plan that fits the "
+         "longest shape, on the same sequence of batches.", "python bench/dynamic.py", dynamic_table,
+         headlines=dynamic_headlines),
+    View("search_cost", "What a search costs", "Env and PPO throughput, measurement rate, and growth of the exact "
+         "solver and the env with the number of decision units (synthetic profiles).", "python bench/search_cost.py",
+         search_cost_table),
+    View("env_speed", "Env speed", "Env steps per second in model mode, one core, no agent.",
+         "python bench/env_speed.py", env_speed_table),
+]

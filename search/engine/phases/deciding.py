@@ -1,0 +1,69 @@
+"""The deciding passes at the end of a search, and the references closed after them.
+
+The plans that decide the frontier and the agents' own frontier (``deciding``) are measured once
+each, in peak order, then again in reverse order, and from then on each plan those passes took or
+let in is measured until it has ``DECIDING_MEASUREMENTS`` of them (at most ``FINAL_PASSES``
+passes). Every plan measured in them is ranked on those measurements alone
+(``search.records.ranking.Ranking``, from ``Ledger.decide_from_here``): side by side, the order the
+passes give is the order a quote gives, where a frontier selected on one noisy median is its
+luckiest plans and plans measured minutes apart are ranked through a drift that pairing removes
+only when it moves every plan alike (see docs/measurement.md#ranking-and-drift-why).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from env.data.types import PlanSource, SourceKind
+from search.engine.phases.context import RunContext
+from search.records import meta
+from search.records.ranking import timing_noise
+
+DECIDING_MEASUREMENTS = 2  # the deciding passes measure each plan that decides a frontier this often, side by side
+FINAL_PASSES = 4
+
+
+def deciding_passes(ctx: RunContext) -> None:
+    """The passes, as the module says. Store meta ``remeasured``: the passes' digests, in order;
+    ``deciding_passes``: each pass's."""
+    noise = timing_noise(ctx.ledger.points())
+    ctx.ledger.decide_from_here()
+    done: list[str] = []
+    passes: list[list[str]] = []
+    for k in range(FINAL_PASSES):
+        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise)]) if done.count(d) < DECIDING_MEASUREMENTS]
+        if not todo:
+            break
+        before = len(done)
+        done = _remeasure(ctx, todo[::-1] if k % 2 else todo, done)
+        passes.append(done[before:])
+        ctx.ledger.store.write(meta.DECIDING_PASSES, passes)
+
+
+def deciding(ctx: RunContext, noise: float) -> list[str]:
+    """The plans that decide the frontiers as ranked now: the frontier of all plans and the agents'
+    own frontier, the plans that missed either by less than ``noise`` (``ParetoArchive.contenders``;
+    the rules near the agents' frontier among them), and the baseline; by frontier, then peak."""
+    ledger = ctx.ledger
+    plans = [r.digest for kinds in (None, (SourceKind.AGENT,))
+             for r in ledger.frontier(kinds) + ledger.contenders(noise, kinds)]
+    return list(dict.fromkeys([*plans, ledger.store.read(meta.BASELINE_DIGEST)]))
+
+
+def close_references(ctx: RunContext) -> None:
+    """With references on, the baseline once more on every live Evaluator after the deciding passes,
+    so that the plans those passes measured last have a reference after them as well as before
+    (``Ranking`` takes each measurement against the references nearest to it, on both sides)."""
+    base = ctx.ledger.baseline()
+    if not ctx.cfg.reference_every or ctx.cfg.compile or base is None:
+        return
+    ctx.measurer.on_each(base.actions, PlanSource.rule("none"))
+
+
+def _remeasure(ctx: RunContext, digests: Sequence[str], done: list[str]) -> list[str]:
+    known = ctx.ledger.archive.measured
+    todo = [d for d in dict.fromkeys(digests) if d in known]
+    ctx.ledger.store.write(meta.REMEASURED, done + todo)
+    ctx.measurer.measure([(ctx.ledger.codec.indices(known[d].actions), PlanSource(known[d].source)) for d in todo],
+                         again=True)
+    return done + todo
