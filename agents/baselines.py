@@ -1,7 +1,9 @@
 """Rule-based checkpoint plans shown beside every frontier, as action-index lists.
 
 Indices are positions in the ``actions`` list given (for a profile: ``profile.actions``).
-Units are in execution order. "Checkpoint" below means the ``recompute`` action.
+Units are in execution order. "Checkpoint" below means the ``recompute`` action; a "region" is
+a ``recompute`` unit and the ``chain`` units after it, recomputed as one checkpoint that keeps
+only its input (``env.data.plan``), cut where two units do not chain (``links``).
 
 | Name            | Plan                                                                        |
 |-----------------|-----------------------------------------------------------------------------|
@@ -9,41 +11,40 @@ Units are in execution order. "Checkpoint" below means the ``recompute`` action.
 | ``all``         | every unit ``recompute``                                                    |
 | ``every_n``     | Hugging Face ``every_n_layers``: unit i recomputes if ``i % n == 0``        |
 |                 | (n = 2 .. n_units)                                                          |
-| ``sqrt_n``      | Chen et al. 2016: ``round(sqrt(n))`` segments cut as below; the last unit  |
-|                 | of each segment keeps its activations (the stored boundary), the others    |
-|                 | recompute                                                                   |
+| ``sqrt_n``      | Chen et al. 2016: ``round(sqrt(n))`` segments cut as below, each one        |
+|                 | region (only segment inputs are kept). Without chains: each segment's last |
+|                 | unit keeps its activations (the stored boundary), the others recompute     |
 | ``segments_k``  | ``torch.utils.checkpoint.checkpoint_sequential(functions, k)``: segments of |
-|                 | ``n // k`` units from the start; the first k - 1 recompute, the rest (the   |
-|                 | last segment, with any remainder) keeps (k = 2 .. n_units)                  |
+|                 | ``n // k`` units from the start; the first k - 1 each one region, the rest  |
+|                 | (the last segment, with any remainder) runs without checkpointing, as      |
+|                 | torch's does (k = 2 .. n_units). Without chains: their units recompute     |
 | ``all_selective`` | every unit ``selective``                                                  |
-| ``random_j``    | each unit's action uniform over ``actions``, seeded (j = 0 .. n_random-1)   |
+| ``random_j``    | each unit's action uniform over ``actions``, seeded (j = 0 .. n_random-1);  |
+|                 | a ``chain`` drawn where it cannot continue a region is drawn again among    |
+|                 | the other actions                                                           |
 
-Rules needing an action that is not in ``actions`` are left out.
+"Without chains": ``actions`` lacks ``chain``, or no unit chains (``links`` all false or
+None). Rules needing an action that is not in ``actions`` are left out.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 
 from env.data.plan import Action
+from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
+
+__all__ = ["baseline_rules", "checkpoint_sequential_plan", "every_n", "sequential_segments", "sqrt_n_plan"]
 
 
 def every_n(n_units: int, n: int, keep: int, recompute: int) -> list[int]:
     return [recompute if i % n == 0 else keep for i in range(n_units)]
 
 
-def sequential_segments(n_units: int, k: int) -> list[tuple[int, int]]:
-    """(start, stop) of the k segments ``checkpoint_sequential`` cuts: n // k units each, the
-    last one taking the remainder."""
-    size = n_units // k
-    starts = [j * size for j in range(k)]
-    return [(s, starts[j + 1] if j + 1 < k else n_units) for j, s in enumerate(starts)]
-
-
 def checkpoint_sequential_plan(n_units: int, k: int, keep: int, recompute: int) -> list[int]:
+    """``checkpoint_sequential``'s segments recomputed unit by unit (the plan without chains)."""
     plan = [keep] * n_units
     for start, stop in sequential_segments(n_units, k)[:-1]:
         plan[start:stop] = [recompute] * (stop - start)
@@ -51,18 +52,36 @@ def checkpoint_sequential_plan(n_units: int, k: int, keep: int, recompute: int) 
 
 
 def sqrt_n_plan(n_units: int, keep: int, recompute: int) -> list[int]:
-    k = max(1, min(n_units, round(math.sqrt(n_units))))
+    """Chen et al.'s sqrt(n) segments without chains: each segment's last unit kept, the others recomputed."""
     plan = [recompute] * n_units
-    for _, stop in sequential_segments(n_units, k):
+    for _, stop in sequential_segments(n_units, sqrt_segments(n_units)):
         plan[stop - 1] = keep
     return plan
 
 
-def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0,
-                   n_random: int = 3) -> dict[str, list[int]]:
-    """Rule name -> plan (indices into ``actions``), in a stable order."""
+def _random_plan(rng: np.random.Generator, n_units: int, actions: Sequence[Action], links: Sequence[bool]) -> list[int]:
+    """Uniform actions per unit; a chain that cannot continue a region drawn again among the others."""
+    if Action.CHAIN not in actions:
+        return rng.integers(0, len(actions), size=n_units).tolist()
+    chain, rec = actions.index(Action.CHAIN), actions.index(Action.RECOMPUTE) if Action.RECOMPUTE in actions else None
+    others = [k for k in range(len(actions)) if k != chain]
+    plan: list[int] = []
+    for i, k in enumerate(rng.integers(0, len(actions), size=n_units).tolist()):
+        if k == chain and not (i > 0 and links[i] and plan[-1] in (chain, rec)):
+            k = others[int(rng.integers(0, len(others)))]
+        plan.append(k)
+    return plan
+
+
+def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_random: int = 3,
+                   links: Sequence[bool] | None = None) -> dict[str, list[int]]:
+    """Rule name -> plan (indices into ``actions``), in a stable order. ``links[i]``: unit i can
+    continue the region of unit i - 1 (``ModelProfile.chain_links``); None: no unit chains."""
     if n_units < 1:
         raise ValueError(f"n_units={n_units}: a plan needs at least one unit")
+    links = list(links) if links else [False] * n_units
+    if len(links) != n_units:
+        raise ValueError(f"{len(links)} chain links for {n_units} units; give one per unit (links[0] is False)")
     idx = {a: i for i, a in enumerate(actions)}
     rules: dict[str, list[int]] = {}
     keep, rec = idx.get(Action.KEEP), idx.get(Action.RECOMPUTE)
@@ -73,12 +92,18 @@ def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0,
     if keep is not None and rec is not None:
         for n in range(2, n_units + 1):
             rules[f"every_{n}"] = every_n(n_units, n, keep, rec)
-        rules["sqrt_n"] = sqrt_n_plan(n_units, keep, rec)
-        for k in range(2, n_units + 1):
-            rules[f"segments_{k}"] = checkpoint_sequential_plan(n_units, k, keep, rec)
+        if Action.CHAIN in idx and any(links):
+            rules["sqrt_n"] = [idx[a] for a in chained_segments(
+                n_units, sequential_segments(n_units, sqrt_segments(n_units)), links)]
+            for k in range(2, n_units + 1):
+                rules[f"segments_{k}"] = [idx[a] for a in checkpoint_sequential_actions(n_units, k, links)]
+        else:
+            rules["sqrt_n"] = sqrt_n_plan(n_units, keep, rec)
+            for k in range(2, n_units + 1):
+                rules[f"segments_{k}"] = checkpoint_sequential_plan(n_units, k, keep, rec)
     if Action.SELECTIVE in idx:
         rules["all_selective"] = [idx[Action.SELECTIVE]] * n_units
     rng = np.random.default_rng(seed)
     for j in range(n_random):
-        rules[f"random_{j}"] = rng.integers(0, len(actions), size=n_units).tolist()
+        rules[f"random_{j}"] = _random_plan(rng, n_units, list(actions), links)
     return rules

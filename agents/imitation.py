@@ -9,6 +9,10 @@ all-keep plan's (``exact_frontier(relative=...)``): 1.4 s and 0.99969 of the exa
 hypervolume at 64 units, 2.3 s at 96, and every rule of ``agents.baselines`` still dominated.
 Steps of a fixed number of bytes lost the plans that differ from all-keep by a unit or two.
 
+The teacher's plans include chain regions where the profile has ``chain`` (the exact solver
+searches them), so the policy learns when to open, continue and close a region; its
+observation says whether a region is open (``CheckpointEnv``'s table).
+
 A demonstration is one episode of ``CheckpointEnv`` at one budget following the teacher's
 plan: the observations the policy will see, the masks, the teacher's actions and the
 episode's reward (the return of every step, gamma = 1). Cloning fits the policy's masked

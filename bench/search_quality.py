@@ -112,6 +112,7 @@ def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) 
 
 def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> SearchRun:
     cfg = SearchConfig(workload=spec, agents=args.agents, timesteps=args.timesteps, reward="hybrid",
+                       actions=["keep", "recompute", "selective"],  # random plans and NSGA-II draw per-unit actions
                        max_measurements=args.measurements, repeats=args.repeats, warm_start=False,
                        batch_scaling=False, out=str(run_root), name=spec.replace("/", "-").replace(":", "-")[:40],
                        seed=args.seed, measure_threads=args.threads, chunk_timesteps=args.chunk_timesteps,

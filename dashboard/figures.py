@@ -22,7 +22,8 @@ from dashboard.data import RunData
 from env.data.types import MIB
 from search.records.pareto import nondominated
 
-ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2"}
+ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2",
+                  "chain": "#c45a00"}
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from env.data.model_profile import ModelProfile, Segment, UnitCost
-from env.data.plan import ACTIONS
+from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
+from env.data.plan import ACTIONS, Action
 
 
 def _segment(rng: np.random.Generator, scale: int) -> Segment:
@@ -14,23 +14,31 @@ def _segment(rng: np.random.Generator, scale: int) -> Segment:
                    seconds=float(rng.uniform(0.001, 0.1)))
 
 
-def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000) -> ModelProfile:
-    """A ModelProfile with random segments: not physical, but any walk the cost model can take."""
+def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000, chains: bool = False) -> ModelProfile:
+    """A ModelProfile with random segments: not physical, but any walk the cost model can take.
+
+    ``chains``: the profile has ``chain`` too (after its ``n_actions`` >= 2 actions), with random
+    costs, and each unit but the first may chain onto the one before it with probability 0.7."""
     rng = np.random.default_rng(seed)
-    actions = ACTIONS[:n_actions]
+    actions = list(ACTIONS[:n_actions])
     costs = {a: [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
              for a in actions}
-    return ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",
+    prof = ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",
                         units=[f"u{i}" for i in range(n_units)], actions=actions,
                         base_bytes=int(rng.integers(0, 10 * scale)), pre=_segment(rng, scale),
                         post=_segment(rng, scale), tail=_segment(rng, scale), costs=costs)
+    if not chains:
+        return prof
+    if n_actions < 2:
+        raise ValueError("a profile with chains needs keep and recompute: n_actions >= 2")
+    costs[Action.CHAIN] = [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
+    links = [False] + [bool(x) for x in rng.random(n_units - 1) < 0.7]
+    return prof.model_copy(update={"actions": actions + [Action.CHAIN], "costs": costs, "chain_links": links})
 
 
-# unit kinds of a layered model: (share of units, kept bytes / hidden-state bytes, forward seconds per
-# kept MiB, fraction of the kept bytes selective saves, share of the forward selective reruns)
-_KINDS = {
-    "attention": (0.3, 18.0, 0.0040, 0.55, 0.35),
-    "mlp": (0.3, 10.0, 0.0020, 0.60, 0.20),
-    "norm": (0.25, 1.0, 0.0004, 1.00, 0.50),  # keeps only its output: recomputing saves nothing
-    "conv": (0.15, 14.0, 0.0010, 0.50, 0.15),  # big activations, cheap to recompute
-}
+def with_chains(profile: ModelProfile) -> ModelProfile:
+    """``profile`` with ``chain`` too, priced from its recompute (``env.data.model_profile.chain_costs``),
+    every unit chaining onto the one before it (a stack of blocks, e.g. ``bench.synthetic.layered_profile``)."""
+    costs = {**profile.costs, Action.CHAIN: chain_costs(profile.costs[Action.RECOMPUTE])}
+    return profile.model_copy(update={"actions": list(profile.actions) + [Action.CHAIN], "costs": costs,
+                                      "chain_links": [False] + [True] * (len(profile.units) - 1)})

@@ -208,3 +208,95 @@ def test_replanning_200_times_leaks_nothing() -> None:
     assert growth < 50, f"{growth} more live objects after 200 re-plans"
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert not any("forward" in m.__dict__ for m in model.modules())
+
+
+# ---------------------------------------------------------------------------------------------
+# Chain regions: a recompute unit and the chain units after it, recomputed as one checkpoint
+
+R, C, K = Action.RECOMPUTE, Action.CHAIN, Action.KEEP
+CHAINED = {  # plans over each tiny workload's blocks (gpt/tiny: 4, cnn/tiny: 5, mlp/tiny: 4)
+    "gpt/tiny": [[R, C, C, C], [R, C, K, R], [K, R, C, Action.SELECTIVE]],
+    "cnn/tiny": [[R, C, C, C, C], [K, R, C, R, C]],
+    "mlp/tiny": [[R, C, C, C], [R, R, C, K]],
+}
+
+
+@pytest.mark.parametrize("spec", sorted(CHAINED))
+def test_chained_plans_give_the_same_loss_gradients_and_state_bitwise(spec: str) -> None:
+    c = case(spec)
+    for actions in CHAINED[spec]:
+        equal = compare(c, actions)
+        assert all(equal.values()), f"{actions}: not bitwise equal: {[k for k, v in equal.items() if not v]}"
+        _, _, state = c.step(actions)
+        for key, value in state.items():  # BatchNorm's statistics updated once, as without a plan
+            assert torch.equal(value, c.ref_state[key]), f"{key} differs after {actions}"
+
+
+def test_a_chain_over_units_that_do_not_chain_is_refused_in_one_line_naming_the_pair() -> None:
+    from tests.test_workloads import one_line_error
+
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model, "sub-block")  # blocks.0.ln_1, .attn, .ln_2, .mlp, ...
+    actions = [R, C, C] + [K] * (len(units) - 3)  # ln_2 runs on the residual sum, not on attn's output
+    with apply_actions(w.model, plan_for(w.model, units, actions), units), pytest.raises(PlanError) as e:
+        w.loss()
+    one_line_error(e, "units 'blocks.0.attn' and 'blocks.0.ln_2' do not chain", "make 'blocks.0.ln_2' recompute")
+    assert not any("forward" in m.__dict__ for m in w.model.modules())
+
+
+def test_a_chained_plan_is_removed_without_a_trace() -> None:
+    w = load_workload("gpt/tiny")
+    model, units = w.model, find_units(w.model)
+    before = _snapshot(model)
+    with apply_actions(model, plan_for(model, units, [R, C, C, K]), units) as handle:
+        assert handle.applied == {"blocks.0": R, "blocks.1": C, "blocks.2": C}
+        w.loss().backward()
+    after = _snapshot(model)
+    assert _dict_contents(after) == _dict_contents(before) and after["hooks"] == before["hooks"]
+
+
+class _Reuse(nn.Module):
+    """b runs on a's output alone and c on b's (the hooks see a chain), but the parent adds a's output again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return (self.c(self.b(h)) + h).square().mean()
+
+
+def test_chain_links_are_confirmed_on_a_real_step() -> None:
+    from env.runtime.chains import candidate_links, chain_links
+    from env.workloads.workload import Workload
+
+    w = load_workload("gpt/tiny?n_layer=3")
+    sub = find_units(w.model, "sub-block")
+    assert chain_links(w, sub) == [False, True, False, True] * 3  # ln_1 -> attn and ln_2 -> mlp only
+    assert chain_links(w, find_units(w.model)) == [False, True, True]
+    g = torch.Generator().manual_seed(0)
+    reuse = Workload(spec="reuse", model=_Reuse(), inputs=(torch.randn(4, 8, generator=g),))
+    units = ["a", "b", "c"]
+    assert candidate_links(reuse, units) == [False, True, True]  # what the hooks see
+    grads_before = [p.grad for p in reuse.model.parameters()]
+    assert chain_links(reuse, units) == [False, False, True]  # a -> b changes the step: refused
+    assert [p.grad for p in reuse.model.parameters()] == grads_before
+
+
+def test_a_chained_plan_peaks_no_higher_than_recomputing_every_unit() -> None:
+    """gpt/tiny?n_layer=8 at sub-block units (32): each block's norm and attention, and its norm
+    and MLP, chain. As regions they keep one input each instead of two, and in backward rerun a
+    pair at a time: the measured peak is below recomputing each of the 32 units on its own."""
+    from env.measure.measurement import measure
+    from env.runtime.chains import chain_links
+
+    w = load_workload("gpt/tiny?n_layer=8")
+    units = find_units(w.model, "sub-block")
+    links = chain_links(w, units)
+    assert len(units) == 32 and sum(links) == 16
+    chained = [C if link else R for link in links]
+    per_unit = measure(w, plan_for(w.model, units, [R] * 32), units, repeats=1)
+    regions = measure(w, plan_for(w.model, units, chained), units, repeats=1)
+    assert regions.peak_bytes < per_unit.peak_bytes
+    assert regions.live_before_bytes == per_unit.live_before_bytes

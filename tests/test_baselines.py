@@ -46,3 +46,43 @@ def test_rules_follow_the_action_list_given() -> None:
     assert set(only_keep) == {"none", "random_0"} and only_keep["random_0"] == [0, 0, 0]
     with pytest.raises(ValueError, match="n_units=0"):
         baseline_rules(0, KRS)
+
+
+KRSC = KRS + [Action.CHAIN]
+
+
+def test_with_chains_the_segment_rules_are_regions_as_checkpoint_sequential_runs_them() -> None:
+    rules = baseline_rules(6, KRSC, seed=0, links=[False] + [True] * 5)
+    assert rules["segments_2"] == [1, 3, 3, 0, 0, 0]  # one region of 3 blocks keeping only its input, the rest kept
+    assert rules["segments_3"] == [1, 3, 1, 3, 0, 0]
+    assert rules["segments_4"] == [1, 1, 1, 0, 0, 0]  # segments of one unit: a region of one is a recompute
+    assert rules["sqrt_n"] == [1, 3, 3, 1, 3, 3]  # Chen et al.: every segment a region, only its input kept
+    assert rules["every_2"] == [1, 0, 1, 0, 1, 0] and rules["all"] == [1] * 6  # the per-unit rules stay
+
+
+def test_a_region_is_cut_where_units_do_not_chain() -> None:
+    links = [False, True, False, True, False, True]  # pairs: 0-1, 2-3, 4-5 (a norm and its attention, ...)
+    rules = baseline_rules(6, KRSC, seed=0, links=links)
+    assert rules["segments_2"] == [1, 3, 1, 0, 0, 0]
+    assert rules["sqrt_n"] == [1, 3, 1, 1, 1, 3]  # segments 0-2 and 3-5, each cut where a link is missing
+
+
+def test_without_links_the_rules_are_as_before() -> None:
+    assert baseline_rules(6, KRSC, seed=0, n_random=0) == {k: v for k, v in baseline_rules(6, KRS, seed=0).items()
+                                                           if not k.startswith("random")}
+
+
+def test_random_plans_with_chains_are_valid_plans() -> None:
+    from env.data.plan import chain_error
+
+    links = [False, True, True, False, True, True] * 5
+    rules = baseline_rules(30, KRSC, seed=3, n_random=20, links=links)
+    units = [f"u{i}" for i in range(30)]
+    chained = 0
+    for j in range(20):
+        plan = rules[f"random_{j}"]
+        assert chain_error(units, [KRSC[a] for a in plan]) is None
+        assert all(links[i] for i, a in enumerate(plan) if a == 3)
+        chained += plan.count(3)
+    assert chained > 0
+    assert baseline_rules(40, KRS, seed=1, n_random=2)["random_0"] == baseline_rules(40, KRS, seed=1)["random_0"]

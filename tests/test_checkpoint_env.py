@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-import env  # noqa: F401  (registers CkptSearch-v1)
+import env  # noqa: F401  (registers CkptSearch-v2)
 from agents.exact import exact_frontier
 from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
@@ -29,7 +29,8 @@ def gpt_tiny() -> ModelProfile:
     from env.workloads.workload import load_workload
 
     w = load_workload("gpt/tiny")
-    return profile(w, find_units(w.model), repeats=1, baseline=False)
+    return profile(w, find_units(w.model), [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN], repeats=1,
+                   baseline=False)  # blocks chain: four actions
 
 
 def _mid_budget(prof: ModelProfile) -> int:
@@ -47,25 +48,27 @@ def _rollout(e: gymnasium.Env, plan: list[int]) -> tuple[float, dict]:
     return float(reward), info
 
 
-@pytest.mark.parametrize("which", ["synthetic", pytest.param("gpt_tiny", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("which", ["synthetic", "chains", pytest.param("gpt_tiny", marks=pytest.mark.slow)])
 def test_checkers_pass_in_model_mode(which: str, request: pytest.FixtureRequest) -> None:
     from gymnasium.utils.env_checker import check_env as gym_check
     from stable_baselines3.common.env_checker import check_env as sb3_check
 
-    prof = synthetic_profile(6, 3, seed=11) if which == "synthetic" else request.getfixturevalue(which)
+    prof = {"synthetic": lambda: synthetic_profile(6, 3, seed=11),
+            "chains": lambda: synthetic_profile(6, 3, seed=11, chains=True),
+            "gpt_tiny": lambda: request.getfixturevalue(which)}[which]()
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        gym_check(gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=_mid_budget(prof)).unwrapped)
+        gym_check(gymnasium.make("CkptSearch-v2", profile=prof, budget_bytes=_mid_budget(prof)).unwrapped)
         sb3_check(CheckpointEnv(prof, _mid_budget(prof)))
     assert [str(w.message) for w in record] == []
 
 
 def test_make_builds_the_registered_env() -> None:
     prof = synthetic_profile(5, 3, seed=1)
-    e = gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=10**6)
+    e = gymnasium.make("CkptSearch-v2", profile=prof, budget_bytes=10**6)
     obs, _ = e.reset(seed=0)
     assert isinstance(e.unwrapped, CheckpointEnv)
-    assert obs.shape == ((N_UNIT_OBS + 1) * 3 + N_GLOBAL_OBS,) == (57,) and e.action_space.n == 3
+    assert obs.shape == ((N_UNIT_OBS + 1) * 3 + N_GLOBAL_OBS,) == (59,) and e.action_space.n == 3
     assert e.get_wrapper_attr("action_masks")().shape == (3,)
 
 
@@ -121,6 +124,44 @@ def test_masks_allow_exactly_the_actions_some_completion_fits() -> None:
             if not any(expected):
                 expected[int(np.argmin(lows))] = True
             assert e.action_masks().tolist() == expected
+
+
+@pytest.mark.parametrize("seed", [5, 8])
+def test_masks_with_chains_allow_exactly_the_actions_that_can_follow_and_fit(seed: int) -> None:
+    """A chain only where it continues a region (after recompute or chain, on a unit that chains),
+    and any action only if some valid completion fits the budget."""
+    prof = synthetic_profile(5, 3, seed=seed, chains=True)
+    cm = CostModel(prof)
+    budget = _mid_budget(prof)
+    e = CheckpointEnv(prof, budget)
+    assert e.action_space.n == 4
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(4), repeat=5) if cm.chain_error(p) is None}
+    chained = 0
+    for prefix_len in range(5):
+        for prefix in {p[:prefix_len] for p in peaks}:
+            e.reset()
+            for a in prefix:
+                e.step(a)
+            lows = [min((v for p, v in peaks.items() if p[:prefix_len + 1] == prefix + (a,)), default=None)
+                    for a in range(4)]
+            expected = [low is not None and low <= budget for low in lows]
+            if not any(expected):
+                expected[min((low, a) for a, low in enumerate(lows) if low is not None)[1]] = True
+            assert e.action_masks().tolist() == expected, prefix
+            chained += expected[3]
+    assert chained > 0
+
+
+def test_a_chain_that_continues_no_region_is_taken_as_recompute() -> None:
+    prof = synthetic_profile(4, 3, seed=8, chains=True)
+    e = CheckpointEnv(prof, 10**9)
+    e.reset()
+    assert not e.action_masks()[3]  # the first unit cannot chain
+    for _ in range(4):
+        *_, info = e.step(3)
+    names = info["plan"]
+    assert names[0] == "recompute" and CostModel(prof).chain_error(info["plan_indices"]) is None
+    assert info["peak_bytes"] == CostModel(prof).predict(info["plan_indices"]).peak_bytes
 
 
 def test_action_subset_and_observation_features() -> None:
@@ -206,7 +247,8 @@ def test_budget_range_draws_one_budget_per_episode() -> None:
         assert obs[g + 3] == pytest.approx(budget / e.baseline_peak, rel=1e-6)
         place = (budget - e.lowest_reachable) / (high - e.lowest_reachable)
         assert obs[g + 4] == pytest.approx(place, abs=1e-6)
-        code = obs[g + 7:]  # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        # sin, cos of the place at 1, 2, 4, .. half-turns: sharp budget boundaries for a policy
+        code = obs[g + 7:g + 7 + 2 * N_FOURIER]
         assert code.shape == (2 * N_FOURIER,)
         assert code[0::2] == pytest.approx(np.sin(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)
         assert code[1::2] == pytest.approx(np.cos(np.pi * 2.0 ** np.arange(N_FOURIER) * place), abs=1e-5)

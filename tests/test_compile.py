@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 from torch._dynamo.testing import EagerAndRecordGraphs
 
-from env.data.errors import MeasurementError
+from env.data.errors import MeasurementError, PlanError
 from env.data.measured import MeasuredPlan as Measurement
 from env.data.plan import Plan, fingerprint
 from env.measure.compiled import CompileOptions
@@ -53,6 +53,27 @@ def _step(w: Workload, model: nn.Module, initial: dict) -> tuple[torch.Tensor, d
     return loss.detach(), grads, copy.deepcopy(w.model.state_dict())
 
 
+def _recorded(w: Workload, units: list[str], actions: list[str]) -> tuple[int, int]:
+    """(graphs, checkpoint regions) dynamo records for one planned step compiled with fullgraph=True."""
+    backend = EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, actions), units):
+        dataclasses.replace(w, model=torch.compile(w.model, backend=backend, fullgraph=True)).loss().backward()
+    torch._dynamo.reset()
+    tag = torch.ops.higher_order.tag_activation_checkpoint
+    return len(backend.graphs), sum(n.target is tag for g in backend.graphs for n in g.graph.nodes)
+
+
+def _compiled_step(w: Workload, units: list[str], actions: list[str], backend: str,
+                   initial: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
+    """``_step`` with the plan applied and the model compiled (fullgraph) from a fresh dynamo state."""
+    torch._dynamo.reset()
+    with apply_actions(w.model, plan_for(w.model, units, actions), units):
+        out = _step(w, torch.compile(w.model, backend=backend, fullgraph=True), initial)
+    torch._dynamo.reset()
+    return out
+
+
 def _assert_close(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], what: str) -> None:
     assert got.keys() == ref.keys() and ref
     for name in ref:
@@ -78,14 +99,7 @@ def test_every_action_traces_into_one_graph_with_a_region_per_checkpointed_unit(
     w = load_workload(spec)
     units = _units(w)
     actions = _actions(units)
-    backend = EagerAndRecordGraphs()
-    torch._dynamo.reset()
-    with apply_actions(w.model, plan_for(w.model, units, actions), units):
-        dataclasses.replace(w, model=torch.compile(w.model, backend=backend, fullgraph=True)).loss().backward()
-    torch._dynamo.reset()
-    assert len(backend.graphs) == 1
-    regions = [n for n in backend.graphs[0].graph.nodes if n.target is torch.ops.higher_order.tag_activation_checkpoint]
-    assert len(regions) == sum(a != "keep" for a in actions)
+    assert _recorded(w, units, actions) == (1, sum(a != "keep" for a in actions))
 
 
 @pytest.mark.slow
@@ -99,10 +113,7 @@ def test_a_compiled_plan_gives_the_eager_gradients_with_dropout_on(spec: str, ba
     torch.manual_seed(SEED + 1)
     with torch.no_grad():
         assert not torch.equal(w.loss(), ref_loss)  # dropout is on: the seed is what makes the steps equal
-    torch._dynamo.reset()
-    with apply_actions(w.model, plan_for(w.model, units, _actions(units)), units):
-        loss, grads, _ = _step(w, torch.compile(w.model, backend=backend, fullgraph=True), initial)
-    torch._dynamo.reset()
+    loss, grads, _ = _compiled_step(w, units, _actions(units), backend, initial)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
     _assert_close(grads, ref_grads, f"{spec} compiled with {backend}")
 
@@ -113,10 +124,7 @@ def test_a_compiled_recompute_updates_batchnorm_buffers_once() -> None:
     units = find_units(w.model)
     initial = copy.deepcopy(w.model.state_dict())
     _, _, ref_state = _step(w, w.model, initial)
-    torch._dynamo.reset()
-    with apply_actions(w.model, plan_for(w.model, units, ["recompute"] * len(units)), units):
-        _, _, state = _step(w, torch.compile(w.model, backend="aot_eager", fullgraph=True), initial)
-    torch._dynamo.reset()
+    _, _, state = _compiled_step(w, units, ["recompute"] * len(units), "aot_eager", initial)
     tracked = [k for k in state if k.endswith("num_batches_tracked")]
     assert tracked and all(int(state[k]) == int(initial[k]) + 1 for k in tracked)
     for key in state:
@@ -218,3 +226,31 @@ def test_a_budget_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(MeasurementError) as e:
         CompileOptions(activation_memory_budget=1.5)
     one_line_error(e, "activation_memory_budget=1.5", "between 0.0 and 1.0")
+
+
+@pytest.mark.slow
+def test_a_chain_region_is_one_checkpoint_in_one_graph_with_the_eager_gradients(eager_random) -> None:
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    actions = ["recompute", "chain", "chain", "keep"]  # blocks 0..2 as one region
+    assert _recorded(w, units, actions) == (1, 1)
+    initial = copy.deepcopy(w.model.state_dict())
+    ref_loss, ref_grads, _ = _step(w, w.model, initial)
+    for backend_name in ("aot_eager", "inductor"):
+        loss, grads, _ = _compiled_step(w, units, actions, backend_name, initial)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+        _assert_close(grads, ref_grads, f"chained, compiled with {backend_name}")
+
+
+@pytest.mark.slow
+def test_a_compiled_chain_over_units_that_do_not_chain_is_refused() -> None:
+    """With fullgraph=True dynamo reports the refusal's message; without, the frame runs eagerly and refuses."""
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model, "sub-block")
+    actions = ["recompute", "chain", "chain"] + ["keep"] * (len(units) - 3)
+    for fullgraph, error in ((True, torch._dynamo.exc.Unsupported), (False, PlanError)):
+        torch._dynamo.reset()
+        with apply_actions(w.model, plan_for(w.model, units, actions), units), pytest.raises(error) as e:
+            dataclasses.replace(w, model=torch.compile(w.model, backend="eager", fullgraph=fullgraph)).loss()
+        torch._dynamo.reset()
+        assert "units 'blocks.0.attn' and 'blocks.0.ln_2' do not chain" in str(e.value)

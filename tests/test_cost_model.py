@@ -13,7 +13,9 @@ import pytest
 
 from env.cost.cost_model import CostModel
 from env.data.errors import PlanError
+from env.data.plan import Action
 from env.measure.measurement import measure
+from env.data.model_profile import UnitCost, chain_costs
 from env.measure.profiler import ModelProfile, Segment, profile
 from env.runtime.apply import plan_for
 from env.units.find import find_units
@@ -21,6 +23,7 @@ from env.workloads.workload import Workload, load_workload
 from tests.test_workloads import one_line_error
 
 SPECS = ("gpt/tiny", "cnn/tiny")
+ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN)
 _PROFILED: dict[str, tuple[Workload, list[str], CostModel]] = {}
 
 
@@ -28,7 +31,7 @@ def profiled(spec: str) -> tuple[Workload, list[str], CostModel]:
     if spec not in _PROFILED:
         w = load_workload(spec)
         units = find_units(w.model)
-        _PROFILED[spec] = (w, units, CostModel(profile(w, units, repeats=1, baseline=False)))
+        _PROFILED[spec] = (w, units, CostModel(profile(w, units, ACTIONS, repeats=1, baseline=False)))
     return _PROFILED[spec]
 
 
@@ -37,10 +40,15 @@ def measured_peak(w: Workload, units: list[str], cm: CostModel, idx: list[int]) 
     return measure(w, plan, units, repeats=1, warmup=1).peak_bytes
 
 
+def uniform_actions(cm: CostModel) -> list[int]:
+    """The actions a plan may give every unit (not chain: a chain continues a region)."""
+    return [a for a, action in enumerate(cm.profile.actions) if action is not Action.CHAIN]
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_homogeneous_plans_are_predicted_exactly(spec: str) -> None:
     w, units, cm = profiled(spec)
-    for a in range(len(cm.profile.actions)):
+    for a in uniform_actions(cm):
         idx = [a] * cm.n_units
         assert cm.predict(idx).peak_bytes == measured_peak(w, units, cm, idx), cm.profile.actions[a]
 
@@ -51,7 +59,7 @@ def test_random_mixed_plans_are_within_five_percent(spec: str) -> None:
     rng = random.Random(7)
     errors = []
     for _ in range(6):
-        idx = [rng.randrange(len(cm.profile.actions)) for _ in units]
+        idx = [rng.choice(uniform_actions(cm)) for _ in units]
         peak = measured_peak(w, units, cm, idx)
         errors.append(abs(cm.predict(idx).peak_bytes - peak) / peak)
     assert max(errors) <= 0.05, errors
@@ -97,3 +105,59 @@ def test_plans_that_do_not_fit_the_profile() -> None:
     with pytest.raises(PlanError) as e:
         cm.predict(plan_for(w.model, units, ["offload"] * len(units)))
     one_line_error(e, "action the profile lacks", "keep, recompute, selective")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains: a region's forward keeps only its input; in backward it is recomputed at once
+
+
+def random_chained_plan(cm: CostModel, rng: random.Random) -> list[int]:
+    """A random plan with chains where the profile's links allow them (each unit: keep, recompute,
+    selective, or chain when the unit before it is recompute or chain)."""
+    plan: list[int] = []
+    for i in range(cm.n_units):
+        can_chain = i > 0 and cm.links[i] and plan[-1] in (cm.rec, cm.chain)
+        plan.append(cm.chain if can_chain and rng.random() < 0.6 else rng.choice(uniform_actions(cm)))
+    return plan
+
+
+@pytest.mark.parametrize("spec, tolerance", [("gpt/tiny", 0.0), ("cnn/tiny", 0.05)])
+def test_chained_plans_are_predicted_from_the_profile(spec: str, tolerance: float) -> None:
+    """gpt/tiny exactly (CPU allocations are repeatable); cnn/tiny within 5% (its regions restore
+    BatchNorm buffers from copies made during the recompute, which the profile does not price)."""
+    w, units, cm = profiled(spec)
+    assert cm.chain is not None and all(cm.links[1:])  # blocks chain
+    n, rng = cm.n_units, random.Random(11)
+    plans = [[cm.rec] + [cm.chain] * (n - 1), [cm.rec, cm.chain] + [cm.keep] * (n - 2)]
+    plans += [random_chained_plan(cm, rng) for _ in range(4)]
+    for idx in plans:
+        peak = measured_peak(w, units, cm, idx)
+        assert abs(cm.predict(idx).peak_bytes - peak) <= tolerance * peak, [cm.profile.actions[a].value for a in idx]
+
+
+def test_a_region_is_recomputed_at_once_in_backward() -> None:
+    """Two units kept at 100 bytes each (rise 150), 10 bytes of output: chained, the backward
+    reruns the first as kept (100 bytes, rise 150) and then runs the last as recomputed."""
+    def seg(delta: int, rise: int, seconds: float) -> Segment:
+        return Segment(delta_bytes=delta, rise_bytes=rise, seconds=seconds)
+
+    keep = UnitCost(fwd=seg(100, 150, 1.0), bwd=seg(-90, 20, 1.0))
+    rec = UnitCost(fwd=seg(10, 150, 1.0), bwd=seg(0, 160, 2.0))
+    zero = seg(0, 0, 0.0)
+    prof = ModelProfile(workload="w", batch_shape="-", device="none", fingerprint="f", units=["a", "b"],
+                        actions=[Action.KEEP, Action.RECOMPUTE, Action.CHAIN], base_bytes=1000, pre=zero, post=zero,
+                        tail=zero, costs={Action.KEEP: [keep, keep], Action.RECOMPUTE: [rec, rec],
+                                          Action.CHAIN: chain_costs([rec, rec])}, chain_links=[False, True])
+    cm = CostModel(prof)
+    # forward: a keeps 10 (rise 150), b frees a's 10 and keeps its own 10 (rise 150): level 1010
+    # backward: a rerun as kept (1010 + 150, then 1110), b as recomputed (1110 + 160 = 1270), a as kept (1110 + 20)
+    assert cm.predict([1, 2]).peak_bytes == 1270
+    assert cm.predict([1, 1]).peak_bytes == 1020 + 160  # per unit: both inputs kept, one unit recomputed at a time
+    assert cm.predict([1, 2]).step_seconds == cm.predict([1, 1]).step_seconds == 6.0
+    with pytest.raises(PlanError) as e:
+        cm.predict([0, 2])
+    one_line_error(e, "unit 'b' is 'chain' after 'a', which is 'keep'")
+    unlinked = CostModel(prof.model_copy(update={"chain_links": [False, False]}))
+    with pytest.raises(PlanError) as e:
+        unlinked.predict([1, 2])
+    one_line_error(e, "units 'a' and 'b' do not chain in this model", "make 'b' recompute")

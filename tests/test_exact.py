@@ -11,15 +11,17 @@ from hypothesis import strategies as st
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
 from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
+from env.cost.peak_walk import PeakWalk
 from env.data.plan import Action
-from tests.profiles import synthetic_profile
+from tests.profiles import synthetic_profile, with_chains
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 
 
 def brute_force(cm: CostModel) -> list[FrontierPoint]:
+    """Every valid plan (chains only after recompute or chain, where the profile's links allow), walked whole."""
     plans = itertools.product(range(len(cm.profile.actions)), repeat=cm.n_units)
-    return pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans])
+    return pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans if cm.chain_error(p) is None])
 
 
 def _values(points: list[FrontierPoint]) -> list[tuple[int, float]]:
@@ -77,3 +79,55 @@ def test_relative_steps_keep_the_frontier_within_a_tenth_of_a_percent() -> None:
     assert 0.999 <= ratio <= 1.0
     assert approx[0].peak_bytes == exact[0].peak_bytes and approx[-1].step_seconds == exact[-1].step_seconds
     assert _values(exact_frontier(cm, relative=0.0)) == _values(exact)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains: regions of recompute + chain units, where the profile's links allow them
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 6), n_actions=st.integers(2, 3), seed=st.integers(0, 2**32 - 1))
+def test_exact_equals_brute_force_with_chains(n_units: int, n_actions: int, seed: int) -> None:
+    cm = CostModel(synthetic_profile(n_units, n_actions, seed, chains=True))
+    exact = exact_frontier(cm)
+    assert _values(exact) == _values(brute_force(cm))
+    for point in exact:  # each point's plan is a valid plan with that peak and time
+        assert cm.chain_error(point.plan) is None
+        pred = cm.predict(list(point.plan))
+        assert (pred.peak_bytes, pred.step_seconds) == (point.peak_bytes, point.step_seconds)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
+def test_the_walk_gives_every_prefix_its_lowest_reachable_peak(n_units: int, seed: int) -> None:
+    """What the env's masks read: from the states after any valid prefix, the lowest peak of its
+    completions; an invalid prefix (a chain after no region, or across units that do not chain) has none."""
+    cm = CostModel(synthetic_profile(n_units, 3, seed, chains=True))
+    walk = PeakWalk(cm, list(range(len(cm.profile.actions))))
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(4), repeat=n_units) if cm.chain_error(p) is None}
+    for plan in itertools.product(range(4), repeat=n_units):
+        states = walk.initial()
+        for i, a in enumerate(plan):
+            states = walk.step(i, a, states)
+            completions = [v for p, v in peaks.items() if p[:i + 1] == plan[:i + 1]]
+            assert walk.lowest(i + 1, states) == (min(completions) if completions else None), (plan, i)
+            if not completions:
+                break
+
+
+def test_chains_reach_below_per_unit_recompute_on_a_stack_of_blocks() -> None:
+    """On layered profiles where every unit chains, the space with chains contains the one without
+    (never a higher lowest peak), reaches lower on some, and without chain gives the same frontier."""
+    lower = 0
+    for seed in range(4):
+        plain = CostModel(layered_profile(12, seed=seed))
+        chained = CostModel(with_chains(plain.profile))
+        low_plain, low_chained = exact_frontier(plain)[0], exact_frontier(chained)[0]
+        assert low_chained.peak_bytes <= low_plain.peak_bytes
+        if low_chained.peak_bytes < low_plain.peak_bytes:
+            lower += 1
+            assert chained.chain in low_chained.plan
+            assert chained.predict(list(low_chained.plan)).peak_bytes == low_chained.peak_bytes
+        no_chain = [a for a in range(len(chained.profile.actions)) if a != chained.chain]
+        assert _values(exact_frontier(chained, actions=no_chain)) == _values(exact_frontier(plain))
+    assert lower >= 1

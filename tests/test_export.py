@@ -245,3 +245,19 @@ def test_apply_plan_given_a_run_folder_says_which_file_to_give(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg and "is a folder, not a plan file" in msg
     assert f"python -m search.export {tmp_path} --budget-mb MB --out plan.json" in msg and "budget_8MB.json" in msg
+
+
+@pytest.mark.slow
+def test_an_exported_chained_plan_keeps_its_peak_and_gradients_as_json_and_as_a_snippet(tmp_path):
+    run_dir = tmp_path / "runs" / "gpt-tiny-chained"
+    frontier = _run_folder(run_dir, GPT, [["keep"] * 4, ["recompute", "chain", "chain", "keep"]])
+    budget, expected = _budget_below_baseline(frontier)
+    assert expected.plan["blocks.1"] is Action.CHAIN
+    for fmt, mode in (("json", "apply"), ("py", "snippet")):
+        out = tmp_path / f"plan.{fmt}"
+        assert main([str(run_dir), "--budget-mb", str(budget), "--format", fmt, "--out", str(out)]) == 0
+        if fmt == "json":
+            assert json.loads(out.read_text())["schema_version"] == 2 and Plan.load(out) == frontier.plan(expected)
+        got = _child(mode, GPT, out)
+        assert got["peak_bytes"] == expected.peak_bytes  # CPU peaks are exact
+        assert got["n_grads"][0] == got["n_grads"][1] > 0 and got["max_grad_diff"] == 0.0

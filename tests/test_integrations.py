@@ -17,6 +17,7 @@ from env.data.errors import PlanError
 from env.runtime.apply import plan_for
 from env.units.find import find_units
 from env.workloads.workload import load_workload
+from search import apply_plan
 from search.training.integrations import apply_hf_plan, fsdp_check_fn, hf_available, hf_plan_for, hf_units
 
 needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
@@ -105,3 +106,18 @@ def test_fsdp_check_fn_refuses_another_models_plan():
         fsdp_check_fn(w.model, plan)
     check = fsdp_check_fn(w.model, plan, strict=False)
     assert [n for n, m in w.model.named_modules() if check(m)] == [f"blocks.{i}" for i in range(4)]
+
+
+def test_fsdp_check_fn_refuses_a_plan_with_chain_regions_in_one_line():
+    """apply_activation_checkpointing wraps one module at a time: a region recomputed unit by unit
+    would keep every unit's input, so the plan is refused rather than quietly weakened."""
+    from tests.test_workloads import one_line_error
+
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    plan = plan_for(w.model, units, ["keep", "recompute", "chain", "chain"])
+    with pytest.raises(PlanError) as e:
+        fsdp_check_fn(w.model, plan)
+    one_line_error(e, "'blocks.1' .. 'blocks.3' as one chain region", "search.apply_plan before fully_shard")
+    with apply_plan(w.model, plan):  # the way in for such a plan
+        w.loss().backward()

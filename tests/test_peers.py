@@ -232,3 +232,26 @@ def test_measure_peer_compiles_each_budget_fresh() -> None:
         assert m.compile_seconds is not None and m.recompiles == 0 and m.graph_breaks == 0
     assert half.peak_bytes < full.peak_bytes == full_again.peak_bytes
     assert torch._functorch.config.activation_memory_budget == 1.0  # the budget was set only while compiling
+
+
+@pytest.mark.parametrize("k", [2, 3, 8])
+def test_a_checkpoint_sequential_peer_is_a_plan_of_ours_with_its_measured_peak(k: int) -> None:
+    """The peer, expressed as chain regions over the chain's blocks, measures the peer's own peak
+    (CPU peaks are exact and repeatable: equal, not just close)."""
+    from env.data.plan import Action
+    from env.measure.measurement import measure
+    from env.measure.peers import sequential_peer_actions
+
+    w = load_workload("gpt/tiny?n_layer=8")
+    units = find_units(w.model)
+    peer = checkpoint_sequential_peer(k, "blocks")
+    actions = sequential_peer_actions(peer, units)
+    if k == 3:  # segments of 8 // 3 = 2 blocks: two regions, the last segment of 4 kept
+        assert actions == [Action.RECOMPUTE, Action.CHAIN] * 2 + [Action.KEEP] * 4
+    ours = measure(w, plan_for(w.model, units, actions), units, repeats=1)
+    theirs = measure_peer(w, peer, repeats=1)
+    assert ours.peak_bytes == theirs.peak_bytes
+    assert ours.peak_bytes < measure(w, plan_for(w.model, units, [Action.KEEP] * 8), units, repeats=1).peak_bytes
+    with pytest.raises(WorkloadError) as e:
+        sequential_peer_actions(peer, find_units(w.model, "sub-block"))
+    one_line_error(e, "segments the blocks of 'blocks'", "give them as the units")

@@ -63,7 +63,7 @@ def test_an_unknown_action_names_the_choices(gpt) -> None:
     model, units = gpt
     with pytest.raises(PlanError) as e:
         parse_action("checkpoint")
-    one_line_error(e, "unknown action 'checkpoint'", "keep, recompute, selective, offload")
+    one_line_error(e, "unknown action 'checkpoint'", "keep, recompute, selective, offload, chain")
     text = json.dumps({"schema_version": SCHEMA_VERSION, "fingerprint": "x", "actions": {"blocks.0": "remat"}})
     with pytest.raises(PlanError) as e:
         Plan.from_json(text)
@@ -112,3 +112,64 @@ def test_the_codec_converts_plans_without_changing_their_digest() -> None:
     with pytest.raises(PlanError) as e:
         codec.digest((0, 1))
     one_line_error(e, "2 actions for 3 units")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chains: 'chain' continues the region of the unit before it
+
+UNITS4 = ["blocks.0", "blocks.1", "blocks.2", "blocks.3"]
+V1_PLAN = """{"schema_version": 1, "fingerprint": "3f2a9c0d1e2b4a5f", "actions": {"blocks.0": "recompute",
+  "blocks.1": "keep", "blocks.2": "selective", "blocks.3": "recompute"}}"""
+
+
+def test_a_plan_file_of_version_1_loads_with_its_digest_and_json_unchanged() -> None:
+    plan = Plan.from_json(V1_PLAN)
+    assert plan.digest == "a15e6b401867e3f6"  # as every version before chains computed it
+    assert plan.schema_version == 1 and json.loads(plan.to_json())["schema_version"] == 1
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_a_chained_plan_round_trips_as_version_2(tmp_path: Path) -> None:
+    plan = Plan.from_list(UNITS4, ["recompute", "chain", "chain", "keep"], "fp")
+    data = json.loads(plan.to_json())
+    assert data["schema_version"] == 2 == SCHEMA_VERSION
+    assert data["actions"] == {"blocks.0": "recompute", "blocks.1": "chain", "blocks.2": "chain", "blocks.3": "keep"}
+    again = Plan.load(plan.save(tmp_path / "chained.json"))
+    assert again == plan and again.digest == plan.digest
+    assert again.digest != Plan.from_list(UNITS4, ["recompute"] * 3 + ["keep"], "fp").digest
+    assert plan.summary() == "chain 2, recompute 1, keep 1"
+
+
+def test_regions_are_a_recompute_and_the_chains_after_it() -> None:
+    from env.data.plan import regions
+
+    assert regions(["recompute", "chain", "chain", "keep", "recompute", "recompute", "chain"]) == [(0, 3), (5, 7)]
+    assert regions(["recompute", "recompute", "keep"]) == []
+
+
+@pytest.mark.parametrize("actions, words", [
+    (["chain", "keep", "keep", "keep"], ("unit 'blocks.0' is 'chain' but is the first unit", "recompute")),
+    (["keep", "chain", "keep", "keep"], ("unit 'blocks.1' is 'chain' after 'blocks.0', which is 'keep'", "recompute")),
+    (["recompute", "selective", "chain", "keep"], ("'blocks.2' is 'chain' after 'blocks.1', which is 'selective'",)),
+])
+def test_a_chain_that_continues_no_region_is_refused_in_one_line(actions: list[str], words: tuple[str, ...]) -> None:
+    with pytest.raises(PlanError) as e:
+        Plan.from_list(UNITS4, actions, "fp")
+    one_line_error(e, *words)
+    text = json.dumps({"schema_version": 2, "fingerprint": "fp", "actions": dict(zip(UNITS4, actions))})
+    with pytest.raises(PlanError) as e:
+        Plan.from_json(text, source="plan file 'p.json'")
+    one_line_error(e, "plan file 'p.json'", *words)
+
+
+def test_the_codec_speaks_chain() -> None:
+    from env.data.codec import PlanCodec
+
+    codec = PlanCodec(UNITS4, ["keep", "recompute", "selective", "chain"], "fp")
+    idx = codec.indices(["recompute", "chain", "chain", "keep"])
+    assert idx == (1, 3, 3, 0)
+    assert codec.plan(idx) == Plan.from_list(UNITS4, ["recompute", "chain", "chain", "keep"], "fp")
+    assert codec.digest(idx) == codec.plan(idx).digest
+    with pytest.raises(PlanError) as e:
+        codec.plan((0, 3, 0, 0))
+    one_line_error(e, "'blocks.1' is 'chain' after 'blocks.0'")

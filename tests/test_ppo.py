@@ -11,6 +11,7 @@ import pytest
 from agents.exact import exact_frontier
 from agents.ppo import AgentConfig, PPOAgent
 from bench.synthetic import layered_profile
+from tests.profiles import with_chains
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
 from env.data.model_profile import ModelProfile
@@ -40,6 +41,22 @@ def test_one_agent_reports_every_exact_frontier_point_on_8_units() -> None:
     assert report["name"] == "agent_0" and report["timesteps"] == 0 and report["clone"]["regret"] <= 0.01
     assert {(p.peak_bytes, round(p.step_seconds, 12)) for p in exact} <= _points(report["plans"])
     assert all(p["measured"] is False for p in report["plans"])
+
+
+def test_one_agent_reports_every_exact_frontier_point_with_chains_on_8_units() -> None:
+    """Chains in the action space: the agent is cloned from the exact frontier over plans with chain
+    regions, its plans are valid (a chain only after recompute or chain), reach the lowest exact
+    point (which needs a region) and trace the frontier."""
+    prof = with_chains(layered_profile(8, seed=2))
+    cm = CostModel(prof)
+    exact = exact_frontier(cm)
+    assert cm.chain in exact[0].plan  # the lowest plan needs a region (layered seed 2: below every per-unit plan)
+    report = PPOAgent("agent_0", prof.model_dump(mode="json"), None, seed=0, reward_mode=Reward.HYBRID).train(0)
+    assert report["clone"]["regret"] <= 0.01
+    assert all(cm.chain_error(p["actions"]) is None for p in report["plans"])
+    points = _points(report["plans"])
+    assert (exact[0].peak_bytes, round(exact[0].step_seconds, 12)) in points
+    assert _hv(sorted(points), cm) >= 0.999 * _hv([(p.peak_bytes, p.step_seconds) for p in exact], cm)
 
 
 def _slower_truth(prof: ModelProfile, seed: int) -> ModelProfile:

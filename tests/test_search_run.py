@@ -143,7 +143,8 @@ def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
 def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     """--reward model from a fixed profile (tests/data): the proposals, in order, and the measured
     peaks are the pinned ones (same seed, same search). The pin held across the search's redesign
-    into a driver plus a ledger; it was taken again when the agents became budget-conditioned."""
+    into a driver plus a ledger; it was taken again when the agents became budget-conditioned, and when
+    the env's observation gained the open chain region's entries (the agents' plans changed, the rules not)."""
     from search.run import main
 
     pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())

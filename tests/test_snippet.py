@@ -148,3 +148,38 @@ def test_snippet_wrappers_compile_into_one_graph_with_the_eager_gradients():
     for name in g_none:
         torch.testing.assert_close(g_snip[name], g_none[name], rtol=1e-4, atol=1e-5, msg=name)
     remove()
+
+
+CHAINED = ["recompute", "chain", "chain", "keep"]  # gpt/tiny's first three blocks as one region
+
+
+def test_snippet_applies_chains_with_the_gradients_and_peak_of_apply_plan():
+    w_plan, w_snip, w_none = (load_workload("gpt/tiny", seed=0) for _ in range(3))
+    units = find_units(w_plan.model)
+    plan = plan_for(w_plan.model, units, CHAINED)
+    remove = _load(plan_snippet(plan))["apply_checkpoint_plan"](w_snip.model)
+    assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == units[:3]
+    handle = apply_plan(w_plan.model, plan)
+    g_none, g_plan, g_snip = _grads(w_none), _grads(w_plan), _grads(w_snip)
+    for name in g_none:
+        torch.testing.assert_close(g_snip[name], g_none[name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(g_snip[name], g_plan[name], rtol=0, atol=0, msg=name)
+    for w in (w_plan, w_snip):
+        w.model.zero_grad(set_to_none=True)
+    handle.remove()
+    nothing = Plan(fingerprint=fingerprint(w_snip.model, []), actions={})
+    assert measure(w_snip, nothing, repeats=1).peak_bytes == measure(w_plan, plan, units, repeats=1).peak_bytes
+    remove()
+    assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == []
+
+
+def test_snippet_refuses_a_chain_over_units_that_do_not_chain():
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model, "sub-block")
+    plan = plan_for(w.model, units, ["recompute", "chain", "chain"] + ["keep"] * (len(units) - 3))
+    ns = _load(plan_snippet(plan))
+    remove = ns["apply_checkpoint_plan"](w.model)
+    with pytest.raises(ns["PlanError"], match="units 'blocks.0.attn' and 'blocks.0.ln_2' do not chain"):
+        w.loss()
+    assert issubclass(ns["PlanError"], ValueError)
+    remove()

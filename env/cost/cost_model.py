@@ -4,6 +4,14 @@ Walks the step's timeline (``env.data``): forward segments keep bytes, backward 
 free them while gradients accumulate and recomputation adds its transient; the peak is the
 maximum of (level at a segment's start + that segment's rise), never a sum. Time is the sum
 of the segments' times. Arrays are precomputed once per profile; a prediction costs O(n).
+
+A chain region (units ``j..k``: a ``recompute`` and the ``chain`` units after it) walks its
+forward unit by unit, each as its action's forward (``chain``: no input kept). In backward the
+region is recomputed at once when the gradient reaches it: its units but the last are rerun as
+under ``keep`` (their kept bytes pile up, with each one's transient on top), then the last unit
+runs its backward as a recomputed unit does, then the others theirs as kept units do. So the
+region's transient is the sum of its units' activations, and a one-unit region is exactly a
+``recompute``.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import numpy as np
 
 from env.data.errors import PlanError
 from env.data.model_profile import ModelProfile
-from env.data.plan import Action, Plan
+from env.data.plan import Action, Plan, chain_error, regions
 
 
 @dataclass(frozen=True)
@@ -44,6 +52,13 @@ class CostModel:
         self._fd, self._fr = self.f_delta.tolist(), self.f_rise.tolist()
         self._bd, self._br = self.b_delta.tolist(), self.b_rise.tolist()
         self._s = self.seconds.tolist()
+        index = {a: k for k, a in enumerate(acts)}
+        self.keep, self.rec = index.get(Action.KEEP), index.get(Action.RECOMPUTE)
+        self.chain = index.get(Action.CHAIN)  # None: plans have no chains
+        self.links = profile.links()  # links[i]: unit i may continue the region of unit i - 1
+        if self.chain is not None and (self.keep is None or self.rec is None):
+            raise PlanError(f"the profile has 'chain' but not {'keep' if self.keep is None else 'recompute'}; "
+                            "a chain region starts with a recompute and is recomputed as kept units: profile both")
 
     def with_step_seconds(self, seconds: np.ndarray, fixed_seconds: float) -> "CostModel":
         """This model with its step times replaced: ``seconds[i][a]`` per unit and action plus
@@ -83,6 +98,8 @@ class CostModel:
         return out
 
     def peak_bytes(self, actions: Sequence[int]) -> int:
+        if self.chain is not None and self.chain in actions:
+            return self._chained_peak_bytes(actions)
         p = self.profile
         level = p.base_bytes
         peak = level + p.pre.rise_bytes
@@ -99,6 +116,47 @@ class CostModel:
             level += bd[i][a]
         return max(peak, level + p.tail.rise_bytes)
 
+    def _chained_peak_bytes(self, actions: Sequence[int]) -> int:
+        """``peak_bytes`` of a plan with chain regions (see the module docstring)."""
+        p, fd, fr, bd, br, keep = self.profile, self._fd, self._fr, self._bd, self._br, self.keep
+        level = p.base_bytes
+        peak = level + p.pre.rise_bytes
+        level += p.pre.delta_bytes
+        for i, a in enumerate(actions):
+            peak = max(peak, level + fr[i][a])
+            level += fd[i][a]
+        peak = max(peak, level + p.post.rise_bytes)
+        level += p.post.delta_bytes
+        first_of = {stop - 1: start for start, stop in regions([p.actions[a] for a in actions])}
+        i = len(actions) - 1
+        while i >= 0:
+            start = first_of.get(i, i)
+            for m in range(start, i):  # the region's units but the last, rerun as kept
+                peak = max(peak, level + fr[m][keep])
+                level += fd[m][keep]
+            peak = max(peak, level + br[i][actions[i]])
+            level += bd[i][actions[i]]
+            for m in range(i - 1, start - 1, -1):
+                peak = max(peak, level + br[m][keep])
+                level += bd[m][keep]
+            i = start - 1
+        return max(peak, level + p.tail.rise_bytes)
+
+    def chain_error(self, actions: Sequence[int]) -> str | None:
+        """Why a plan's chains are not valid here (a chain after no region, or across units that do not
+        chain); None if they are."""
+        if self.chain is None or self.chain not in actions:
+            return None
+        units = self.profile.units
+        why = chain_error(units, [self.profile.actions[a] for a in actions])
+        if why:
+            return why
+        bad = next((i for i, a in enumerate(actions) if a == self.chain and not self.links[i]), None)
+        if bad is not None:
+            return (f"units '{units[bad - 1]}' and '{units[bad]}' do not chain in this model (the profile found "
+                    f"'{units[bad]}' is not run on '{units[bad - 1]}''s output alone); make '{units[bad]}' recompute")
+        return None
+
     def step_seconds(self, actions: Sequence[int]) -> float:
         s = self._s
         return self.fixed_seconds + sum(s[i][a] for i, a in enumerate(actions))
@@ -107,4 +165,7 @@ class CostModel:
         idx = self.indices(actions) if isinstance(actions, Plan) else list(actions)
         if len(idx) != self.n_units:
             raise PlanError(f"{len(idx)} actions for {self.n_units} units; give one per unit")
+        why = self.chain_error(idx)
+        if why:
+            raise PlanError(why)
         return Prediction(self.peak_bytes(idx), self.step_seconds(idx))

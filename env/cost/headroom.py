@@ -15,7 +15,7 @@ Torch-free at import: the cost model and the solver are imported when called (to
 from __future__ import annotations
 
 from env.cost.cost_model import CostModel
-from env.cost.peak_walk import initial_state, lowest_peak, suffix_functionals, unit_terms
+from env.cost.peak_walk import PeakWalk
 from env.data.model_profile import ModelProfile
 from env.data.types import MIB
 
@@ -33,8 +33,10 @@ def lowest_and_keep_peak(profile: ModelProfile) -> tuple[int, int]:
                          "profile with keep to have the no-checkpoint baseline")
     cm = CostModel(profile)
     keep = cm.peak_bytes([profile.actions.index("keep")] * cm.n_units)
-    terms = unit_terms(cm, list(range(len(profile.actions))))
-    return lowest_peak(initial_state(profile), suffix_functionals(profile, terms)[0]), keep
+    walk = PeakWalk(cm, list(range(len(profile.actions))))
+    lowest = walk.lowest(0, walk.initial())
+    assert lowest is not None, "all-keep is always a completion"
+    return lowest, keep
 
 
 def nothing_to_save(profile: ModelProfile, threshold: float = THRESHOLD) -> str | None:

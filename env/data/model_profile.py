@@ -11,11 +11,21 @@ gradient arrives, so the head and the loss are part of it), ``B_i`` its backward
 output's gradient until the previous unit's), ``pre``/``tail`` the rest (embeddings, optimizer
 step). ``post`` is empty: the head's bytes depend on the last unit's action, so they are
 measured as part of that unit under each action.
+
+**Chains** (``env.data.plan``: a ``recompute`` unit and the ``chain`` units after it, recomputed
+as one region). ``chain_links[i]`` says whether unit i may continue the region of unit i-1 (its
+input is that unit's output and nothing else uses it; found on a real step by
+``env.runtime.chains``). A unit's costs under ``chain`` follow from its measured costs under
+``recompute`` (``chain_costs``): in forward a region's unit runs as a recomputed one does, but
+nothing keeps its input, which it frees once read; in backward the whole region is recomputed at
+once, which the cost model (``env.cost.cost_model``) builds from the units' ``keep`` costs. So
+a chain needs no profiled step of its own; the profile's check measures chained plans against
+their predictions (``env.measure.profiler.check_profile``).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action
@@ -67,6 +77,31 @@ class ModelProfile(BaseModel):
     costs: dict[Action, list[UnitCost]]  # costs[action][unit index]
     baseline: MeasuredPlan | None = None  # all-keep, measured
     clock: str = "wall"  # what segment seconds were read from (env.measure.timeline.step_clock)
+    # chain_links[i]: unit i may continue the chain region of unit i - 1 (always False for unit 0);
+    # empty: no unit chains (profiles made before chains)
+    chain_links: list[bool] = Field(default_factory=list)
+
+    def links(self) -> list[bool]:
+        """``chain_links`` with one entry per unit (all False when the profile has none)."""
+        return list(self.chain_links) if self.chain_links else [False] * len(self.units)
 
     def cost(self, unit: int, action: Action) -> UnitCost:
         return self.costs[action][unit]
+
+
+def chain_costs(recompute: list[UnitCost]) -> list[UnitCost]:
+    """Each unit's costs under ``chain``, from its costs under ``recompute``.
+
+    Forward: what recomputing it allocates, less its input, unit i-1's output (what unit i-1
+    leaves allocated under recompute), which no one in a region keeps, freed once unit i has
+    read it; its rise is that of recomputing it (the input is freed after). Backward: as under
+    recompute, for the last unit of a region (the cost model takes the other units' backward from
+    ``keep``). Seconds: as under recompute, forward and backward, since a region reruns each of
+    its units once. Unit 0 cannot chain; its entry repeats ``recompute`` to keep one per unit.
+    """
+    out = [recompute[0]] if recompute else []
+    for before, unit in zip(recompute, recompute[1:]):
+        fwd = Segment(delta_bytes=unit.fwd.delta_bytes - before.fwd.delta_bytes, rise_bytes=unit.fwd.rise_bytes,
+                      seconds=unit.fwd.seconds)
+        out.append(UnitCost(fwd=fwd, bwd=unit.bwd))
+    return out

@@ -6,6 +6,20 @@ A plan is plain data with a versioned JSON form::
 
 The fingerprint hashes the unit FQNs with their classes and every parameter's name and shape,
 so a plan made for one model is refused by another.
+
+**Chains.** A run of consecutive units can be recomputed as one region that keeps only the
+run's input, as ``torch.utils.checkpoint.checkpoint_sequential`` and rotor do: the run's first
+unit is ``recompute`` and each following unit of the run is ``chain`` ("recomputed together
+with the unit before it, as one region"). A ``chain`` after anything but ``recompute`` or
+``chain``, or on the first unit, is refused. Why an action rather than a list of regions beside
+the actions: the plan stays one decision per unit, in execution order, which is how the env,
+the agents, the cost model and the exact solver walk it (a region is a decision that continues
+the one before it); the JSON stays unit -> action; and a plan without chains is exactly what
+it was (same JSON, same digest). A plan with chains is written as schema version 2, so that a
+ckpt-search that cannot run chains says "upgrade" instead of "unknown action"; versions 1 and
+2 are read. Which units can chain is the model's business (each unit's input must be the
+previous unit's output): ``env.runtime.chains`` finds out, ``env.runtime.apply`` refuses a
+region over units that do not.
 """
 
 from __future__ import annotations
@@ -16,14 +30,15 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from env.data.errors import PlanError
 
 if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
     import torch.nn as nn
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest plan schema this version reads and writes: 2 adds 'chain'
+READ_VERSIONS = (1, 2)
 
 
 class Action(str, Enum):
@@ -33,6 +48,7 @@ class Action(str, Enum):
     RECOMPUTE = "recompute"  # store the unit's inputs only; rerun its forward in backward
     SELECTIVE = "selective"  # store matmul/conv/attention outputs; recompute the cheap ops
     OFFLOAD = "offload"  # store them in pinned CPU memory (CUDA only)
+    CHAIN = "chain"  # recomputed with the unit before it as one region, which keeps only the region's input
 
     def __str__(self) -> str:
         return self.value
@@ -47,6 +63,34 @@ def parse_action(value: str | Action) -> Action:
         return Action(value)
     except ValueError:
         raise PlanError(f"unknown action '{value}'; choose one of {', '.join(ACTION_NAMES)}") from None
+
+
+REGION_STARTS = frozenset({Action.RECOMPUTE, Action.CHAIN})  # what a 'chain' may follow
+
+
+def chain_error(units: Sequence[str], actions: Sequence[Action | str]) -> str | None:
+    """Why these actions (one per unit, in execution order) are not a valid plan of chains; None if they are."""
+    for i, a in enumerate(actions):
+        if a != Action.CHAIN:
+            continue
+        if i == 0:
+            return (f"unit '{units[0]}' is 'chain' but is the first unit: a chain continues the region of the unit "
+                    "before it; make it recompute to start a region")
+        if Action(actions[i - 1]) not in REGION_STARTS:
+            return (f"unit '{units[i]}' is 'chain' after '{units[i - 1]}', which is '{Action(actions[i - 1]).value}': "
+                    "a chain continues a region; make the unit before it recompute (or chain), or this one recompute")
+    return None
+
+
+def regions(actions: Sequence[Action | str]) -> list[tuple[int, int]]:
+    """(start, stop) of each region of two or more units: a ``recompute`` and the ``chain`` units after it."""
+    out: list[tuple[int, int]] = []
+    for i, a in enumerate(actions):
+        if a == Action.CHAIN and out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        elif a == Action.CHAIN and i > 0 and actions[i - 1] == Action.RECOMPUTE:
+            out.append((i - 1, i + 1))
+    return out
 
 
 def plan_digest(fingerprint: str, actions: Mapping[str, str]) -> str:
@@ -79,9 +123,8 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    schema_version: int = SCHEMA_VERSION
     fingerprint: str
-    actions: dict[str, Action]
+    actions: dict[str, Action]  # in execution order: a 'chain' continues the unit before it
 
     @field_validator("actions", mode="before")
     @classmethod
@@ -91,6 +134,18 @@ class Plan(BaseModel):
                 if isinstance(action, str) and action not in ACTION_NAMES:
                     raise PlanError(f"unknown action '{action}' for unit '{unit}'; choose one of {', '.join(ACTION_NAMES)}")
         return v
+
+    @model_validator(mode="after")
+    def _valid_chains(self) -> "Plan":
+        why = chain_error(list(self.actions), list(self.actions.values()))
+        if why:
+            raise PlanError(why)
+        return self
+
+    @property
+    def schema_version(self) -> int:
+        """1 for a plan without chains (readable by every version), 2 with them."""
+        return 2 if Action.CHAIN in self.actions.values() else 1
 
     @classmethod
     def uniform(cls, units: Iterable[str], action: Action | str, fp: str) -> "Plan":
@@ -136,11 +191,14 @@ class Plan(BaseModel):
         if "plan" in data and isinstance(data["plan"], dict) and "actions" in data["plan"]:
             data = data["plan"]
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READ_VERSIONS:
             hint = "upgrade ckpt-search" if isinstance(version, int) and version > SCHEMA_VERSION else "re-export it with this version"
-            raise PlanError(f"{source} has plan schema version {version!r}, this ckpt-search reads version {SCHEMA_VERSION}; {hint}")
+            raise PlanError(f"{source} has plan schema version {version!r}, this ckpt-search reads versions "
+                            f"{', '.join(map(str, READ_VERSIONS))}; {hint}")
         try:
             return cls.model_validate(data)
+        except PlanError as e:
+            raise PlanError(f"{source}: {e}") from None
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(x) for x in first["loc"])

@@ -64,3 +64,6 @@ def check_env_args(profile: ModelProfile, reward_mode: str, has_evaluator: bool,
         if missing or not actions or len(set(actions)) != len(actions):
             raise ValueError(f"actions {[str(a) for a in actions]} must be distinct and among the "
                              f"profiled {', '.join(a.value for a in profile.actions)}; choose from those")
+        if Action.CHAIN in actions and Action.RECOMPUTE not in actions:
+            raise ValueError(f"actions {[str(a) for a in actions]} have 'chain' without 'recompute', which starts "
+                             "every region; enable recompute too, or leave chain out")

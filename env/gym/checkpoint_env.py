@@ -24,7 +24,6 @@ from gymnasium import spaces
 
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
-from env.cost.peak_walk import advance, initial_state
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.gym.budget import Budget, BudgetShare, check_env_args, parse_budget, reward_mode_name
@@ -61,16 +60,21 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     | 0   | keep      | store the unit's activations (no checkpointing)                |
     | 1   | recompute | store its inputs only, rerun its forward in backward           |
     | 2   | selective | store matmul/conv outputs, recompute the cheap ops             |
+    | 3   | chain     | recompute with the unit before it as one region that keeps     |
+    |     |           | only the region's input (profiles where units chain)           |
 
-    ``action_masks()`` (for ``sb3_contrib.MaskablePPO``) allows an action only if some
-    completion of the plan still fits the budget on the cost model (exact, see the module
-    docstring; scaled by the mean measured/predicted peak ratio once plans are measured). If no
-    action fits, it allows the one whose best completion peaks lowest, so the mask is never all
-    false.
+    ``chain`` continues the region of the unit before it: it follows ``recompute`` or ``chain``,
+    on a unit the profile says can chain onto the one before it (``chain_links``); anywhere
+    else it is taken as ``recompute`` (it starts a region), so that an agent without masks
+    still ends on a valid plan. ``action_masks()`` (for ``sb3_contrib.MaskablePPO``) allows an
+    action only if it can follow and some completion of the plan still fits the budget on the
+    cost model (exact, see the module docstring; scaled by the mean measured/predicted peak
+    ratio once plans are measured). If no action fits, it allows the one whose best completion
+    peaks lowest, so the mask is never all false.
 
     ## Observation Space
 
-    ``Box(-1e6, 1e6, (11A + 24,), float32)`` (values clipped to the bounds). Every entry is a
+    ``Box(-1e6, 1e6, (11A + 26,), float32)`` (values clipped to the bounds). Every entry is a
     ratio to the whole model, the budget, the baseline or the bytes still to save, not tied to
     the unit's position, so what a policy learns on one stretch of the model carries to the
     others. "Baseline" is the all-``keep`` plan on the cost model, "activation" its peak minus
@@ -111,9 +115,13 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     |           | changes at many budgets a few bytes apart; these let a policy's decisions  |
     |           | change as sharply (at 10 units, 3 rather than 67 of 110 frontier budgets   |
     |           | off the teacher's plan after cloning)                                      |
+    | 11A+24    | 1 if a chain region is open and this unit can continue it, else 0          |
+    | 11A+25    | what that region recomputes at once so far (its units' kept bytes) /       |
+    |           | baseline activation; 0 when none is open                                   |
 
     Peaks are scaled by the mean measured/predicted peak ratio. After the last unit the unit
-    features are 0 and the peaks are the plan's own.
+    features are 0 and the peaks are the plan's own. For an action that cannot follow (a chain
+    that continues no region) entries 10k+4 .. 10k+6 read 4 and 10k+7 reads 0.
 
     ## Rewards
 
@@ -163,10 +171,12 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     | actions       | the enabled subset of ``profile.actions`` (default: all)                 |
     | on_plan       | ``f(plan_indices, info)`` called at every episode end                    |
 
-    ``gymnasium.make("CkptSearch-v1", profile=prof, budget_bytes=b)``.
+    ``gymnasium.make("CkptSearch-v2", profile=prof, budget_bytes=b)``.
 
     ## Version History
 
+    * v2: ``chain`` (regions of units recomputed at once) where the profile has it; masks and
+      peaks follow the open region.
     * v1: budget ranges drawn per episode; observations relative to the model and the budget
       (efficiency rank, peaks after each action, slack in units of what is still savable,
       one-unit lookahead, budget's place and its Fourier code, extra seconds so far); time
@@ -227,7 +237,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
 
     def _reset_walk(self) -> None:
         self._code = budget_code(self._budget_place)
-        self._walk = Walk(initial_state(self.profile), len(self._act))
+        self._walk = Walk(self._features.walk.initial(), len(self._act))
         self._walk.lows, self._walk.keeps = self._features.peaks_after(self._walk)
 
     def _obs(self) -> np.ndarray:
@@ -261,7 +271,11 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
                              f"({', '.join(x.value for x in self.enabled)})")
         if walk.i >= self.n_units:
             raise RuntimeError("step() after the episode ended; call reset() first")
-        walk.state = advance(walk.state, self._features.terms[walk.i][a])
+        after = self._features.walk.step(walk.i, a, walk.state)
+        if after == (None, None):  # a chain that continues no region starts one (see the Action Space)
+            a = self._features.walk.k_rec  # type: ignore[assignment]
+            after = self._features.walk.step(walk.i, a, walk.state)
+        walk.state = after
         walk.extra_seconds += self._features.extra[walk.i][a]
         walk.plan.append(a)
         walk.counts[a] += 1

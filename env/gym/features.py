@@ -1,7 +1,7 @@
 """What ``CheckpointEnv`` observes: the features of the current unit's actions and of the plan so far.
 
-``Features`` is built once per profile and enabled actions (the peak walk's per-unit terms, the
-suffixes' functionals, each unit's single-change savings) and refreshed whenever measurements
+``Features`` is built once per profile and enabled actions (the peak walk, chains included, with
+its suffixes' functionals, and each unit's single-change savings) and refreshed whenever measurements
 correct the step times (extra seconds, efficiency ranks, the lookahead's price lists). ``Walk``
 is one episode's state. The table of what each entry means is ``CheckpointEnv``'s docstring.
 """
@@ -16,14 +16,15 @@ import numpy as np
 
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
-from env.cost.peak_walk import advance, initial_state, lowest_peak, suffix_functionals, unit_terms
+from env.cost.peak_walk import PeakWalk, States, advance, initial_state, lowest_peak, suffix_functionals, unit_terms
 from env.data.model_profile import ModelProfile
 
 OBS_BOUND = 1e6  # observations are ratios of order 1; clipped here so the Box is finite
 N_UNIT_OBS = 10  # observations per enabled action
 N_FOURIER = 8  # sin and cos of the budget's place at frequencies 1, 2, 4, .. 2^(N_FOURIER-1) half-turns
-N_GLOBAL_OBS = 8 + 2 * N_FOURIER  # observations after the per-action ones and the action counts
+N_GLOBAL_OBS = 10 + 2 * N_FOURIER  # observations after the per-action ones and the action counts
 SLACK_BOUND = 4.0  # slack features are clipped to +-this: past it, only the sign matters
+UNREACHABLE = 2**62  # the peak after an action that cannot follow (a chain that continues no region): never fits
 
 
 def _clip(x: float) -> float:
@@ -37,10 +38,12 @@ def budget_code(place: float) -> list[float]:
 
 @dataclass
 class Walk:
-    """One episode so far: the unit to decide, the plan (enabled-action indices), the peak walk's state,
-    and after each enabled action at the current unit the lowest reachable peak and the all-keep peak."""
+    """One episode so far: the unit to decide, the plan (enabled-action indices), the peak walk's states
+    (closed, and open while a region may continue: ``env.cost.peak_walk``), and after each enabled
+    action at the current unit the lowest reachable peak and the all-keep peak (``UNREACHABLE``
+    after an action that cannot follow)."""
 
-    state: tuple[int, int, int]
+    state: States
     n_actions: int
     i: int = 0
     plan: list[int] = field(default_factory=list)
@@ -60,20 +63,24 @@ class Features:
         n = cm.n_units
         self.profile, self.n_units, self.act, self.keep = profile, n, act, keep
         self.baseline_peak = cm.peak_bytes([keep] * n)
-        self.terms = unit_terms(cm, act)
-        self.suffix = suffix_functionals(profile, self.terms)
+        self.walk = PeakWalk(cm, act)
+        self.terms = self.walk.terms
         self.keep_suffix = suffix_functionals(profile, unit_terms(cm, [keep]))  # one functional each
-        self.lowest_reachable = lowest_peak(initial_state(profile), self.suffix[0])
+        low = self.walk.lowest(0, self.walk.initial())
+        assert low is not None, "the enabled actions always complete a plan from the start"
+        self.lowest_reachable = low
         self.act_bytes = max(1, self.baseline_peak - profile.base_bytes)
         self.saved = self._single_savings(cm)
 
     def _single_savings(self, cm: CostModel) -> list[list[int]]:
-        """saved[j][k]: bytes the all-keep peak drops by when unit j alone takes enabled action k."""
+        """saved[j][k]: bytes the all-keep peak drops by when unit j alone takes enabled action k (0
+        for a chain, which cannot follow a kept unit)."""
         keep_terms = unit_terms(cm, [self.keep])
         state, saved = initial_state(self.profile), []
         for j in range(self.n_units):
             nxt = self.keep_suffix[j + 1]
-            saved.append([self.baseline_peak - lowest_peak(advance(state, t), nxt) for t in self.terms[j]])
+            saved.append([0 if k == self.walk.k_chain else self.baseline_peak - lowest_peak(advance(state, t), nxt)
+                          for k, t in enumerate(self.terms[j])])
             state = advance(state, keep_terms[j][0])
         return saved
 
@@ -120,12 +127,17 @@ class Features:
 
     def peaks_after(self, walk: Walk) -> tuple[list[int], list[int]]:
         """After each enabled action at the walk's unit: the lowest peak any completion reaches, and
-        the peak if every later unit keeps."""
-        if walk.i >= self.n_units:
+        the peak if every later unit keeps (``UNREACHABLE`` for an action that cannot follow)."""
+        i = walk.i
+        if i >= self.n_units:
             return [], []
-        nxt, keep = self.suffix[walk.i + 1], self.keep_suffix[walk.i + 1]
-        states = [advance(walk.state, t) for t in self.terms[walk.i]]
-        return [lowest_peak(s, nxt) for s in states], [lowest_peak(s, keep) for s in states]
+        lows, keeps, keep = [], [], self.keep_suffix[i + 1]
+        for k in range(len(self.act)):
+            after = self.walk.step(i, k, walk.state)
+            low = self.walk.lowest(i + 1, after)
+            lows.append(UNREACHABLE if low is None else low)
+            keeps.append(UNREACHABLE if after[0] is None else lowest_peak(after[0], keep))
+        return lows, keeps
 
     def _cheapest_later(self, i: int, need_bytes: float) -> float:
         """Fewest extra seconds of one change among the units after unit ``i`` that saves ``need_bytes``
@@ -143,11 +155,17 @@ class Features:
         ratio, scaled = correction.peak_ratio, correction.scaled_peak
         per_budget = ratio / budget_bytes
         limit = budget_bytes / ratio  # the budget in the cost model's bytes
-        low_here = lowest_peak(walk.state, self.suffix[i])
-        all_keep = lowest_peak(walk.state, self.keep_suffix[i])
+        closed = walk.state[0]
+        assert closed is not None, "every action the env takes leaves a closed state"
+        low_here = self.walk.lowest(i, walk.state)
+        assert low_here is not None, "the walk only takes actions after which a plan completes"
+        all_keep = lowest_peak(closed, self.keep_suffix[i])
         per_savable = 1.0 / max(all_keep - low_here, 1e-3 * self.act_bytes, 1.0)
         unit = list(self.unit_obs[i])
         for k, (low, keeps) in enumerate(zip(walk.lows, walk.keeps)):
+            if low == UNREACHABLE:  # as far over the budget as a slack reads; 1e6 would swamp a policy's inputs
+                unit[N_UNIT_OBS * k + 4: N_UNIT_OBS * k + 8] = [SLACK_BOUND, SLACK_BOUND, SLACK_BOUND, 0.0]
+                continue
             unit[N_UNIT_OBS * k + 4] = min(low * per_budget, OBS_BOUND)
             unit[N_UNIT_OBS * k + 5] = _clip((low - limit) * per_savable)
             unit[N_UNIT_OBS * k + 6] = _clip((keeps - limit) * per_savable)
@@ -162,9 +180,11 @@ class Features:
                 unit[N_UNIT_OBS * k + 9] = min(gap, SLACK_BOUND)
         obs = unit + [i * inv_n] + [c * inv_n for c in walk.counts]
         # the only features a tiny budget can blow up
-        obs += [min(walk.state[1] * per_budget, OBS_BOUND), min(low_here * per_budget, OBS_BOUND),
+        obs += [min(closed[1] * per_budget, OBS_BOUND), min(low_here * per_budget, OBS_BOUND),
                 min(all_keep * per_budget, OBS_BOUND), min(budget_bytes / (self.baseline_peak * ratio), OBS_BOUND),
                 min(max(place, -OBS_BOUND), OBS_BOUND),
                 walk.extra_seconds / self.base_seconds, _clip((all_keep - limit) * per_savable)]
         obs += code
+        opened = walk.state[1] if i < self.n_units and self.walk.may_chain[i] else None
+        obs += [0.0, 0.0] if opened is None else [1.0, min((opened[2] - opened[1]) / self.act_bytes, OBS_BOUND)]
         return np.array(obs, dtype=np.float32)

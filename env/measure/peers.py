@@ -46,6 +46,8 @@ from torch.utils.checkpoint import checkpoint_sequential
 
 from env.data.errors import PlanError, WorkloadError
 from env.data.measured import MeasuredPlan
+from env.data.plan import Action
+from env.data.segments import checkpoint_sequential_actions
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import measure_prepared
 from env.runtime.apply import planned_units
@@ -98,6 +100,21 @@ def hf_checkpointing_peer(every_n_layers: int = 1) -> Peer:
 def checkpoint_sequential_peer(segments: int, chain: str) -> Peer:
     return Peer(name=f"checkpoint-sequential-{segments}", kind=PeerKind.CHECKPOINT_SEQUENTIAL,
                 params={"segments": int(segments), "chain": chain})
+
+
+def sequential_peer_actions(peer: Peer, units: Sequence[str]) -> list[Action]:
+    """A ``checkpoint_sequential`` peer as a plan of ours over ``units``, its chain's blocks in order:
+    each segment but the last one chain region (``recompute`` then ``chain``), the last kept, as
+    torch runs it. The peer is then a point of our plan space, measured by the same code as a plan."""
+    chain, k = str(peer.params["chain"]), int(peer.params["segments"])
+    if peer.kind is not PeerKind.CHECKPOINT_SEQUENTIAL:
+        raise WorkloadError(f"peer '{peer.name}' is a {peer.kind.value} peer; only checkpoint_sequential peers "
+                            "are plans of ours")
+    blocks = [f"{chain}.{i}" for i in range(len(units))]
+    if list(units) != blocks:
+        raise WorkloadError(f"peer '{peer.name}' segments the blocks of '{chain}'; give them as the units, in order "
+                            f"({', '.join(blocks[:3])}, ...), not {', '.join(list(units)[:3])}, ...")
+    return checkpoint_sequential_actions(len(units), k, [False] + [True] * (len(units) - 1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,8 +9,11 @@ its start) and ``seconds``.
 all units set to it (plans are applied per unit, so the segments of a mixed plan are those
 segments). Memory comes from the same profiler events as ``measure``, the allocations of the
 workload's device (``env.measure.trace``); times from timed steps with marks, medians over repeats.
-Before it is returned, the profile's predicted peaks of the uniform plans are checked against
-their measured peaks (``check_profile``).
+``chain`` is not a plan of its own: the profile finds which neighbouring units chain
+(``env.runtime.chains``, one instrumented forward and one or a few real steps) and derives a
+unit's chain costs from its recompute costs (``env.data.model_profile``). Before it is returned,
+the profile's predicted peaks of the uniform plans, and of two chained plans where units chain,
+are checked against their measured peaks (``check_profile``).
 """
 
 from __future__ import annotations
@@ -23,13 +26,15 @@ import torch
 from env.cost.cost_model import CostModel
 from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
-from env.data.model_profile import ModelProfile, Segment, UnitCost
+from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
 from env.data.plan import Action, fingerprint
+from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
 from env.measure.measurement import live_bytes, measure, steady_numerics
 from env.measure.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
 from env.measure.trace import PeakCheck, Segments, check_peaks
 from env.measure.trace import step_segments as _segments
 from env.runtime.apply import apply_actions, plan_for
+from env.runtime.chains import chain_links
 from env.workloads.workload import Workload
 
 
@@ -77,10 +82,14 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
         times.setdefault(name, []).append((ns[b] - ns[a]) / 1e9)
 
 
-def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE),
+DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add Action.CHAIN for chain regions
+
+
+def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = DEFAULT_ACTIONS,
             repeats: int = 3, baseline: bool = True, check: bool = True) -> ModelProfile:
     """Measure every unit under every action (one profiled and ``repeats`` timed steps per action,
-    each after an untimed one).
+    each after an untimed one). ``chain`` (the search's default actions have it) is profiled
+    where some units chain (``chain_links``) and left out where none do.
 
     The timed steps go in rounds over the actions (keep, recompute, selective, then again, each
     round starting one further on), so a change of machine load during profiling falls on every
@@ -88,11 +97,17 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     ``check``: refuse the profile (``MeasurementError``) unless its predicted peaks of the uniform
     plans match their measured peaks (``check_profile``).
     """
+    chains = Action.CHAIN in actions
+    if chains and not {Action.KEEP, Action.RECOMPUTE} <= set(actions):
+        raise MeasurementError(f"actions {', '.join(a.value for a in actions)}: 'chain' needs 'keep' and 'recompute' "
+                               "(a region starts with a recompute and is recomputed as kept units); add them")
+    actions = [a for a in actions if a is not Action.CHAIN]
     optimizer = workload.optimizer
     steady_numerics(workload.device)
     train_step(workload, optimizer)  # optimizer state exists from here on
     units = _execution_order(workload, units, optimizer)
     n = len(units)
+    links = chain_links(workload, units) if chains else []
     memory = {action: _memory(workload, optimizer, units, action) for action in actions}
     base_bytes = memory[actions[-1]][2]
     times: dict[Action, dict[str, list[float]]] = {action: {} for action in actions}
@@ -109,12 +124,14 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     base_m = None
     if baseline:
         base_m = measure(workload, plan_for(workload.model, units, [Action.KEEP] * n), units, repeats=repeats)
+    costs = {a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()}
+    if any(links):
+        costs[Action.CHAIN] = chain_costs(costs[Action.RECOMPUTE])
     prof = ModelProfile(
         workload=workload.spec, batch_shape=workload.batch_shape, device=str(workload.device),
-        fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(actions),
-        base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"],
-        costs={a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()},
-        baseline=base_m, clock=step_clock(workload.device)[0],
+        fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(costs),
+        base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"], costs=costs,
+        baseline=base_m, clock=step_clock(workload.device)[0], chain_links=links if any(links) else [],
     )
     if check:
         check_profile(prof, workload, base_m)
@@ -124,16 +141,29 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
 UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
 
 
+def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:
+    """The plans whose predicted peaks ``check_profile`` compares with measured ones: each uniform
+    plan, and where units chain, every link chained ("all chained": one region where every unit
+    chains) and ``checkpoint_sequential`` with round(sqrt(n)) segments as chain regions."""
+    n, links = len(prof.units), prof.links()
+    plans = {f"all {a.value}": [a] * n for a in UNIFORM_CHECKED if a in prof.actions}
+    if Action.CHAIN in prof.actions and any(links):
+        plans["all chained"] = chained_segments(n, [(0, n)], links)
+        k = max(2, sqrt_segments(n)) if n >= 2 else 1
+        plans[f"checkpoint_sequential {k} segments"] = checkpoint_sequential_actions(n, k, links)
+        assert len(sequential_segments(n, k)) == k
+    return plans
+
+
 def check_profile(prof: ModelProfile, workload: Workload, keep: MeasuredPlan | None = None) -> list[PeakCheck]:
-    """The profile's predicted peak of each uniform plan (every unit keep, recompute, selective)
-    against that plan measured on the workload's device; refuses a profile off by more than
-    ``env.measure.trace.PEAK_TOLERANCE`` (``MeasurementError``). ``keep``: the all-keep plan, if measured."""
-    cm, n = CostModel(prof), len(prof.units)
+    """The profile's predicted peak of each of ``checked_plans`` against that plan measured on the
+    workload's device; refuses a profile off by more than ``env.measure.trace.PEAK_TOLERANCE``
+    (``MeasurementError``). ``keep``: the all-keep plan, if measured."""
+    cm = CostModel(prof)
     checks = []
-    for action in (a for a in UNIFORM_CHECKED if a in prof.actions):
-        plan = plan_for(workload.model, prof.units, [action] * n)
-        m = keep if action is Action.KEEP and keep is not None else measure(workload, plan, prof.units, repeats=1)
+    for name, actions in checked_plans(prof).items():
+        plan = plan_for(workload.model, prof.units, actions)
+        m = keep if name == "all keep" and keep is not None else measure(workload, plan, prof.units, repeats=1)
         if not m.oom:  # a plan that does not fit has no peak to compare
-            predicted = cm.predict([cm.action_index(action)] * n).peak_bytes
-            checks.append(PeakCheck(f"all {action.value}", predicted, m.peak_bytes))
+            checks.append(PeakCheck(name, cm.predict(plan).peak_bytes, m.peak_bytes))
     return check_peaks(checks, workload.spec, str(workload.device))

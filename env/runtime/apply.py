@@ -5,6 +5,14 @@ object (after torchtitan's ``activation_checkpoint.py``) that wraps a unit's for
 wrapper is installed as the instance's ``forward`` attribute, so FQNs, ``state_dict`` keys and
 hooks are unchanged, and removing it restores the module exactly.
 
+A region (a ``recompute`` unit and the ``chain`` units after it, ``env.data.plan``) is one
+:class:`Region`: the first unit's forward runs every unit of the region inside one
+``checkpoint``, as ``torch.utils.checkpoint.checkpoint_sequential`` runs a segment, and the
+others pass on the tensor they are given. That needs units that form a chain (each unit's only
+input is the previous unit's output, which nothing else uses); a region over units that do
+not is refused in one line naming the pair, when the step reaches them
+(``env.runtime.chains`` finds the pairs that chain before a search proposes any).
+
 Correctness rules, all tested:
 - ``use_reentrant=False`` and ``preserve_rng_state=True``: dropout masks are replayed, so a
   plan never changes the gradients.
@@ -18,14 +26,14 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from env.data.errors import PlanError
-from env.data.plan import Action, Plan, check_plan, fingerprint
+from env.data.plan import Action, Plan, check_plan, fingerprint, regions
 from env.runtime.offload import offloaded_forward
 
 _aten = torch.ops.aten
@@ -43,9 +51,9 @@ _MARK = "_ckpt_search_action"
 
 
 @contextlib.contextmanager
-def _restore_buffers(module: nn.Module) -> Iterator[None]:
-    """Undo buffer updates made while a unit is recomputed (BatchNorm running stats)."""
-    saved = [(b, b.detach().clone()) for b in module.buffers()]
+def _restore_buffers(*modules: nn.Module) -> Iterator[None]:
+    """Undo buffer updates made while units are recomputed (BatchNorm running stats)."""
+    saved = [(b, b.detach().clone()) for module in modules for b in module.buffers()]
     try:
         yield
     finally:
@@ -58,18 +66,18 @@ def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Checkpoin
     return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _eager_contexts(selective: bool, module: nn.Module) -> tuple[Any, Any]:
-    """``context_fn`` of an eager unit: the policy's contexts, and the unit's buffers restored after a recompute."""
+def _eager_contexts(selective: bool, *modules: nn.Module) -> tuple[Any, Any]:
+    """``context_fn`` of eager units: the policy's contexts, and the units' buffers restored after a recompute."""
     if selective:
         fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(_selective_policy)
     else:
         fwd_ctx, recompute_ctx = contextlib.nullcontext(), contextlib.nullcontext()
-    return fwd_ctx, _restore_after(recompute_ctx, module)
+    return fwd_ctx, _restore_after(recompute_ctx, *modules)
 
 
 @contextlib.contextmanager
-def _restore_after(recompute_ctx: Any, module: nn.Module) -> Iterator[None]:
-    with _restore_buffers(module), recompute_ctx:
+def _restore_after(recompute_ctx: Any, *modules: nn.Module) -> Iterator[None]:
+    with _restore_buffers(*modules), recompute_ctx:
         yield
 
 
@@ -129,6 +137,86 @@ class Offload(Policy):
         return offloaded_forward(module, forward)
 
 
+class _RegionState:
+    """Where a region's step stands: the output its first unit returned, and which unit must pass it on next."""
+
+    def __init__(self) -> None:
+        self.output: Any = None
+        self.next = 0
+
+
+class Region:
+    """A run of consecutive units recomputed as one ``checkpoint`` that keeps only the run's input.
+
+    ``wrap()`` gives one forward per unit: the first runs the units' own forwards one after the
+    other inside one checkpoint (each unit's output is the next one's input) and returns the
+    last unit's output; each of the others returns the tensor it is called with, after checking
+    that it is that output: the parent module calls the units in turn, and in a chain it hands
+    each the previous one's output. Anything else (an input made in between, such as a residual
+    sum, or more than one argument) means the units do not chain: refused (``PlanError``),
+    naming the pair. The units' forward hooks run on those calls, around the region's first
+    unit and on the passed-on tensor, not inside the region (as with ``checkpoint_sequential``).
+    Under ``torch.compile`` the region traces into one graph as ``Recompute`` does.
+    """
+
+    def __init__(self, units: Sequence[str], modules: Sequence[nn.Module]) -> None:
+        self.units, self.modules = list(units), list(modules)
+
+    def wrap(self, forwards: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
+        units, modules, state = self.units, self.modules, _RegionState()
+
+        def run(x: Any) -> Any:
+            for unit, forward in zip(units, forwards):
+                x = forward(x)
+                if not isinstance(x, torch.Tensor):
+                    _refuse(f"unit '{unit}' returns a {type(x).__name__}, and a chain region passes one tensor "
+                                    "from unit to unit; recompute its region's units one by one instead of chaining")
+            return x
+
+        @functools.wraps(forwards[0])
+        def first(*args: Any, **kwargs: Any) -> Any:
+            if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
+                _refuse(f"unit '{units[0]}' starts a chain region but is called with {_call_shape(args, kwargs)}; "
+                                "a region passes one tensor from unit to unit: recompute these units one by one")
+            if torch.compiler.is_compiling():
+                out = checkpoint(run, args[0], use_reentrant=False, preserve_rng_state=True)
+            else:
+                out = checkpoint(run, args[0], use_reentrant=False, preserve_rng_state=True,
+                                 context_fn=functools.partial(_eager_contexts, False, *modules))
+            state.output, state.next = out, 1
+            return out
+
+        def passed_on(k: int) -> Callable[..., Any]:
+            @functools.wraps(forwards[k])
+            def pass_on(*args: Any, **kwargs: Any) -> Any:
+                if state.next != k or len(args) != 1 or kwargs or args[0] is not state.output:
+                    _refuse(
+                        f"units '{units[k - 1]}' and '{units[k]}' do not chain: '{units[k]}' is not called on "
+                        f"'{units[k - 1]}''s output alone (called with {_call_shape(args, kwargs)}); make "
+                        f"'{units[k]}' recompute instead of chain (env.runtime.chains finds the pairs that chain)")
+                state.next = k + 1
+                if k == len(units) - 1:
+                    state.output = None  # held no longer than the parent holds it: the step's peak is not raised
+                return args[0]
+            return pass_on
+
+        return [first] + [passed_on(k) for k in range(1, len(units))]
+
+
+def _refuse(message: str) -> NoReturn:
+    """Raise ``PlanError(message)``; while dynamo traces, a ``RuntimeError`` with it, which dynamo can build
+    (it reports the message with ``fullgraph=True``, and without it the frame runs eagerly and raises this)."""
+    if torch.compiler.is_compiling():
+        raise RuntimeError(message)
+    raise PlanError(message)
+
+
+def _call_shape(args: tuple, kwargs: dict) -> str:
+    """``1 tensor``, ``2 arguments``, ``1 tensor and keywords mask``: how a unit was called, in a few words."""
+    what = "1 tensor" if len(args) == 1 and isinstance(args[0], torch.Tensor) else f"{len(args)} positional arguments"
+    return what + (f" and keywords {', '.join(kwargs)}" if kwargs else "")
+
+
 POLICIES: dict[Action, Policy] = {
     Action.KEEP: Keep(), Action.RECOMPUTE: Recompute(), Action.SELECTIVE: Recompute(selective=True),
     Action.OFFLOAD: Offload(),
@@ -169,7 +257,7 @@ class AppliedPlan:
 
 def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = None,
                   strict: bool = True) -> AppliedPlan:
-    """Install the plan's per-unit wrappers on ``model``; check it fits the model first."""
+    """Install the plan's per-unit wrappers, one :class:`Region` per chain, on ``model``; check it fits first."""
     if strict:
         check_plan(plan, model, units)
     names = {n for n, _ in model.named_modules()}
@@ -183,12 +271,13 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
             f"action 'offload' (unit '{unit}') needs a CUDA model and this one is on "
             f"{'CPU' if not _on_cuda(model) else 'a device without CUDA'}; move the model to CUDA or use recompute/selective"
         )
+    in_regions = _region_forwards(model, plan.actions, names)
     for fqn, action in wanted.items():
         module = model.get_submodule(fqn)
         if _MARK in module.__dict__:
             handle.remove()
             raise PlanError(f"unit '{fqn}' already has a plan applied; remove it first (handle.remove())")
-        wrapped = POLICIES[action].wrap(module, module.forward)
+        wrapped = in_regions[fqn] if fqn in in_regions else POLICIES[action].wrap(module, module.forward)
         if wrapped is not None:
             if "forward" in module.__dict__:
                 handle.previous_forward[fqn] = module.__dict__["forward"]
@@ -196,6 +285,23 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
             module.__dict__[_MARK] = action
             handle.applied[fqn] = action
     return handle
+
+
+def _region_forwards(model: nn.Module, actions: Mapping[str, Action],
+                     names: set[str]) -> dict[str, Callable[..., Any]]:
+    """The forwards of the units in the regions of ``actions`` (unit -> action, in execution order;
+    ``env.data.plan.regions``), by FQN; ``names``: the model's module names."""
+    fqns = list(actions)
+    out: dict[str, Callable[..., Any]] = {}
+    for start, stop in regions(list(actions.values())):
+        run = fqns[start:stop]
+        missing = [u for u in run if u not in names]
+        if missing:
+            raise PlanError(f"the chain region '{run[0]}' .. '{run[-1]}' names unit '{missing[0]}' which "
+                            f"{type(model).__name__} does not have; make the plan for this model")
+        modules = [model.get_submodule(u) for u in run]
+        out.update(zip(run, Region(run, modules).wrap([m.forward for m in modules])))
+    return out
 
 
 def plan_for(model: nn.Module, units: Sequence[str], actions: Sequence[Action | str]) -> Plan:

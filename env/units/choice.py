@@ -45,7 +45,6 @@ The result is a :class:`UnitChoice`: plain data (JSON round-trip), for the repor
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -55,7 +54,7 @@ import torch.nn as nn
 from env.data.errors import UnitError
 from env.data.unit_choice import UnitChoice
 from env.measure.timeline import _first_grad_tensor
-from env.runtime.apply import _restore_buffers
+from env.runtime.chains import state_kept
 from env.units.find import GRANULARITIES, find_units
 from env.workloads.workload import Workload
 
@@ -109,21 +108,6 @@ def _storage(t: torch.Tensor) -> tuple[int, int] | None:
     except (RuntimeError, NotImplementedError):
         return None
     return (s.data_ptr(), s.nbytes()) if s.data_ptr() else None
-
-
-@contextlib.contextmanager
-def _state_kept(model: nn.Module) -> Iterator[None]:
-    """The model's buffers, gradients and the RNG as before: the instrumented step changes nothing."""
-    grads = [(p, p.grad) for p in model.parameters()]
-    for p, _ in grads:
-        p.grad = None  # else backward would add into the caller's gradients in place
-    cuda = sorted({p.device.index or 0 for p, _ in grads if p.is_cuda})
-    with torch.random.fork_rng(devices=cuda), _restore_buffers(model):
-        try:
-            yield
-        finally:
-            for p, g in grads:
-                p.grad = g
 
 
 def module_memory(workload: Workload) -> ModuleMemory:
@@ -187,7 +171,7 @@ def module_memory(workload: Workload) -> ModuleMemory:
         handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(module.register_forward_hook(post, with_kwargs=True))
     try:
-        with _state_kept(model):
+        with state_kept(model):
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 loss = workload.loss()
             alive.clear()

@@ -12,7 +12,10 @@ Hugging Face (optional: ``pip install 'ckpt-search[hf]'``):
 
 FSDP: ``fsdp_check_fn(model, plan)`` is the ``check_fn`` for
 ``torch.distributed.algorithms._checkpoint.checkpoint_wrapper.apply_activation_checkpointing``:
-true for the plan's ``recompute`` units, so FSDP users keep their wrapping code.
+true for the plan's ``recompute`` units, so FSDP users keep their wrapping code. A plan with
+chain regions is refused: that wrapper checkpoints one module at a time, and recomputing a
+region's units one by one would keep every unit's input, more memory than the plan was chosen
+for. Such a plan goes in with :func:`search.apply_plan` before ``fully_shard``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Callable, Iterable
 import torch.nn as nn
 
 from env.data.errors import PlanError
-from env.data.plan import Action, Plan, check_plan
+from env.data.plan import Action, Plan, check_plan, regions
 from env.measure.peers import is_hf_checkpointing_layer
 from env.runtime.apply import AppliedPlan
 from env.units.find import find_units
@@ -78,6 +81,14 @@ def fsdp_check_fn(model: nn.Module, plan_or_path: PlanSource, strict: bool = Tru
     plan = read_plan(plan_or_path)
     if strict:
         check_plan(plan, model)
+    spans = regions(list(plan.actions.values()))
+    if spans:
+        units = list(plan.actions)
+        start, stop = spans[0]
+        raise PlanError(f"plan recomputes '{units[start]}' .. '{units[stop - 1]}' as one chain region, which "
+                        "apply_activation_checkpointing cannot express (it wraps one module at a time); apply the plan "
+                        "with search.apply_plan before fully_shard, or search without chain (--actions keep recompute "
+                        "selective)")
     chosen = set(actions)
     modules = dict(model.named_modules())
     ids = {id(modules[u]) for u, a in plan.actions.items() if a in chosen and u in modules}

@@ -2,15 +2,17 @@
 
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
-``env/apply.py`` (the policy classes, the saved-op list of ``selective``, the buffer restore
-during recompute), of ``env/offload.py`` (the overlapped offload: side stream, events, pinned
-buffer pool) and of ``env.data.plan.Action`` / ``env.data.plan.fingerprint``, read with ``ast``.
+``env/apply.py`` (the policy classes, the chain regions, the saved-op list of ``selective``,
+the buffer restore during recompute), of ``env/offload.py`` (the overlapped offload: side stream,
+events, pinned buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``),
+read with ``ast``.
 So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
 reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
 here. The snippet's imports are merged into one statement per module, and it has no
 ``from __future__ import annotations``: with string annotations, ``dataclasses`` looks the
 module up in ``sys.modules``, which a file loaded with ``importlib.util.spec_from_file_location``
-is not (the annotations are then evaluated, so the snippet needs Python 3.10+). The tests check that a snippet gives the same gradients and the same measured peak as
+is not (the annotations are then evaluated, so the snippet needs Python 3.10+). The tests check
+that a snippet gives the same gradients and the same measured peak as
 ``apply_plan``, in a process that imports no part of this project, and that its wrappers
 compile with ``torch.compile(fullgraph=True)`` (apply the plan, then compile).
 """
@@ -30,7 +32,8 @@ from env.data.plan import Plan
 # Top-level definitions of env/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
-    "Policy", "Keep", "Recompute", "Offload", "POLICIES", "_on_cuda",
+    "Policy", "Keep", "Recompute", "Offload", "_RegionState", "Region", "_refuse", "_call_shape", "POLICIES",
+    "_on_cuda", "_region_forwards",
 )
 # Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
@@ -38,6 +41,9 @@ OFFLOAD_NAMES: tuple[str, ...] = (
     "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
 )
 EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
+# The snippet's own error for a plan that does not fit the model (the project's PlanError, without the project).
+PLAN_ERROR = ("class PlanError(ValueError):\n"
+              '    """A plan that does not fit the model (as ckpt-search\'s PlanError)."""\n')
 
 _INSTALL = '''
 
@@ -61,13 +67,15 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[],
             raise ValueError(f"plan was made for another model (fingerprint {{FINGERPRINT}}, this model {{fp}}); "
                              "export the plan for this model, or pass strict=False")
     installed: list[nn.Module] = []
-    for fqn, name in PLAN.items():
+    actions = {{fqn: Action(name) for fqn, name in PLAN.items()}}
+    in_regions = _region_forwards(model, actions, set(modules))  # chain regions: one checkpoint each
+    for fqn, action in actions.items():
         if fqn not in modules:
             continue
-        action, module = Action(name), modules[fqn]
+        module = modules[fqn]
         if action is Action.OFFLOAD and not (torch.cuda.is_available() and _on_cuda(module)):
             raise ValueError(f"action 'offload' (unit '{{fqn}}') needs a CUDA model; move the model to CUDA")
-        wrapped = POLICIES[action].wrap(module, module.forward)
+        wrapped = in_regions[fqn] if fqn in in_regions else POLICIES[action].wrap(module, module.forward)
         if wrapped is not None:
             module.forward = wrapped  # instance attribute: shadows the class's forward only
             installed.append(module)
@@ -136,8 +144,9 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
               "    model = torch.compile(model)\n"
               '"""\n')
     body = [
-        header, *imports, "",
+        header, *imports, "", PLAN_ERROR,
         inspect.getsource(env.data.plan.Action) + "\n", inspect.getsource(env.data.plan.fingerprint) + "\n",
+        inspect.getsource(env.data.plan.regions) + "\n",
     ]
     body += [offload_defs[n] + "\n" for n in OFFLOAD_NAMES]
     body += [defs[n] + "\n" for n in APPLY_NAMES]

@@ -21,7 +21,8 @@ def measure_rules(ctx: RunContext) -> None:
     Evaluators measured on each, so that a systematically slower device shows (store meta
     ``baseline_by_evaluator``). The other rules are proposed, not measured."""
     ledger, codec = ctx.ledger, ctx.ledger.codec
-    rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed)
+    rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed,
+                           links=ledger.setup.profile.chain_links)
     chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
     plans = [(tuple(v), PlanSource.rule(k)) for k, v in chosen.items()]
     measured = ctx.measurer.measure(plans)
