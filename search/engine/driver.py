@@ -24,6 +24,7 @@ from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
 from search.engine.phases.rounds import answer_rounds, train_rounds
 from search.engine.phases.rules import RULES_MEASURED, measure_rules
+from search.engine.phases.throughput import probe_throughput, search_throughput
 from search.engine.progress import RoundStatus
 from search.records import meta
 from search.records.config import SearchConfig
@@ -53,6 +54,7 @@ class Driver:
 
     def run(self) -> None:
         ctx = self.context
+        throughput = probe_throughput(ctx) if self.cfg.throughput_mode else None  # a cap nothing fits fails here
         measure_rules(ctx)
         measure_peers(ctx)
         exact = solve_exact(ctx)
@@ -62,6 +64,8 @@ class Driver:
         answer_rounds(ctx)
         deciding_passes(ctx)
         close_references(ctx)
+        if throughput is not None:
+            search_throughput(ctx, throughput)
         self.ledger.snapshot()
 
     def drain(self) -> None:

@@ -14,10 +14,12 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
+from search.engine.throughput_report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierFile, point_from, write_frontier
 from search.records.pareto import fastest_within
+from search.records.throughput import ThroughputCurve
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-                                         points=points))
+                                         points=points, throughput=store.read(meta.THROUGHPUT)))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
     for a in store.read(meta.AGENTS):
@@ -68,6 +70,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "headroom": store.read(meta.HEADROOM),
         "paired": base.has_references,
         "references": base.n_measurements,
+        "throughput": (curve := store.read(meta.THROUGHPUT)) and curve.model_dump(mode="json"),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -133,6 +136,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     if rep["peers"]:
         lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
+    if rep.get("throughput"):
+        lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))
     hv = rep["hypervolume"]
     ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",

@@ -1,0 +1,93 @@
+"""The throughput search's cost-model side: the fit in the micro-batch, its checks, and the plans to measure.
+
+``ThroughputModel`` is made once the profiles are in (the workload's own one and one at the far end
+of the ladder: ``env.cost.batch_fit.BatchFit``). It prices any plan at any micro-batch the search
+considers (``batches``: every size up to the ladder's top, or a geometric grid of ``GRID_POINTS``
+beyond ``ALL_SIZES_UP_TO``), scaled by what the plans measured at each micro-batch showed
+(``peak_scale``: measured over predicted peak at the nearest measured size), and proposes:
+
+- the exact solver's frontier at every micro-batch, whose best fitting point over all sizes is the
+  model-optimal (plan, micro-batch) per cap (``agents.throughput.model_optimal``): the yardstick;
+- the plans of one PPO agent per ladder micro-batch (``agents.batch_agents``), trained on the
+  fitted profile there with the plans measured there as its correction;
+- all of them at every micro-batch, ranked by predicted samples per second (``candidates``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import numpy as np
+
+from agents.exact import FrontierPoint
+from agents.throughput import BatchChoice, exact_frontiers, model_optimal, ranked
+from env.cost.batch_fit import BatchFit, FitCheck
+from env.cost.cost_model import CostModel
+from env.data.measured import MeasuredPlan
+from env.data.types import Indices
+from search.engine.throughput_caps import ThroughputSetup
+
+ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geometric grid
+GRID_POINTS = 48
+
+
+def search_batches(ladder: Sequence[int]) -> list[int]:
+    """The micro-batches the model prices: every size up to the ladder's top, or a grid with the ladder."""
+    top = max(ladder)
+    if top <= ALL_SIZES_UP_TO:
+        return list(range(1, top + 1))
+    grid = np.unique(np.geomspace(1, top, GRID_POINTS).round().astype(int)).tolist()
+    return sorted(set(grid) | set(ladder))
+
+
+class ThroughputModel:
+    """Predicted (plan, micro-batch) throughput under caps, from a fit and what was measured per micro-batch."""
+
+    def __init__(self, fit: BatchFit, setup: ThroughputSetup, relative: float = 0.0) -> None:
+        self.fit, self.setup, self.relative = fit, setup, relative
+        self.batches = search_batches(setup.ladder)
+        self.checks: list[FitCheck] = []
+        self._scales: dict[int, float] = {}
+        self.cost_model = lru_cache(maxsize=None)(self._cost_model)
+
+    def _cost_model(self, micro_batch: int) -> CostModel:
+        return self.fit.cost_model(micro_batch)
+
+    def check(self, micro_batch: int, plan: Indices, label: str, m: MeasuredPlan) -> FitCheck:
+        """A plan measured at ``micro_batch`` against the fit: recorded, and it scales the predicted peaks there."""
+        check = self.fit.check_at(micro_batch, plan, label, m.peak_bytes, m.step_seconds)
+        self.checks.append(check)
+        ratios = [c.measured_peak_bytes / c.predicted_peak_bytes for c in self.checks if c.micro_batch == micro_batch]
+        self._scales[micro_batch] = float(np.mean(ratios))
+        return check
+
+    def peak_scale(self, micro_batch: int) -> float:
+        """Measured over predicted peak at the nearest micro-batch where plans were measured (1 before any)."""
+        if not self._scales:
+            return 1.0
+        nearest = min(self._scales, key=lambda b: (abs(np.log(b / micro_batch)), b))
+        return self._scales[nearest]
+
+    def counted(self, predicted_peak: int, micro_batch: int) -> int:
+        """A predicted peak as a cap counts it: scaled by the measurements, the gradients added when accumulating."""
+        return self.setup.counted(int(predicted_peak * self.peak_scale(micro_batch)), micro_batch)
+
+    def predicted_peak(self, plan: Indices, micro_batch: int) -> int:
+        return self.counted(self.cost_model(micro_batch).peak_bytes(list(plan)), micro_batch)
+
+    def frontiers(self) -> dict[int, list[FrontierPoint]]:
+        """The exact frontier at every micro-batch priced (cached after the first call)."""
+        if not hasattr(self, "_frontiers"):
+            self._frontiers = exact_frontiers(self.cost_model, self.batches, self.relative)
+        return self._frontiers
+
+    def model_optimal(self, cap: int) -> BatchChoice | None:
+        return model_optimal(self.frontiers(), cap, self.counted)
+
+    def exact_plans(self) -> list[Indices]:
+        return list(dict.fromkeys(tuple(p.plan) for front in self.frontiers().values() for p in front))
+
+    def candidates(self, plans: Sequence[Indices], cap: int) -> list[BatchChoice]:
+        """Every plan at every micro-batch predicted to fit ``cap``, most samples per second first."""
+        return ranked(plans, self.cost_model, self.batches, cap, self.counted)
