@@ -1,6 +1,6 @@
 """The ckpt-search dashboard: ``streamlit run dashboard/app.py -- --runs DIR`` (or ``ckpt-dashboard``).
 
-Pages (tabs): Frontier, Plan, Price of memory, Live, New search. The sidebar picks a run
+Pages (tabs): Frontier, Plan, Price of memory, Live, New search, Throughput. The sidebar picks a run
 folder under ``--runs`` (newest first). Reads run folders read-only; never imports Ray.
 """
 
@@ -17,7 +17,7 @@ if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dash
 
 import streamlit as st  # noqa: E402
 
-from dashboard import selection, views  # noqa: E402
+from dashboard import selection, throughput, views  # noqa: E402
 from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, stamp  # noqa: E402
 from dashboard.launch import RUNS_ENV  # noqa: E402
 from dashboard.new_search import LaunchPolicy  # noqa: E402
@@ -97,7 +97,7 @@ def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
     selection.reset_for(st.session_state, run)
     st.caption(f"**{run.run_id}** · {run.workload} · {run.status} · {len(run.units)} units · "
                f"baseline {run.baseline_peak_bytes / 2**20:.4f} MiB, {run.baseline_seconds * 1e3:.2f} ms")
-    tabs = st.tabs(["Frontier", "Plan", "Price of memory", "Live", "New search"])
+    tabs = st.tabs(["Frontier", "Plan", "Price of memory", "Live", "New search", "Throughput"])
     with tabs[0]:
         views.frontier_page(run)
     with tabs[1]:
@@ -108,6 +108,8 @@ def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
         live_tab(run)
     with tabs[4]:
         views.new_search_page(root, policy)
+    with tabs[5]:
+        throughput.throughput_page(run.path)
 
 
 def main() -> None:

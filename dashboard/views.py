@@ -165,7 +165,7 @@ def export_section(run: RunData, digest: str) -> None:
 
 def pricing_page(run: RunData) -> None:
     st.markdown("For each frontier plan measured at 2+ batch sizes: the largest micro-batch that fits one GPU "
-                "(peak = a + b x batch, fitted), the data-parallel GPUs and accumulation steps that reach the global "
+                "(peak = a + b x batch, fitted; measured micro-batches where the run has them), the data-parallel GPUs and accumulation steps that reach the global "
                 "batch, the wall time and the cost. Communication time is not counted.")
     c = st.columns(5)
     cluster = pricing.Cluster(
@@ -191,7 +191,7 @@ def pricing_page(run: RunData) -> None:
         st.caption(f"{left_out} frontier plan(s) have no batch-scaling measurements and are not priced.")
     st.plotly_chart(figures.price_figure(table), key="price_chart")
     shown = table.assign(bytes_per_sample_kib=table.bytes_per_sample / 1024, fixed_mib=table.fixed_bytes / MIB)
-    st.dataframe(shown[["summary", "fits", "micro_batch", "accumulation", "gpus", "step_seconds", "wall_hours", "cost",
+    st.dataframe(shown[["summary", "fits", "micro_batch", "accumulation", "gpus", "step_seconds", "measured", "wall_hours", "cost",
                         "bytes_per_sample_kib", "fixed_mib", "digest"]], hide_index=True, width="stretch")
 
 

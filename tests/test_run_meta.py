@@ -16,6 +16,7 @@ from env.data.unit_choice import UnitChoice
 from search.records import meta
 from search.records.meta import MetaKeyError, meta_key
 from search.records.store import RunStore, StoreError
+from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILE = json.loads((DATA / "gpt_tiny_profile.json").read_text())
@@ -61,12 +62,18 @@ SAMPLES = {  # one value of every declared key, as a run writes it
                               "clock": "wall"},
                              {"batch_size": 2, "peak_bytes": 900, "step_seconds": 0.2}]},
     "batch_size": 2,
+    "throughput_profiles": {8: ModelProfile.model_validate(PROFILE)},
+    "throughput_measured": [{"micro_batch": 8, "record": _record("d1")}],
+    "throughput": ThroughputCurve(
+        caps=[CapRow(cap_bytes=5000, answer=ThroughputPoint.of(_record("d1"), "ours", "keep 2", 8, None, 0, 16, [])),
+              CapRow(cap_bytes=100, why="no plan measured fits 0.0 MiB")],
+        micro_batches=[1, 2, 4, 8], default_micro_batch=2, tokens_per_sample=16, quote_rounds=2),
 }
 
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 27
+    assert len(meta.KEYS) == 30
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 

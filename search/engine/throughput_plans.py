@@ -2,8 +2,9 @@
 
 ``ThroughputModel`` is made once the profiles are in (the workload's own one and one at the far end
 of the ladder: ``env.cost.batch_fit.BatchFit``). It prices any plan at any micro-batch the search
-considers (``batches``: every size up to the ladder's top, or a geometric grid of ``GRID_POINTS``
-beyond ``ALL_SIZES_UP_TO``), scaled by what the plans measured at each micro-batch showed
+considers (``batches``: every size up to the ladder's top, or up to where the fit puts the lowest peak
+over the largest cap when that is further (``extend``); a geometric grid of ``GRID_POINTS`` beyond
+``ALL_SIZES_UP_TO``), scaled by what the plans measured at each micro-batch showed
 (``peak_scale``: measured over predicted peak at the nearest measured size), and proposes:
 
 - the exact solver's frontier at every micro-batch, whose best fitting point over all sizes is the
@@ -24,9 +25,11 @@ from agents.exact import FrontierPoint
 from agents.throughput import BatchChoice, exact_frontiers, model_optimal, ranked
 from env.cost.batch_fit import BatchFit, FitCheck
 from env.cost.cost_model import CostModel
+from env.cost.headroom import lowest_and_keep_peak
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from search.engine.throughput_caps import ThroughputSetup
+from search.engine.throughput_peers import largest_under
 
 ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geometric grid
 GRID_POINTS = 48
@@ -50,6 +53,21 @@ class ThroughputModel:
         self.checks: list[FitCheck] = []
         self._scales: dict[int, float] = {}
         self.cost_model = lru_cache(maxsize=None)(self._cost_model)
+
+    def extend(self, cap: int, limit: int) -> list[int]:
+        """Price micro-batches beyond the ladder up to the largest at which the fit puts some plan's peak under
+        ``cap`` (at most ``limit``): the ladder follows one plan, and another may grow less per sample."""
+        def lowest(b: int) -> int:
+            return self.counted(lowest_and_keep_peak(self.fit.profile_at(b))[0], b)
+
+        top = max(self.batches)
+        high = min(limit, 2 * top)
+        while high < limit and lowest(high) <= cap:
+            top, high = high, min(limit, 2 * high)
+        last = largest_under(lowest, cap, top, high)
+        if last is not None and last > max(self.batches):
+            self.batches = search_batches([*self.setup.ladder, last])
+        return self.batches
 
     def _cost_model(self, micro_batch: int) -> CostModel:
         return self.fit.cost_model(micro_batch)

@@ -40,6 +40,7 @@ from search.records import meta
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
 CANDIDATE_ROUNDS = 2
+SLOPE_SPAN = 3  # samples between the two sizes the lowest plan per sample is judged at
 DECIDING = 3  # per cap, the best measured (plan, micro-batch)s measured again before the answer is taken
 
 
@@ -82,15 +83,15 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
 def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: ThroughputSetup, smallest: int,
                       limit: int) -> Indices:
     """Of the exact solver's lowest-memory plan at the workload's own batch and recompute everything, the one
-    whose measured peak grows least per sample from ``smallest`` to the next size: the plan that fits the
-    largest micro-batch (at the own batch the lowest plan may keep a unit whose bytes grow with the batch).
+    whose measured peak grows least per sample from ``smallest`` to ``SLOPE_SPAN`` samples more: the plan that
+    fits the largest micro-batch (at the own batch the lowest plan may keep a unit whose bytes grow with it).
     Refuses (``ThroughputError``) when neither fits the lowest cap at ``smallest``."""
     codec, cm = ctx.ledger.codec, ctx.ledger.setup.cost_model
     plans = [tuple(exact_frontier(cm, relative=exact_relative(codec.n_units))[0].plan)]
     if Action.RECOMPUTE in codec.actions:
         plans.append(codec.uniform(Action.RECOMPUTE))
     plans = list(dict.fromkeys(plans))
-    sizes = [smallest, min(smallest + 1, limit)] if limit > smallest else [smallest]
+    sizes = [smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest]
     jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
@@ -178,6 +179,7 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
     setup = run.setup
     model = ThroughputModel(fitted(ctx, run), setup, exact_relative(ctx.ledger.codec.n_units))
     probe_ladder(ctx, run, model)
+    model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
     contenders = contenders_for(ctx)
     pool = plan_pool(ctx, run, model)
     for c in contenders:
