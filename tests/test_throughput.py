@@ -274,3 +274,17 @@ def test_export_memory_cap_writes_the_micro_batch_and_apply_plan_reads_it(tmp_pa
     assert "\n" not in str(e.value) and "lowest answer's peak is 31.00 MiB" in str(e.value)
     with pytest.raises(CkptSearchError, match="not both"):
         export(tmp_path, budget_mb=50, memory_cap_mb=50)
+
+
+def test_the_price_page_reads_measured_micro_batches_where_they_exist():
+    from dashboard.pricing import Cluster, price_plan, with_measured
+
+    points = [{"batch_size": 1, "peak_bytes": 10**9, "step_seconds": 0.1},
+              {"batch_size": 2, "peak_bytes": 2 * 10**9, "step_seconds": 0.2}]
+    cluster = Cluster(gpu_memory_gb=4.5, price_per_gpu_hour=1.0, global_batch=4, steps=10, max_gpus=1)
+    fitted = price_plan("d", "keep 2", points, cluster)
+    assert (fitted.micro_batch, fitted.accumulation, fitted.measured) == (4, 1, False)  # the line: 4 fit in 4.5 GB
+    too_big = _record(5 * 10**9 / MIB, 0.35, digest="d")  # measured at 4: 5 GB, it does not fit after all
+    priced = price_plan("d", "keep 2", with_measured({"d": points}, [(4, too_big)])["d"], cluster)
+    assert (priced.micro_batch, priced.accumulation, priced.measured) == (2, 2, True)
+    assert priced.step_seconds == pytest.approx(2 * 0.2)  # two measured steps of micro-batch 2
