@@ -1,9 +1,10 @@
 """A throughput search end to end (real Ray, real measurements, a real store) on gpt/tiny; its export, its
-report and the dashboard's throughput page on it."""
+report, the dashboard's throughput page on it, and bench/throughput.py --quick."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from search.records import meta
 from search.records.frontier_file import load_frontier
 from search.records.store import RunStore
 
-APP = str(Path(__file__).resolve().parent.parent / "dashboard" / "app.py")
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "dashboard" / "app.py")
 CAPS_MIB = (1.2, 2.5)
 TINY = ["--workload", "gpt/tiny", "--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128",
         "--max-measurements", "10", "--repeats", "1", "--no-progress", "--no-batch-scaling",
@@ -112,3 +114,27 @@ def test_the_throughput_page_paints_and_a_click_selects_a_cap(run_dir: Path, mon
     low = curve.caps[0]
     assert any(f"Under {low.cap_bytes / MIB:.1f} MiB" in s.value and f"micro-batch {low.answer.micro_batch}" in s.value
                for s in at.success)
+
+
+@pytest.mark.slow
+def test_the_throughput_bench_quick(tmp_path: Path):
+    out = tmp_path / "throughput.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    w = result["workloads"][0]
+    assert w["workload"] == "gpt/tiny" and w["caps"] == ["1.2 x lowest", "no checkpointing", "2 x no checkpointing"]
+    assert result["machine"]["cpu_count"] >= 1 and w["search"]["wall_seconds"] > 0
+    for row in w["search"]["caps"]:
+        assert row["answer"]["counted_peak_bytes"] <= row["cap_bytes"] and row["answer"]["samples_per_second"] > 0
+        assert all(p["counted_peak_bytes"] <= row["cap_bytes"] for p in row["peers"])
+    grid = w["grid"]
+    assert grid["plans_measured"] >= len(w["search"]["micro_batches"])
+    for row in grid["caps"]:
+        assert row["grid_best"]["peak_bytes"] <= row["cap_bytes"] and row["ours_over_grid"] > 0
+    designs = w["agents"]["designs"]
+    assert set(designs) == {"one agent per micro-batch", "one agent conditioned on the micro-batch"}
+    for d in designs.values():
+        assert d["train_seconds"] > 0 and all(c["regret"] is None or -1e-9 <= c["regret"] <= 1 for c in d["caps"])
+    assert "| cap | ours: micro-batch, samples/s |" in proc.stdout
