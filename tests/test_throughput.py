@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -288,3 +289,68 @@ def test_the_price_page_reads_measured_micro_batches_where_they_exist():
     priced = price_plan("d", "keep 2", with_measured({"d": points}, [(4, too_big)])["d"], cluster)
     assert (priced.micro_batch, priced.accumulation, priced.measured) == (2, 2, True)
     assert priced.step_seconds == pytest.approx(2 * 0.2)  # two measured steps of micro-batch 2
+
+
+# -- the alternative design: one env (and agent) conditioned on the micro-batch ----------------------------------
+
+def _batch_env(seed: int):
+    from env.cost.headroom import lowest_and_keep_peak
+    from env.gym.batch_env import MicroBatchEnv
+    from env.gym.checkpoint_env import CheckpointEnv
+
+    fit = BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)})
+    envs = {}
+    for b in (2, 4, 8):
+        low, keep = lowest_and_keep_peak(fit.profile_at(b))
+        envs[b] = CheckpointEnv(fit.profile_at(b), (low, keep), "model")
+    env = MicroBatchEnv(envs)
+    env.reset(seed=seed)
+    return env
+
+
+def test_the_micro_batch_env_is_seeded_and_carries_the_micro_batch():
+    a, b = _batch_env(3), _batch_env(3)
+    inner = a.envs[2].observation_space.shape[0]
+    assert a.observation_space.shape == (inner + 2,) and a.action_space == a.envs[2].action_space
+    for episode in range(6):
+        oa, ia = a.reset()
+        ob, ib = b.reset()
+        assert ia == ib and np.array_equal(oa, ob) and ia["micro_batch"] in (2, 4, 8)
+        assert oa[-1] == pytest.approx(ia["micro_batch"] / 8) and oa[-2] == pytest.approx(np.log2(ia["micro_batch"]) / 3)
+        done = False
+        while not done:
+            act = int(np.flatnonzero(a.action_masks())[0])
+            oa, ra, done, _, info = a.step(act)
+            ob, rb, _, _, _ = b.step(act)
+            assert ra == rb and np.array_equal(oa, ob)
+        assert info["micro_batch"] == ia["micro_batch"] and info["budget_bytes"] == ia["budget_bytes"]
+    obs, info = a.reset(options={"micro_batch": 8, "budget_bytes": 10**9})
+    assert info["micro_batch"] == 8 and a.env is a.envs[8] and info["budget_bytes"] == 10**9
+    with pytest.raises(ValueError, match="micro_batch=3 is not one of"):
+        a.reset(options={"micro_batch": 3})
+
+
+
+@pytest.mark.slow
+def test_both_agent_designs_find_the_model_optimal_plan_and_micro_batch_after_cloning():
+    from agents.batch_agents import MicroBatchAgents
+    from agents.batch_conditioned import MicroBatchConditionedAgent
+    from agents.throughput import exact_frontiers, model_optimal, ranked
+    from env.cost.headroom import lowest_and_keep_peak
+
+    fit = BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)})
+    ladder = [2, 4, 8]
+    low, keep = lowest_and_keep_peak(fit.profile_at(4))
+    caps = [low, (low + keep) // 2, keep]
+    budgets = {b: caps for b in ladder}
+    profiles = {b: fit.profile_at(b) for b in ladder}
+    same = lambda peak, b: peak  # noqa: E731
+    frontiers = exact_frontiers(fit.cost_model, ladder)
+    for agent in (MicroBatchAgents(profiles, budgets, seed=1), MicroBatchConditionedAgent(profiles, budgets, seed=1)):
+        agent.train(0)  # cloning only
+        plans = [p for ps in agent.plans(budgets).values() for p in ps]
+        for cap in caps:
+            best = model_optimal(frontiers, cap, same)
+            got = ranked(plans, fit.cost_model, ladder, cap, same)
+            assert best is not None and got and got[0].samples_per_second == pytest.approx(best.samples_per_second,
+                                                                                           rel=0.01)
