@@ -196,12 +196,17 @@ def test_each_contender_is_quoted_at_the_largest_micro_batch_it_fits():
     peer = Contender("peer:b", "a peer", None, checkpoint_sequential_peer(2, "blocks").model_copy(update={"name": "b"}))
     searches = [FitSearch(c, cap * MIB) for c in (rule, peer) for cap in (30, 100)]
     prior = lambda c: (lambda b: int((4 + 1.9 * b) * MIB)) if c.plan else None  # noqa: E731  5% off
-    largest_fitting(searches, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, 4096, [2, 8])
+    largest_fitting(searches, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, range(1, 4097),
+                    [2, 8])
     got = {(s.contender.name, s.cap // MIB): s.fits[0] for s in searches}
     assert got == {("rule:a", 30): 13, ("rule:a", 100): 48, ("peer:b", 30): 5, ("peer:b", 100): 19}
     assert all(s.tries <= 5 for s in searches)
     assert sum(1 for name, _ in measured if name == "rule:a") <= 6  # a line after the first two measurements
-    assert largest_under(lambda b: b * 10, 35, 1, 100) == 3 and largest_under(lambda b: b * 10, 5, 1, 100) is None
+    given = [FitSearch(c, 30 * MIB) for c in (rule, peer)]  # --micro-batches 4 8 12: only those
+    largest_fitting(given, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, [4, 8, 12], [4, 12])
+    assert [s.fits[0] for s in given] == [12, 4]
+    assert largest_under(lambda b: b * 10, 35, range(1, 101)) == 3 and largest_under(lambda b: b, 0, range(1, 9)) is None
+    assert largest_under(lambda b: b * 10, 95, [2, 4, 8, 16]) == 8
 
 
 # -- the curve, frontier.json and the export ---------------------------------------------------------------------

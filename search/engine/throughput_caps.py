@@ -56,13 +56,19 @@ class ThroughputSetup:
     tokens_per_sample: int | None
     gradient_bytes: int
     global_batch: int | None
-    lowest: Indices  # the lowest-memory plan on the cost model at the workload's own batch
+    lowest: Indices  # the plan whose peak grows least per sample (it sets the ladder's top)
+    fixed: bool = False  # the ladder was given (--micro-batches): no other micro-batch is searched
 
     @classmethod
     def of(cls, facts: dict[str, Any], caps: list[int], ladder: list[int], global_batch: int | None,
-           lowest: Indices) -> "ThroughputSetup":
+           lowest: Indices, fixed: bool = False) -> "ThroughputSetup":
         return cls(caps, ladder, int(facts["base"]), str(facts["how"]), facts["tokens_per_sample"],
-                   int(facts["gradient_bytes"]), global_batch or None, tuple(lowest))
+                   int(facts["gradient_bytes"]), global_batch or None, tuple(lowest), fixed)
+
+    def sizes(self) -> Sequence[int]:
+        """The micro-batches a configuration may be quoted at: the ladder when given, else any up to the limit."""
+        return sorted(self.ladder) if self.fixed else range(1, min(self.global_batch or MAX_MICRO_BATCH,
+                                                                  MAX_MICRO_BATCH) + 1)
 
     def counted(self, peak_bytes: int, micro_batch: int) -> int:
         """The peak a cap is checked against (``search.records.throughput.counted_peak``)."""

@@ -9,14 +9,16 @@ largest micro-batch whose measured peak fits, which ``largest_fitting`` finds by
 1. an estimate of its peak at every micro-batch: a line through its measured peaks once it has two
    (peaks grow linearly in the micro-batch), else the fitted cost model's prediction scaled by its
    one measurement (rules), or two anchor measurements first (peers, which the cost model cannot price);
-2. the largest micro-batch the estimate fits is measured; from what it measured the estimate is
-   redrawn and the next guess measured, until the largest size that fits is next to the smallest that
-   does not, or ``MAX_TRIES`` guesses. Every search goes in rounds, all contenders and caps at once,
-   so that several Evaluators measure side by side.
+2. the largest micro-batch the estimate fits is measured; with what it measured the estimate is
+   redrawn and the next guess measured, until no size between the largest measured to fit and the
+   smallest measured not to is left that the estimate puts under the cap, or ``MAX_TRIES`` guesses.
+   Every search goes in rounds, all contenders and caps at once, so that several Evaluators measure
+   side by side.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -69,19 +71,21 @@ def _line(points: dict[int, int]) -> tuple[float, float] | None:
     return float(intercept), float(slope)
 
 
-def largest_under(estimate: Callable[[int], float], cap: int, low: int, high: int) -> int | None:
-    """The largest b in [low, high] with ``estimate(b) <= cap`` (estimate non-decreasing); None if not even ``low``."""
-    if low > high or estimate(low) > cap:
+def largest_under(estimate: Callable[[int], float], cap: int, sizes: Sequence[int]) -> int | None:
+    """The largest of ``sizes`` (ascending) with ``estimate(b) <= cap`` (estimate non-decreasing); None if not
+    even the first."""
+    if not len(sizes) or estimate(sizes[0]) > cap:
         return None
-    while low < high:
-        mid = (low + high + 1) // 2
-        low, high = (mid, high) if estimate(mid) <= cap else (low, mid - 1)
-    return low
+    lo, hi = 0, len(sizes) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if estimate(sizes[mid]) <= cap else (lo, mid - 1)
+    return sizes[lo]
 
 
 def guess(search: FitSearch, counted: Callable[[int, int], int], prior: Callable[[int], int] | None,
-          limit: int) -> int | None:
-    """The next micro-batch to measure for ``search`` (None: it is decided)."""
+          sizes: Sequence[int]) -> int | None:
+    """The next micro-batch of ``sizes`` (ascending) to measure for ``search`` (None: it is decided)."""
     points = {b: counted(m.peak_bytes, b) for b, m in search.seen.items() if not m.oom}
     line = _line(points)
     if line is not None and line[1] > 0:
@@ -91,13 +95,14 @@ def guess(search: FitSearch, counted: Callable[[int, int], int], prior: Callable
         estimate = lambda b: prior(b) * scale  # noqa: E731
     else:
         return None
-    low = search.fits[0] + 1 if search.fits else 1
-    high = (search.too_big - 1) if search.too_big else limit
-    if low > high:
-        return None  # the largest size that fits is next to the smallest that does not (or 1 does not fit)
-    b = largest_under(estimate, search.cap, low, high)
+    low = search.fits[0] + 1 if search.fits else 0
+    high = (search.too_big - 1) if search.too_big else sizes[-1]
+    window = sizes[bisect.bisect_left(sizes, low):bisect.bisect_right(sizes, high)]
+    if not len(window):
+        return None  # the largest size that fits is next to the smallest that does not (or the first does not fit)
+    b = largest_under(estimate, search.cap, window)
     if b is None:  # the estimate says no size above what fits does: measure the smallest left once, when none fits
-        return None if search.fits else low
+        return None if search.fits else window[0]
     return b
 
 
@@ -115,10 +120,11 @@ def advance(search: FitSearch, m: MeasuredPlan, micro_batch: int, counted: Calla
 
 def largest_fitting(searches: Sequence[FitSearch], measure: Callable[[list[BatchJob]], list[MeasuredPlan]],
                     names: Callable[[Indices], tuple[str, ...]], counted: Callable[[int, int], int],
-                    prior_of: Callable[[Contender], Callable[[int], int] | None], limit: int,
+                    prior_of: Callable[[Contender], Callable[[int], int] | None], sizes: Sequence[int],
                     anchors: Sequence[int]) -> None:
-    """Each search's largest micro-batch that fits its cap, found in rounds (module docstring). ``anchors``:
-    the micro-batches every peer is measured at before its first guess (not counted as guesses)."""
+    """Each search's largest micro-batch of ``sizes`` (ascending) that fits its cap, found in rounds (module
+    docstring). ``anchors``: the micro-batches every peer is measured at before its first guess (not counted
+    as guesses)."""
     peers = {s.contender.name: s.contender for s in searches if s.contender.peer is not None}
     jobs = [c.job(names, b) for c in peers.values() for b in anchors]
     for job, m in zip(jobs, measure(jobs)):
@@ -128,7 +134,7 @@ def largest_fitting(searches: Sequence[FitSearch], measure: Callable[[list[Batch
     while True:
         todo = []
         for s in (s for s in searches if not s.done):
-            b = guess(s, counted, prior_of(s.contender), limit) if s.tries < MAX_TRIES else None
+            b = guess(s, counted, prior_of(s.contender), sizes) if s.tries < MAX_TRIES else None
             s.done = b is None
             if b is not None:
                 todo.append((s, b))

@@ -4,7 +4,7 @@
 of the ladder: ``env.cost.batch_fit.BatchFit``). It prices any plan at any micro-batch the search
 considers (``batches``: every size up to the ladder's top, or up to where the fit puts the lowest peak
 over the largest cap when that is further (``extend``); a geometric grid of ``GRID_POINTS`` beyond
-``ALL_SIZES_UP_TO``), scaled by what the plans measured at each micro-batch showed
+``ALL_SIZES_UP_TO``; only the ladder when ``--micro-batches`` gave it), scaled by what the plans measured at each micro-batch showed
 (``peak_scale``: measured over predicted peak at the nearest measured size), and proposes:
 
 - the exact solver's frontier at every micro-batch, whose best fitting point over all sizes is the
@@ -35,9 +35,12 @@ ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geomet
 GRID_POINTS = 48
 
 
-def search_batches(ladder: Sequence[int]) -> list[int]:
-    """The micro-batches the model prices: every size up to the ladder's top, or a grid with the ladder."""
+def search_batches(ladder: Sequence[int], fixed: bool = False) -> list[int]:
+    """The micro-batches the model prices: every size up to the ladder's top, or a grid with the ladder; the
+    ladder alone when it is ``fixed`` (``--micro-batches``)."""
     top = max(ladder)
+    if fixed:
+        return sorted(ladder)
     if top <= ALL_SIZES_UP_TO:
         return list(range(1, top + 1))
     grid = np.unique(np.geomspace(1, top, GRID_POINTS).round().astype(int)).tolist()
@@ -49,7 +52,7 @@ class ThroughputModel:
 
     def __init__(self, fit: BatchFit, setup: ThroughputSetup, relative: float = 0.0) -> None:
         self.fit, self.setup, self.relative = fit, setup, relative
-        self.batches = search_batches(setup.ladder)
+        self.batches = search_batches(setup.ladder, setup.fixed)
         self.checks: list[FitCheck] = []
         self._scales: dict[int, float] = {}
         self.cost_model = lru_cache(maxsize=None)(self._cost_model)
@@ -61,10 +64,12 @@ class ThroughputModel:
             return self.counted(lowest_and_keep_peak(self.fit.profile_at(b))[0], b)
 
         top = max(self.batches)
+        if self.setup.fixed:
+            return self.batches
         high = min(limit, 2 * top)
         while high < limit and lowest(high) <= cap:
             top, high = high, min(limit, 2 * high)
-        last = largest_under(lowest, cap, top, high)
+        last = largest_under(lowest, cap, range(top, high + 1))
         if last is not None and last > max(self.batches):
             self.batches = search_batches([*self.setup.ladder, last])
         return self.batches

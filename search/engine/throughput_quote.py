@@ -24,7 +24,6 @@ from search.engine import ray_session
 from search.engine.batch_book import BatchJob
 from search.engine.phases.context import RunContext
 from search.engine.phases.peers import PEER_KINDS
-from search.engine.throughput_caps import MAX_MICRO_BATCH
 from search.engine.throughput_peers import RULE_LABELS, Contender, FitSearch, largest_fitting
 from search.engine.throughput_plans import ThroughputModel
 from search.records import meta
@@ -69,14 +68,16 @@ def peers_at_caps(ctx: RunContext, run: "ThroughputRun", model: ThroughputModel,
     setup, codec = run.setup, ctx.ledger.codec
     searches = {cap: [FitSearch(c, cap) for c in contenders] for cap in setup.caps}
     top = max(setup.ladder)
-    anchors = sorted({setup.base, top}) if setup.base != top else sorted({max(1, top // 2), top})
+    if setup.fixed:
+        anchors = sorted({setup.ladder[0], setup.ladder[-1]})
+    else:
+        anchors = sorted({setup.base, top}) if setup.base != top else sorted({max(1, top // 2), top})
 
     def prior_of(c: Contender) -> Callable[[int], int] | None:
         return None if c.plan is None else (lambda b: model.predicted_peak(c.plan, b))  # type: ignore[arg-type]
 
-    limit = min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH)
     largest_fitting([s for group in searches.values() for s in group], run.measurer.measure, codec.names,
-                    setup.counted, prior_of, limit, anchors)
+                    setup.counted, prior_of, setup.sizes(), anchors)
     return searches
 
 

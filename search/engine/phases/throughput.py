@@ -77,7 +77,8 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
     else:
         ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
-    return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest), measurer)
+    return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
+                         measurer)
 
 
 def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: ThroughputSetup, smallest: int,
@@ -91,7 +92,8 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     if Action.RECOMPUTE in codec.actions:
         plans.append(codec.uniform(Action.RECOMPUTE))
     plans = list(dict.fromkeys(plans))
-    sizes = [smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest]
+    given = sorted(ctx.cfg.micro_batches)
+    sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
     jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
