@@ -2,8 +2,8 @@
 
 - ``contenders_for``: the rules users pick and, with ``--peers``, the peers that apply to the workload.
 - ``peers_at_caps``: each of them at the largest micro-batch it fits under each cap (measured).
-- ``measured_under``/``answer_of``: the measured (plan, micro-batch)s that fit a cap, most samples per second
-  first; the first is the answer.
+- ``measured_under``: the measured (plan, micro-batch)s that fit a cap, most samples per second first, from
+  which the search takes its finalists.
 - ``quote_and_curve``: every cap's answer and peers measured again, alike, in ``QUOTE_ROUNDS``
   interleaved rounds (first in order, then reversed), so that the table compares measurements taken
   side by side and none of those that selected the answer (a best-of-many measurement flatters); the
@@ -21,7 +21,7 @@ from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.measure.peers import Peer, PeerKind
 from search.engine import ray_session
-from search.engine.batch_book import BatchJob
+from search.engine.batch_book import BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
 from search.engine.phases.peers import PEER_KINDS
 from search.engine.throughput_peers import RULE_LABELS, Contender, FitSearch, largest_fitting
@@ -90,10 +90,16 @@ def measured_under(run: "ThroughputRun", cap: int) -> list[Answer]:
     return sorted(fits, key=lambda bm: (-bm[0] / bm[1].step_seconds, bm[1].peak_bytes))
 
 
-def answer_of(run: "ThroughputRun", cap: int) -> Answer | None:
-    """The measured (plan, micro-batch) of the most samples per second that fits ``cap``."""
-    fits = measured_under(run, cap)
-    return fits[0] if fits else None
+def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
+                       rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
+    """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
+    measurements merged (none of the book's: these are compared with each other only)."""
+    keys, got = list(jobs), {}
+    for r in range(rounds):
+        order = keys if r % 2 == 0 else keys[::-1]
+        for key, m in zip(order, measurer.fresh([jobs[k] for k in order])):
+            got[key] = got[key].merged(m) if key in got else m
+    return got
 
 
 def _point(run: "ThroughputRun", m: MeasuredPlan, b: int, name: str, label: str,
@@ -113,12 +119,7 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
         for s in searches[cap]:
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
-    keys = list(jobs)
-    quoted: dict[tuple[str, int], MeasuredPlan] = {}
-    for r in range(QUOTE_ROUNDS):
-        order = keys if r % 2 == 0 else keys[::-1]
-        for key, m in zip(order, run.measurer.fresh([jobs[k] for k in order])):
-            quoted[key] = quoted[key].merged(m) if key in quoted else m
+    quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
     rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted) for cap in run.setup.caps]
     curve = ThroughputCurve(
         caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,

@@ -11,9 +11,9 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
    (``search.engine.throughput_plans``), with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput_peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
-   time for ``CANDIDATE_ROUNDS`` rounds; the ``DECIDING`` best measured that fit measured once more, and the
-   answer is the measured one of the most samples per second whose measured peak fits (rules and probes
-   count: they are plans too);
+   time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
+   count: they are plans too) measured again side by side, and the answer is the one of the most samples
+   per second on those measurements whose measured peak fits (``decide``);
 5. the quote (``search.engine.throughput_quote``): every cap's answer and peers measured again,
    alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
 """
@@ -35,13 +35,15 @@ from search.engine.phases.context import RunContext
 from search.engine.phases.exact import exact_relative
 from search.engine.throughput_caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
 from search.engine.throughput_plans import ThroughputModel
-from search.engine.throughput_quote import answer_of, contenders_for, measured_under, peers_at_caps, quote_and_curve
+from search.engine.throughput_quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
+                                            quote_and_curve)
 from search.records import meta
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
 CANDIDATE_ROUNDS = 2
 SLOPE_SPAN = 3  # samples between the two sizes the lowest plan per sample is judged at
-DECIDING = 3  # per cap, the best measured (plan, micro-batch)s measured again before the answer is taken
+DECIDING = 3  # per cap, the best measured (plan, micro-batch)s measured again side by side before the answer
+DECIDING_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -166,12 +168,22 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
 
-def decide(run: ThroughputRun) -> None:
-    """Per cap, the ``DECIDING`` best measured (plan, micro-batch)s that fit measured once more, so that the
-    answer is not the one whose few steps ran luckiest (each measured once per pass, however many caps)."""
-    jobs = [BatchJob(tuple(m.actions), b, m.source) for cap in run.setup.caps
-            for b, m in measured_under(run, cap)[:DECIDING]]
-    run.measurer.measure(jobs, again=True)
+def decide(run: ThroughputRun) -> dict[int, Answer | None]:
+    """Per cap, the ``DECIDING`` best measured (plan, micro-batch)s that fit measured again side by side, in
+    ``DECIDING_ROUNDS`` interleaved rounds (each once a round, however many caps name it); the answer is the
+    one of the most samples per second on those measurements alone. Measured minutes apart, under a load
+    that changes, two plans compare by the load as much as by the plans; side by side they do not."""
+    finalists = {cap: measured_under(run, cap)[:DECIDING] for cap in run.setup.caps}
+    jobs = {(m.digest, b): BatchJob(tuple(m.actions), b, m.source) for group in finalists.values() for b, m in group}
+    got = interleaved_rounds(run.measurer, jobs, DECIDING_ROUNDS)
+    for (_, b), m in got.items():
+        run.book.record({"micro_batch": b, "record": m})
+    answers: dict[int, Answer | None] = {}
+    for cap, group in finalists.items():
+        side = [(b, got[(m.digest, b)]) for b, m in group]
+        fits = [(b, m) for b, m in side if not m.oom and run.setup.counted(m.peak_bytes, b) <= cap]
+        answers[cap] = max(fits, key=lambda bm: bm[0] / bm[1].step_seconds) if fits else None
+    return answers
 
 
 def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
@@ -189,5 +201,4 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
             pool.setdefault(c.plan, c.name)
     peers = peers_at_caps(ctx, run, model, contenders)
     measure_candidates(ctx, run, model, pool)
-    decide(run)
-    quote_and_curve(ctx, run, model, {cap: answer_of(run, cap) for cap in setup.caps}, peers)
+    quote_and_curve(ctx, run, model, decide(run), peers)
