@@ -21,6 +21,7 @@ For each workload:
    ladder micro-batch (``agents.batch_agents``, what the search runs) against one agent conditioned on
    the micro-batch too (``agents.batch_conditioned``), at equal PPO steps; per cap the predicted samples
    per second of each design's best (plan, micro-batch) against the model-optimal one, and training time.
+   ``--agents-layered 24 48`` does the same on synthetic layered models of that many units.
 
 Writes ``bench/results/throughput.json`` after every workload, with the machine and its load.
 """
@@ -150,20 +151,19 @@ def grid(spec: str, run_dir: Path, device: str, repeats: int, plans_per_batch: i
             "wall_seconds": time.perf_counter() - t0, "caps": rows, "load_average_1": os.getloadavg()[0]}
 
 
-def agents_compared(run_dir: Path, timesteps: int) -> dict[str, Any]:
-    """Per-micro-batch agents against one micro-batch-conditioned agent on the run's fitted cost model
-    (module docstring, step 4)."""
+def agents_compared(fit: Any, ladder: Sequence[int], caps: Sequence[int], timesteps: int) -> dict[str, Any]:
+    """Per-micro-batch agents against one micro-batch-conditioned agent on a fitted cost model (module
+    docstring, step 4): per cap, the predicted samples/s of each design's best (plan, micro-batch) over the
+    ladder against the exact solver's, and each design's training time."""
     from agents.batch_agents import MicroBatchAgents
     from agents.batch_conditioned import MicroBatchConditionedAgent
     from agents.throughput import exact_frontiers, model_optimal, ranked
 
-    fit, _, _, curve = _run_facts(run_dir)
-    ladder, caps = curve.micro_batches, [r.cap_bytes for r in curve.caps]
     profiles = {b: fit.profile_at(b) for b in ladder}
-    budgets = {b: caps for b in ladder}
+    budgets = {b: list(caps) for b in ladder}
     same = lambda peak, b: peak  # noqa: E731  the fitted model's own peaks
     frontiers = exact_frontiers(fit.cost_model, ladder)
-    out: dict[str, Any] = {"timesteps_per_micro_batch": timesteps, "micro_batches": ladder, "designs": {}}
+    out: dict[str, Any] = {"timesteps_per_micro_batch": timesteps, "micro_batches": list(ladder), "designs": {}}
     for design in ("one agent per micro-batch", "one agent conditioned on the micro-batch"):
         t0 = time.perf_counter()
         if design.startswith("one agent per"):
@@ -185,6 +185,26 @@ def agents_compared(run_dir: Path, timesteps: int) -> dict[str, Any]:
                          "design": got, "regret": (1 - got / best.samples_per_second) if best else None})
         out["designs"][design] = {"agents": n_agents, "train_seconds": seconds, "caps": rows}
     return out
+
+
+def agents_on_run(run_dir: Path, timesteps: int) -> dict[str, Any]:
+    """The designs on a throughput run's fitted cost model, its ladder and its caps."""
+    fit, _, _, curve = _run_facts(run_dir)
+    return agents_compared(fit, curve.micro_batches, [r.cap_bytes for r in curve.caps], timesteps)
+
+
+def agents_on_layered(n_units: int, timesteps: int) -> dict[str, Any]:
+    """The designs on ``tests.profiles.layered_profile(n_units, 0)`` (units of random kinds and sizes, many
+    more frontier points than a stack of equal blocks) as micro-batch 1, the same 8x as large as micro-batch
+    8, the ladder 1, 2, 4, 8 and three caps between the lowest reachable peak and all keep's at 4."""
+    from env.cost.batch_fit import BatchFit
+    from env.cost.headroom import lowest_and_keep_peak
+    from tests.profiles import layered_profile
+
+    fit = BatchFit({1: layered_profile(n_units, 0), 8: layered_profile(n_units, 0, hidden_bytes=8 * 262_144)})
+    low, keep = lowest_and_keep_peak(fit.profile_at(4))
+    caps = [int(low + (keep - low) * share) for share in (0.1, 0.5, 0.9)]
+    return {"units": n_units, **agents_compared(fit, [1, 2, 4, 8], caps, timesteps)}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -217,6 +237,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the grid's quote")
     ap.add_argument("--agents", action="store_true", help="also compare the two agent designs (step 4)")
     ap.add_argument("--agent-timesteps", type=int, default=2048, help="PPO steps per micro-batch in --agents")
+    ap.add_argument("--agents-layered", type=int, nargs="*", default=[],
+                    help="also compare the agent designs on synthetic layered models of these many units")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the caps' and the grid's measurements")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (caps, grid)")
@@ -245,10 +267,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             if spec in args.grid:
                 row["grid"] = grid(spec, run_dir, args.device, args.repeats, args.grid_plans, args.rounds)
             if args.agents:
-                row["agents"] = agents_compared(run_dir, args.agent_timesteps)
+                row["agents"] = agents_on_run(run_dir, args.agent_timesteps)
         result["workloads"].append(row)
         path = write_result("throughput", result, args.out, device=args.device)
         print(f"{spec}: {row['search']['wall_seconds']:.0f} s", file=sys.stderr)
+    if args.agents_layered:
+        result["agents_layered"] = [agents_on_layered(n, args.agent_timesteps) for n in args.agents_layered]
+        path = write_result("throughput", result, args.out, device=args.device)
     print(markdown(result))
     print(json.dumps({"written": str(path)}))
 

@@ -4,9 +4,9 @@
 workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput_caps``).
 ``search_throughput`` runs after the run's own search, in this order:
 
-1. the profile at the far end of the ladder, and the per-unit fit through it and the workload's own
-   (``env.cost.batch_fit``); all keep and the lowest-memory plan measured at every ladder size, each
-   checked against the fit there (``ThroughputCurve.fit_checks``);
+1. all keep measured at every ladder size, the profile at the largest where it runs, and the per-unit
+   fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
+   lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
 2. the plans: the exact solver's at every micro-batch and one agent's per ladder size
    (``search.engine.throughput_plans``), with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput_peers``);
@@ -108,9 +108,14 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
 
 
 def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
-    """The fit through the workload's own profile and one at the ladder's far end (profiled now, or stored)."""
-    base, ladder = run.setup.base, run.setup.ladder
-    far = max(ladder) if max(ladder) != base else (base // 2 if base > 1 else 2)
+    """The fit through the workload's own profile and one at the far end of the ladder where all keep still
+    runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
+    the lowest-memory plan does); profiled now, or as a resumed run stored it."""
+    base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
+    keep = codec.names(codec.uniform(Action.KEEP))
+    kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
+    runs = [b for b, m in zip(ladder, kept) if not m.oom and b != base]
+    far = max(runs) if runs else (base // 2 if base > 1 else 2)
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
     if far not in profiles:
