@@ -1,13 +1,12 @@
-"""The throughput search's agents: one budget-conditioned PPO agent per micro-batch of the ladder.
+"""One budget-conditioned PPO agent per micro-batch of the ladder: the alternative design of the throughput search.
 
 Each agent (``agents.ppo.PPOAgent``) learns on the profile fitted at its micro-batch
 (``env.cost.batch_fit``), over the budgets between the lowest and highest memory cap that its
 micro-batch can reach: it answers "the fastest plan under this cap at this micro-batch", and the
-search takes the micro-batch whose answer trains the most samples per second. The measurements
+caller takes the micro-batch whose answer trains the most samples per second. The measurements
 taken at a micro-batch go to its agent (``observe``), which corrects its cost model as in the
-hybrid search. The alternative, one agent conditioned on the micro-batch as well as the budget
-(``env.gym.batch_env``), is measured against this one by ``bench/throughput.py --agents``.
-"""
+hybrid search. The search runs one agent conditioned on the micro-batch as well as the budget
+instead (``agents.batch_conditioned``): ``bench/throughput.py --agents`` measured the two (docs/throughput.md)."""
 
 from __future__ import annotations
 

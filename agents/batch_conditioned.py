@@ -1,14 +1,17 @@
-"""One PPO agent conditioned on the micro-batch as well as the budget: the alternative to one agent per size.
+"""The throughput search's agent: one PPO agent conditioned on the micro-batch as well as the budget.
 
 The agent's env is ``env.gym.batch_env.MicroBatchEnv`` (an episode: one micro-batch, one budget; both in
-the observation). It learns as ``agents.ppo.PPOAgent`` does, so that the two designs differ only in
-how the micro-batch reaches the policy: the exact solver's plans at every micro-batch are cloned into
-the one policy (``agents.imitation``, the demonstrations of each size carrying its micro-batch
-features) until its plans are as fast as the teacher's, then PPO trains on episodes whose micro-batch
-and budget are drawn each time. ``plans`` asks the policy at every micro-batch and budget; the caller
-keeps, per cap, the micro-batch whose plan trains the most samples per second. ``bench/throughput.py
---agents`` compares it with ``agents.batch_agents.MicroBatchAgents`` at equal training.
-"""
+the observation). It learns as ``agents.ppo.PPOAgent`` does: the exact solver's plans at every
+micro-batch are cloned into the one policy (``agents.imitation``, the demonstrations of each size
+carrying its micro-batch features) until its plans are about as fast as the teacher's, then PPO trains
+on episodes whose micro-batch and budget are drawn each time. The plans measured at a micro-batch
+correct that micro-batch's cost model (``observe``). ``plans`` asks the policy at every micro-batch and
+budget; the caller keeps, per cap, the micro-batch whose plan trains the most samples per second.
+
+Against one agent per micro-batch (``agents.batch_agents``), at equal PPO steps, on the fitted cost
+model (``bench/throughput.py --agents``, docs/throughput.md): the same answers on gpt/small (6 units)
+and on a layered 48-unit model, 0.5% fewer predicted samples per second on a layered 24-unit one, in
+a sixth to a fifth of the training time: one cloning serves every micro-batch."""
 
 from __future__ import annotations
 
@@ -56,6 +59,13 @@ class MicroBatchConditionedAgent:
                                  policy_kwargs={"net_arch": list(self.cfg.net_arch)}, verbose=0, device="cpu")
         self.model.set_logger(Logger(folder=None, output_formats=[]))
         self.clone_stats: dict[str, Any] | None = None
+
+    def observe(self, micro_batch: int, measured: Sequence[tuple[Indices, int, float]]) -> None:
+        """Plans measured at ``micro_batch`` (indices, peak bytes, step seconds): that micro-batch's correction,
+        before the (first) cloning, which they change."""
+        if micro_batch in self.env.envs and measured:
+            self.env.envs[micro_batch].add_measurements([(list(p), peak, s) for p, peak, s in measured])
+            self.clone_stats = None  # clone again on the corrected models
 
     def train(self, timesteps: int) -> dict[str, Any]:
         """Clone the teachers once, then ``timesteps`` PPO steps (whole rollouts); the cloning's stats."""

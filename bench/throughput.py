@@ -195,15 +195,24 @@ def agents_on_run(run_dir: Path, timesteps: int) -> dict[str, Any]:
 
 def agents_on_layered(n_units: int, timesteps: int) -> dict[str, Any]:
     """The designs on ``tests.profiles.layered_profile(n_units, 0)`` (units of random kinds and sizes, many
-    more frontier points than a stack of equal blocks) as micro-batch 1, the same 8x as large as micro-batch
-    8, the ladder 1, 2, 4, 8 and three caps between the lowest reachable peak and all keep's at 4."""
+    more frontier points than a stack of equal blocks) as micro-batch 1 and the same model 8x as large as
+    micro-batch 8, its step 4x as long (a fixed part: without one, samples per second would not change with
+    the micro-batch); the ladder 1, 2, 4, 8, and a cap halfway between the lowest reachable peak and all
+    keep's at each of 2, 4 and 8."""
     from env.cost.batch_fit import BatchFit
     from env.cost.headroom import lowest_and_keep_peak
+    from env.data.model_profile import ModelProfile
     from tests.profiles import layered_profile
 
-    fit = BatchFit({1: layered_profile(n_units, 0), 8: layered_profile(n_units, 0, hidden_bytes=8 * 262_144)})
-    low, keep = lowest_and_keep_peak(fit.profile_at(4))
-    caps = [int(low + (keep - low) * share) for share in (0.1, 0.5, 0.9)]
+    one, big = layered_profile(n_units, 0), layered_profile(n_units, 0, hidden_bytes=8 * 262_144)
+    data, small = big.model_dump(mode="json"), one.model_dump(mode="json")
+    for name in ("pre", "post", "tail"):
+        data[name]["seconds"] = 4 * small[name]["seconds"]
+    for a, costs in data["costs"].items():
+        for c, s in zip(costs, small["costs"][a]):
+            c["fwd"]["seconds"], c["bwd"]["seconds"] = 4 * s["fwd"]["seconds"], 4 * s["bwd"]["seconds"]
+    fit = BatchFit({1: one, 8: ModelProfile.model_validate(data)})
+    caps = [sum(lowest_and_keep_peak(fit.profile_at(b))) // 2 for b in (2, 4, 8)]
     return {"units": n_units, **agents_compared(fit, [1, 2, 4, 8], caps, timesteps)}
 
 

@@ -14,8 +14,8 @@ micro-batch:
 
 Actions, masks and rewards are the micro-batch's env's: at one micro-batch, samples per second go
 with the inverse of the step time, which its reward already prices. ``info`` at the end adds
-``micro_batch``. This is the alternative to one agent per micro-batch (``agents.batch_agents``) that
-``bench/throughput.py --agents`` measures it against.
+``micro_batch``. The throughput search's agent learns on it (``agents.batch_conditioned``); the
+alternative, one agent per micro-batch (``agents.batch_agents``), does without it.
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ over the largest cap when that is further (``extend``); a geometric grid of ``GR
 ``ALL_SIZES_UP_TO``; only the ladder when ``--micro-batches`` gave it), scaled by what the plans measured at each micro-batch showed
 (``peak_scale``: measured over predicted peak at the nearest measured size), and proposes:
 
-- the exact solver's frontier at every micro-batch, whose best fitting point over all sizes is the
-  model-optimal (plan, micro-batch) per cap (``agents.throughput.model_optimal``): the yardstick;
-- the plans of one PPO agent per ladder micro-batch (``agents.batch_agents``), trained on the
-  fitted profile there with the plans measured there as its correction;
-- all of them at every micro-batch, ranked by predicted samples per second (``candidates``).
+- the exact solver's frontier at every ladder micro-batch (``solved``), whose best fitting point over
+  them is the model-optimal (plan, micro-batch) per cap (``agents.throughput.model_optimal``): the
+  yardstick (the solver compares states in steps of ``relative``: ``THROUGHPUT_EXACT_UNITS``);
+- the plans of the agent (``agents.batch_conditioned``; the phase trains it);
+- all of them at every micro-batch priced, ranked by predicted samples per second (``candidates``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,16 @@ from env.data.types import Indices
 from search.engine.throughput_caps import ThroughputSetup
 from search.engine.throughput_peers import largest_under
 
-ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geometric grid
+ALL_SIZES_UP_TO = 64
+THROUGHPUT_EXACT_UNITS = 24  # more units: the ladder's solves merge labels in 0.5% steps, as the agents' teacher does  # every micro-batch up to here is priced; beyond, a geometric grid
 GRID_POINTS = 48
+
+
+def solver_relative(n_units: int) -> float:
+    """The exact solver's step for the ladder's solves: exact up to ``THROUGHPUT_EXACT_UNITS`` units; beyond, one
+    solve per ladder size at 48 layered units took a minute on 2 loaded cores, and the 0.5% step keeps
+    nearly all of the frontier (``agents.imitation``)."""
+    return 0.0 if n_units <= THROUGHPUT_EXACT_UNITS else 0.005
 
 
 def search_batches(ladder: Sequence[int], fixed: bool = False) -> list[int]:
@@ -99,10 +107,16 @@ class ThroughputModel:
     def predicted_peak(self, plan: Indices, micro_batch: int) -> int:
         return self.counted(self.cost_model(micro_batch).peak_bytes(list(plan)), micro_batch)
 
+    @property
+    def solved(self) -> list[int]:
+        """Where the exact solver runs: the ladder and the largest micro-batch priced (a solve at every size
+        priced would cost as many solves as sizes; ``candidates`` prices the plans at every size)."""
+        return sorted({*self.setup.ladder, max(self.batches)})
+
     def frontiers(self) -> dict[int, list[FrontierPoint]]:
-        """The exact frontier at every micro-batch priced (cached after the first call)."""
+        """The exact frontier at every micro-batch of ``solved`` (cached after the first call)."""
         if not hasattr(self, "_frontiers"):
-            self._frontiers = exact_frontiers(self.cost_model, self.batches, self.relative)
+            self._frontiers = exact_frontiers(self.cost_model, self.solved, self.relative)
         return self._frontiers
 
     def model_optimal(self, cap: int) -> BatchChoice | None:

@@ -77,8 +77,8 @@ class SearchConfig:
                             "batch_size parameter (0: batch-first inputs, sliced or tiled; -1: none)")
     throughput: bool = _f(False, "search (plan, micro-batch) for throughput under memory caps (implied by "
                                  "--memory-cap, --micro-batches and --global-batch)")
-    throughput_timesteps: int = _f(1024, "throughput search: PPO steps of each micro-batch's agent (0: the exact "
-                                         "solver's plans only)")
+    throughput_timesteps: int = _f(1024, "throughput search: PPO steps per ladder micro-batch of the agent "
+                                         "conditioned on the micro-batch (0: the exact solver's plans only)")
     out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
     name: str = _f("", "run id (default: <workload>-<time>)")
     address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")

@@ -7,8 +7,9 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
 1. all keep measured at every ladder size, the profile at the largest where it runs, and the per-unit
    fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
    lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
-2. the plans: the exact solver's at every micro-batch and one agent's per ladder size
-   (``search.engine.throughput_plans``), with the rules;
+2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput_plans``) and
+   those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
+   with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput_peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.batch_agents import MicroBatchAgents
+from agents.batch_agents import reachable_range
+from agents.batch_conditioned import MicroBatchConditionedAgent
 from agents.exact import exact_frontier
 from env.cost.batch_fit import BatchFit
 from env.data.measured import MeasuredPlan
@@ -32,9 +34,8 @@ from env.data.types import Indices
 from search.engine import ray_session
 from search.engine.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
-from search.engine.phases.exact import exact_relative
 from search.engine.throughput_caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
-from search.engine.throughput_plans import ThroughputModel
+from search.engine.throughput_plans import ThroughputModel, solver_relative
 from search.engine.throughput_quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
                                             quote_and_curve)
 from search.records import meta
@@ -90,7 +91,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     fits the largest micro-batch (at the own batch the lowest plan may keep a unit whose bytes grow with it).
     Refuses (``ThroughputError``) when neither fits the lowest cap at ``smallest``."""
     codec, cm = ctx.ledger.codec, ctx.ledger.setup.cost_model
-    plans = [tuple(exact_frontier(cm, relative=exact_relative(codec.n_units))[0].plan)]
+    plans = [tuple(exact_frontier(cm, relative=solver_relative(codec.n_units))[0].plan)]
     if Action.RECOMPUTE in codec.actions:
         plans.append(codec.uniform(Action.RECOMPUTE))
     plans = list(dict.fromkeys(plans))
@@ -138,22 +139,26 @@ def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) ->
 
 
 def plan_pool(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> dict[Indices, str]:
-    """The exact solver's plans at every micro-batch and the agents' per ladder size, each with who proposed it."""
+    """The exact solver's plans at the ladder's micro-batches and the agent's at every ladder size and cap, each
+    with who proposed it."""
     pool = dict.fromkeys(model.exact_plans(), "exact")
     timesteps = ctx.cfg.throughput_timesteps
     if timesteps > 0:
-        # the agents' envs scale predicted peaks by the plans measured there (observe); the gradients kept when
+        # the agent's envs scale predicted peaks by the plans measured there (observe); the gradients kept when
         # accumulating are not in a plan's peak: they come off the cap
         budgets = {b: [c - run.setup.counted(0, b) for c in run.setup.caps] for b in run.setup.ladder}
-        agents = MicroBatchAgents({b: model.fit.profile_at(b) for b in run.setup.ladder}, budgets, seed=ctx.cfg.seed)
+        profiles = {b: model.fit.profile_at(b) for b in run.setup.ladder}
+        if not any(reachable_range(p, budgets[b]) for b, p in profiles.items()):
+            return pool  # every cap is above all keep's peak or below the lowest at every size: nothing to learn
+        agent = MicroBatchConditionedAgent(profiles, budgets, seed=ctx.cfg.seed)
         codec = ctx.ledger.codec
-        for b in agents.agents:
-            agents.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
-                               for m in run.book.at(b) if m.actions and not m.oom])
-        agents.train(timesteps)
-        for b, plans in agents.plans(budgets).items():
+        for b in agent.env.envs:
+            agent.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
+                              for m in run.book.at(b) if m.actions and not m.oom])
+        agent.train(timesteps * len(agent.env.envs))
+        for plans in agent.plans(budgets).values():
             for p in plans:
-                pool.setdefault(p, f"agent:micro_batch_{b}")
+                pool.setdefault(p, "agent:micro-batch-conditioned")
     return pool
 
 
@@ -196,7 +201,7 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
     if ctx.ledger.store.read(meta.THROUGHPUT) is not None:
         return  # a resumed run that finished it
     setup = run.setup
-    model = ThroughputModel(fitted(ctx, run), setup, exact_relative(ctx.ledger.codec.n_units))
+    model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
     probe_ladder(ctx, run, model)
     model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
     contenders = contenders_for(ctx)
