@@ -40,7 +40,8 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import RESULTS_DIR, check_equal_samples, interleaved, run_search, set_threads, write_result  # noqa: E402
+from bench.common import (RESULTS_DIR, check_equal_samples, interleaved, run_search, set_threads,  # noqa: E402
+                          write_result)
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.data.types import MIB  # noqa: E402
@@ -71,7 +72,8 @@ def caps_for(spec: str, device: str, repeats: int) -> dict[str, int]:
              for name, acts in (("lowest", lowest), ("all", [Action.RECOMPUTE] * len(units)),
                                 ("none", [Action.KEEP] * len(units)))}
     low = min(peaks["lowest"], peaks["all"])
-    return {"1.2 x lowest": int(1.2 * low), "no checkpointing": peaks["none"], "2 x no checkpointing": 2 * peaks["none"]}
+    return {"1.2 x lowest": int(1.2 * low), "no checkpointing": peaks["none"],
+            "2 x no checkpointing": 2 * peaks["none"]}
 
 
 def search(spec: str, caps: dict[str, int], device: str, flags: Sequence[str], folder: Path) -> dict[str, Any]:
@@ -231,7 +233,8 @@ def markdown(result: dict[str, Any]) -> str:
             opt = row["model_optimal"]
             out.append(f"| {name} ({row['cap_bytes'] / MIB:.1f} MiB) | "
                        + (f"{a['micro_batch']}, {a['samples_per_second']:.1f} | " if a else "nothing fits | ")
-                       + (f"{peer['label']} at {peer['micro_batch']}: {peer['samples_per_second']:.1f} | " if peer else "- | ")
+                       + (f"{peer['label']} at {peer['micro_batch']}: {peer['samples_per_second']:.1f} | "
+                          if peer else "- | ")
                        + (f"{ratio:.2f}x | " if ratio else "- | ")
                        + (f"{opt['samples_per_second']:.1f} |" if opt else "- |"))
         out.append("")

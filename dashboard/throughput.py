@@ -59,7 +59,8 @@ def throughput_figure(curve: ThroughputCurve, selected_cap: int | None = None) -
             x=group.cap_mib, y=group.samples_per_second, mode="lines+markers" if ours else "markers",
             name=OURS_TRACE if ours else str(group.label.iloc[0]), customdata=group.cap_bytes,
             hovertext=[f"<b>{r.label}</b><br>micro-batch {r.micro_batch} x {r.accumulation}<br>peak {r.peak_mib:.1f} "
-                       f"MiB under {r.cap_mib:.1f} MiB<br>{r.samples_per_second:.1f} samples/s" for r in group.itertuples()],
+                       f"MiB under {r.cap_mib:.1f} MiB<br>{r.samples_per_second:.1f} samples/s"
+                       for r in group.itertuples()],
             hoverinfo="text", marker=dict(size=13 if ours else 9, symbol="star" if ours else "circle")))
     if selected_cap is not None:
         fig.add_vline(x=selected_cap / MIB, line_dash="dot", line_color="#888")
@@ -100,8 +101,9 @@ def throughput_page(run_dir: Path) -> None:
         return
     a = row.answer
     st.success(f"Under {row.cap_bytes / MIB:.1f} MiB: **{a.label}** at micro-batch {a.micro_batch} "
-               f"({a.accumulation} accumulation steps), {a.samples_per_second:.1f} samples/s, peak {a.peak_bytes / MIB:.1f} "
-               f"MiB (measured again after the choice, {curve.quote_rounds} interleaved rounds)")
+               f"({a.accumulation} accumulation steps), {a.samples_per_second:.1f} samples/s, peak "
+               f"{a.peak_bytes / MIB:.1f} MiB (measured again after the choice, {curve.quote_rounds} interleaved "
+               "rounds)")
     df = curve_frame(curve)
     st.dataframe(df.loc[df.cap_bytes == row.cap_bytes].drop(columns=["cap_bytes", "ours"]), hide_index=True,
                  width="stretch")

@@ -165,8 +165,9 @@ def export_section(run: RunData, digest: str) -> None:
 
 def pricing_page(run: RunData) -> None:
     st.markdown("For each frontier plan measured at 2+ batch sizes: the largest micro-batch that fits one GPU "
-                "(peak = a + b x batch, fitted; measured micro-batches where the run has them), the data-parallel GPUs and accumulation steps that reach the global "
-                "batch, the wall time and the cost. Communication time is not counted.")
+                "(peak = a + b x batch, fitted; measured micro-batches where the run has them), the data-parallel "
+                "GPUs and accumulation steps that reach the global batch, the wall time and the cost. Communication "
+                "time is not counted.")
     c = st.columns(5)
     cluster = pricing.Cluster(
         gpu_memory_gb=c[0].number_input("GPU memory (GB)", min_value=0.0001, value=80.0, format="%.4f", key="gpu_gb"),
@@ -191,8 +192,9 @@ def pricing_page(run: RunData) -> None:
         st.caption(f"{left_out} frontier plan(s) have no batch-scaling measurements and are not priced.")
     st.plotly_chart(figures.price_figure(table), key="price_chart")
     shown = table.assign(bytes_per_sample_kib=table.bytes_per_sample / 1024, fixed_mib=table.fixed_bytes / MIB)
-    st.dataframe(shown[["summary", "fits", "micro_batch", "accumulation", "gpus", "step_seconds", "measured", "wall_hours", "cost",
-                        "bytes_per_sample_kib", "fixed_mib", "digest"]], hide_index=True, width="stretch")
+    st.dataframe(shown[["summary", "fits", "micro_batch", "accumulation", "gpus", "step_seconds", "measured",
+                        "wall_hours", "cost", "bytes_per_sample_kib", "fixed_mib", "digest"]], hide_index=True,
+                 width="stretch")
 
 
 def live_panel(run: RunData) -> None:

@@ -76,9 +76,9 @@ def choose_throughput(frontier: FrontierFile, cap_mb: float) -> ThroughputPoint:
     if best is None:
         low = curve.lowest_peak()
         assert low is not None
-        raise FrontierError(f"no throughput answer of '{frontier.workload}' fits {cap_mb:.2f} MiB: the lowest answer's peak "
-                            f"is {low.counted_peak_bytes / MIB:.2f} MiB (micro-batch {low.micro_batch}); give a cap of "
-                            "at least that, or search again with this cap")
+        raise FrontierError(f"no throughput answer of '{frontier.workload}' fits {cap_mb:.2f} MiB: the lowest "
+                            f"answer's peak is {low.counted_peak_bytes / MIB:.2f} MiB (micro-batch {low.micro_batch}); "
+                            "give a cap of at least that, or search again with this cap")
     return best
 
 

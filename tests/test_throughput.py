@@ -205,7 +205,8 @@ def test_each_contender_is_quoted_at_the_largest_micro_batch_it_fits():
     given = [FitSearch(c, 30 * MIB) for c in (rule, peer)]  # --micro-batches 4 8 12: only those
     largest_fitting(given, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, [4, 8, 12], [4, 12])
     assert [s.fits[0] for s in given] == [12, 4]
-    assert largest_under(lambda b: b * 10, 35, range(1, 101)) == 3 and largest_under(lambda b: b, 0, range(1, 9)) is None
+    assert largest_under(lambda b: b * 10, 35, range(1, 101)) == 3
+    assert largest_under(lambda b: b, 0, range(1, 9)) is None
     assert largest_under(lambda b: b * 10, 95, [2, 4, 8, 16]) == 8
 
 
@@ -247,7 +248,8 @@ def test_the_throughput_curve_round_trips_through_frontier_json(tmp_path: Path):
     back = load_frontier(tmp_path)
     assert back.throughput == curve and back.throughput.frontiers[8][0].micro_batch == 8
     assert back.throughput.best_within(71 * MIB).micro_batch == 16  # 70 MiB and the gradients (1 MiB) fit 71
-    assert back.throughput.best_within(int(70.9 * MIB)).micro_batch == 8 and back.throughput.best_within(30 * MIB) is None
+    assert back.throughput.best_within(int(70.9 * MIB)).micro_batch == 8
+    assert back.throughput.best_within(30 * MIB) is None
     older = json.loads((tmp_path / "frontier.json").read_text())
     del older["throughput"]
     (tmp_path / "frontier.json").write_text(json.dumps(older))
@@ -321,7 +323,8 @@ def test_the_micro_batch_env_is_seeded_and_carries_the_micro_batch():
         oa, ia = a.reset()
         ob, ib = b.reset()
         assert ia == ib and np.array_equal(oa, ob) and ia["micro_batch"] in (2, 4, 8)
-        assert oa[-1] == pytest.approx(ia["micro_batch"] / 8) and oa[-2] == pytest.approx(np.log2(ia["micro_batch"]) / 3)
+        assert oa[-1] == pytest.approx(ia["micro_batch"] / 8)
+        assert oa[-2] == pytest.approx(np.log2(ia["micro_batch"]) / 3)
         done = False
         while not done:
             act = int(np.flatnonzero(a.action_masks())[0])

@@ -93,8 +93,8 @@ class BatchFit:
                  measured_seconds: float) -> FitCheck:
         """The fit's prediction of ``plan`` (profile action indices) at ``micro_batch`` against its measurement."""
         predicted = self.cost_model(micro_batch).predict(list(plan))
-        return FitCheck(micro_batch, label, micro_batch in self.profiles, predicted.peak_bytes, int(measured_peak_bytes),
-                        predicted.step_seconds, float(measured_seconds))
+        return FitCheck(micro_batch, label, micro_batch in self.profiles, predicted.peak_bytes,
+                        int(measured_peak_bytes), predicted.step_seconds, float(measured_seconds))
 
 
 def _segments(p: ModelProfile) -> list[Segment]:

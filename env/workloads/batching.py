@@ -73,7 +73,8 @@ class MicroBatches:
             return resize_inputs(self._inputs[self.base], size, self.batch_dim, self.base)
         spec = WorkloadSpec.parse(self.workload.spec)
         options = tuple(sorted({**dict(spec.options), "batch_size": str(size)}.items()))
-        other = load_workload(WorkloadSpec(spec.target, spec.preset, options), seed=int(self.workload.meta.get("seed", 0)))
+        seed = int(self.workload.meta.get("seed", 0))
+        other = load_workload(WorkloadSpec(spec.target, spec.preset, options), seed=seed)
         device = self.workload.device
         return {k: _to(v, device) for k, v in other.inputs.items()} if isinstance(other.inputs, dict) else \
             tuple(_to(v, device) for v in other.inputs)

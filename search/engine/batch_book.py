@@ -39,7 +39,8 @@ class BatchBook:
         b, m = got["micro_batch"], got["record"]
         key = (b, m.digest)
         self.records[key] = self.records[key].merged(m) if key in self.records else m
-        self.store.write(meta.THROUGHPUT_MEASURED, [{"micro_batch": k[0], "record": r} for k, r in self.records.items()])
+        self.store.write(meta.THROUGHPUT_MEASURED,
+                         [{"micro_batch": k[0], "record": r} for k, r in self.records.items()])
         return self.records[key]
 
     def at(self, micro_batch: int) -> list[MeasuredPlan]:

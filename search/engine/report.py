@@ -35,12 +35,13 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     exact_front = ledger.frontier((SourceKind.EXACT,))
     rules = store.read(meta.RULES)
     units = list(codec.units)
+    curve = store.read(meta.THROUGHPUT)  # a throughput search's answers per memory cap, once it finished
 
     points = [point_from(r, units) for r in front]
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-                                         points=points, throughput=store.read(meta.THROUGHPUT)))
+                                         points=points, throughput=curve))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
     for a in store.read(meta.AGENTS):
@@ -70,7 +71,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "headroom": store.read(meta.HEADROOM),
         "paired": base.has_references,
         "references": base.n_measurements,
-        "throughput": (curve := store.read(meta.THROUGHPUT)) and curve.model_dump(mode="json"),
+        "throughput": curve.model_dump(mode="json") if curve else None,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))

@@ -78,7 +78,8 @@ class ThroughputSetup:
 def no_plan_fits(cap: int, lowest_peak: int, micro_batch: int, what: str) -> ThroughputError:
     return ThroughputError(
         f"memory cap {cap / MIB:.1f} MiB: no plan fits; the lowest measured peak is {lowest_peak / MIB:.1f} MiB "
-        f"({what} at micro-batch {micro_batch}); give a cap of at least {math.ceil(lowest_peak / MIB * 10) / 10:.1f} MiB")
+        f"({what} at micro-batch {micro_batch}); give a cap of at least "
+        f"{math.ceil(lowest_peak / MIB * 10) / 10:.1f} MiB")
 
 
 def find_ladder(measure_lowest: Callable[[int], MeasuredPlan], caps: Sequence[int], counted: Callable[[int, int], int],

@@ -4,8 +4,9 @@
 of the ladder: ``env.cost.batch_fit.BatchFit``). It prices any plan at any micro-batch the search
 considers (``batches``: every size up to the ladder's top, or up to where the fit puts the lowest peak
 over the largest cap when that is further (``extend``); a geometric grid of ``GRID_POINTS`` beyond
-``ALL_SIZES_UP_TO``; only the ladder when ``--micro-batches`` gave it), scaled by what the plans measured at each micro-batch showed
-(``peak_scale``: measured over predicted peak at the nearest measured size), and proposes:
+``ALL_SIZES_UP_TO``; only the ladder when ``--micro-batches`` gave it), scaled by what the plans
+measured at each micro-batch showed (``peak_scale``: measured over predicted peak at the nearest
+measured size), and proposes:
 
 - the exact solver's frontier at every ladder micro-batch (``solved``), whose best fitting point over
   them is the model-optimal (plan, micro-batch) per cap (``agents.throughput.model_optimal``): the
@@ -31,8 +32,8 @@ from env.data.types import Indices
 from search.engine.throughput_caps import ThroughputSetup
 from search.engine.throughput_peers import largest_under
 
-ALL_SIZES_UP_TO = 64
-THROUGHPUT_EXACT_UNITS = 24  # more units: the ladder's solves merge labels in 0.5% steps, as the agents' teacher does  # every micro-batch up to here is priced; beyond, a geometric grid
+ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geometric grid
+THROUGHPUT_EXACT_UNITS = 24  # more units: the ladder's solves merge labels in 0.5% steps, as the agents' teacher does
 GRID_POINTS = 48
 
 

@@ -55,7 +55,8 @@ def contenders_for(ctx: RunContext) -> list[Contender]:
     out = [Contender(f"rule:{k}", label, tuple(rules[k])) for k, label in RULE_LABELS.items() if k in rules]
     kinds = PEER_KINDS[ctx.cfg.peers]
     if kinds:
-        peers: list[Peer] = ray_session.get(ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets)))
+        offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
+        peers: list[Peer] = ray_session.get(offered)
         if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
             out = [c for c in out if c.name != "rule:segments_2"]
         out += [Contender(p.digest, peer_label(p), None, p) for p in peers]
@@ -146,7 +147,8 @@ def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, uni
     best = model.model_optimal(cap)
     if best is not None:
         row["model_optimal"] = ThroughputPoint(
-            name="model-optimal", label=codec.plan(best.plan).summary() + " (predicted)", digest=codec.digest(best.plan),
+            name="model-optimal", label=codec.plan(best.plan).summary() + " (predicted)",
+            digest=codec.digest(best.plan),
             plan=dict(zip(units, codec.plan(best.plan).action_list(units))), micro_batch=best.micro_batch,
             peak_bytes=best.peak_bytes, counted_peak_bytes=best.peak_bytes, step_seconds=best.step_seconds,
             samples_per_second=best.samples_per_second, source="exact")

@@ -36,7 +36,8 @@ def cap_markdown(row: CapRow, rounds: int) -> list[str]:
                      "interleaved rounds.")
     if best is not None:
         lines.append(f"Model-optimal (exact solver on the fitted cost model, predicted): {best.label} at micro-batch "
-                     f"{best.micro_batch}, {best.samples_per_second:.1f} samples/s, peak {best.peak_bytes / MIB:.1f} MiB.")
+                     f"{best.micro_batch}, {best.samples_per_second:.1f} samples/s, peak "
+                     f"{best.peak_bytes / MIB:.1f} MiB.")
     return lines + [""]
 
 
@@ -53,13 +54,15 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
         lines += cap_markdown(row, curve.quote_rounds)
     if curve.fit_checks:
         lines += ["### The cost model in the micro-batch", "",
-                  f"Per-unit lines through the profiles at micro-batches {', '.join(map(str, curve.profiled_batches))}; "
-                  "each row a plan measured at a micro-batch against the fit's prediction there.", "",
+                  "Per-unit lines through the profiles at micro-batches "
+                  f"{', '.join(map(str, curve.profiled_batches))}; each row a plan measured at a micro-batch against "
+                  "the fit's prediction there.", "",
                   "| micro-batch | plan | fitted there | predicted MiB | measured MiB | peak error | predicted ms | "
                   "measured ms | time error |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
         for c in curve.fit_checks:
             lines.append(f"| {c.micro_batch} | {c.plan} | {'yes' if c.fitted else 'no'} | "
                          f"{c.predicted_peak_bytes / MIB:.2f} | {c.measured_peak_bytes / MIB:.2f} | "
-                         f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | {c.predicted_seconds * 1e3:.1f} | "
-                         f"{c.measured_seconds * 1e3:.1f} | {c.predicted_seconds / c.measured_seconds - 1:+.1%} |")
+                         f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | "
+                         f"{c.predicted_seconds * 1e3:.1f} | {c.measured_seconds * 1e3:.1f} | "
+                         f"{c.predicted_seconds / c.measured_seconds - 1:+.1%} |")
     return lines

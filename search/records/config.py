@@ -68,9 +68,9 @@ class SearchConfig:
                                      "of the highest measured samples/s whose measured peak fits (on CUDA the default "
                                      "is the device's memory less a reserve, search.engine.throughput_caps; on CPU "
                                      "give it)", nargs="+")
-    micro_batches: list[int] = _f([], "throughput search: the micro-batches to search (default: 1, 2, 4, ... up to the "
-                                      "largest the lowest-memory plan fits under the largest cap, found by measurement)",
-                                  nargs="+")
+    micro_batches: list[int] = _f([], "throughput search: the micro-batches to search (default: 1, 2, 4, ... up to "
+                                      "the largest the lowest-memory plan fits under the largest cap, found by "
+                                      "measurement)", nargs="+")
     global_batch: int = _f(0, "throughput search: samples per optimizer step; answers say how many accumulation steps "
                               "(0: none)")
     batch_dim: int = _f(-1, "throughput search: the input dimension that holds the samples, for a factory without a "
@@ -137,11 +137,11 @@ class SearchConfig:
     def _validate_throughput(self) -> None:
         bad = [c for c in self.memory_cap if not (math.isfinite(c) and c > 0)]
         if bad:
-            raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one training "
-                                  "step may use, e.g. --memory-cap 60 120")
+            raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one "
+                                  "training step may use, e.g. --memory-cap 60 120")
         if any(b < 1 for b in self.micro_batches):
-            raise CkptSearchError(f"--micro-batches {' '.join(map(str, self.micro_batches))}: every micro-batch must be "
-                                  "at least 1 sample")
+            given = " ".join(map(str, self.micro_batches))
+            raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
         if self.global_batch < 0 or self.batch_dim < -1 or self.throughput_timesteps < 0:
             raise CkptSearchError(f"--global-batch {self.global_batch}, --batch-dim {self.batch_dim}, "
                                   f"--throughput-timesteps {self.throughput_timesteps}: give 0 or more (--batch-dim: "
