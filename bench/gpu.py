@@ -1,6 +1,6 @@
 """Everything that needs a GPU, as one command: the gpu tests, fidelity, premium, offload, a search.
 
-    python bench/gpu.py                  # one NVIDIA GPU, a CUDA build of torch; about 6-8 min on an H200
+    python bench/gpu.py                  # one NVIDIA GPU, a CUDA build of torch; about 8-10 min on an H200
     python bench/gpu.py --skip-search    # without the default search run
     python bench/gpu.py --device cuda:1 --budget-seconds 600
 
@@ -15,10 +15,12 @@ device (on CUDA a peak is ``max_memory_allocated``; a step time is wall time bet
 4. ``offload``: on gpt, every unit kept, offloaded (``env.runtime.offload``: side stream, events, pooled
    pinned buffers), offloaded the blocking way (``save_on_cpu``, what the action did before) and
    recomputed, in interleaved rounds: memory saved and step time paid.
-5. ``search``: ``python -m search.run --device cuda``, stopped (SIGINT: the run stays resumable)
+5. ``throughput``: ``bench/throughput.py --device cuda`` on gpt/small (and hf/llama when gpt/small took
+   under a minute): the throughput search at three memory caps against the peers, and the measured grid.
+6. ``search``: ``python -m search.run --device cuda``, stopped (SIGINT: the run stays resumable)
    when the budget is spent; ``--skip-search`` leaves it out.
 
-Each step has a time cap within ``--budget-seconds`` (8 minutes by default); a step that fails
+Each step has a time cap within ``--budget-seconds`` (10.5 minutes by default); a step that fails
 or runs out of time is recorded in ``gpu_summary.json`` and the next one runs. Exit status 0 when
 every step ran and every gpu test passed, else 1. Without CUDA it prints one line saying why and
 exits with status 1, measuring nothing.
@@ -51,7 +53,7 @@ FIDELITY_WORKLOADS = ["gpt", "cnn", "lstm", "mlp"]  # built-in default sizes
 PREMIUM_WORKLOADS = ["gpt=gpt", "cnn=cnn", "lstm=lstm"]
 OFFLOAD_WORKLOADS = ["gpt", "gpt?batch_size=32"]
 # seconds each step may take at most (the search gets what is left)
-CAPS = {"tests": 150, "fidelity": 120, "premium": 150, "offload": 90}
+CAPS = {"tests": 150, "fidelity": 120, "premium": 150, "offload": 90, "throughput": 150}
 MIN_SEARCH_SECONDS = 90
 STOP_SECONDS = 40  # of the search's time, kept for stopping it: SIGINT, then SIGKILL 30 s later
 
@@ -217,6 +219,7 @@ STEPS: dict[str, Callable[[str, float, Path], dict[str, Any]]] = {
     "fidelity": bench_step("fidelity.py", ["--workloads", *FIDELITY_WORKLOADS, "--plans", "20"]),
     "premium": bench_step("premium.py", ["--workloads", *PREMIUM_WORKLOADS]),
     "offload": offload_step,
+    "throughput": bench_step("throughput.py", ["--workloads", "gpt/small", "hf/llama", "--budget-seconds", "60"]),
     "search": search_step,
 }
 
@@ -230,7 +233,7 @@ def step_ok(step: str, payload: dict[str, Any]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda or cuda:N")
-    ap.add_argument("--budget-seconds", type=float, default=480, help="wall time for every step together")
+    ap.add_argument("--budget-seconds", type=float, default=630, help="wall time for every step together")
     ap.add_argument("--skip-search", action="store_true", help="leave out the default search run")
     ap.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="folder for the gpu_*.json results")

@@ -1,6 +1,6 @@
 """The ckpt-search dashboard: ``streamlit run dashboard/app.py -- --runs DIR`` (or ``ckpt-dashboard``).
 
-Pages (tabs): Frontier, Plan, Price of memory, Live, New search. The sidebar picks a run
+Pages (tabs): Frontier, Plan, Price of memory, Live, New search, Throughput. The sidebar picks a run
 folder under ``--runs`` (newest first). Reads run folders read-only; never imports Ray.
 """
 
@@ -17,14 +17,14 @@ if str(ROOT) not in sys.path:  # `streamlit run dashboard/app.py` puts only dash
 
 import streamlit as st  # noqa: E402
 
-from dashboard import fmt, selection, views  # noqa: E402
+from dashboard import fmt, selection, throughput, views  # noqa: E402
 from dashboard.data import RunData, RunDataError, RunNotReady, list_runs, load_run, log_error, stamp  # noqa: E402
 from dashboard.launch import RUNS_ENV  # noqa: E402
 from dashboard.new_search import LaunchPolicy  # noqa: E402
 from dashboard.new_search_view import PENDING_RUN, new_search_page  # noqa: E402
 from dashboard.price_view import pricing_page  # noqa: E402
 
-PAGES = ["Frontier", "Plan", "Price of memory", "Live", "New search"]
+PAGES = ["Frontier", "Plan", "Price of memory", "Live", "New search", "Throughput"]
 
 
 def app_args() -> argparse.Namespace:
@@ -125,6 +125,8 @@ def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
         live_tab(run)
     with tabs[4]:
         new_search_page(root, policy)
+    with tabs[5]:
+        throughput.throughput_page(run.path)
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dashboard.pricing import with_measured
 from env.data.errors import CkptSearchError
 from env.data.model_profile import ModelProfile
 from env.data.plan import Plan, action_summary
@@ -273,7 +274,8 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         fingerprint=store.read(meta.FINGERPRINT) or (profile.fingerprint if profile else ""), profile=profile,
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
         frontier=frontier, frontier_source=source, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
-        batch_scaling={d: [dict(p) for p in points] for d, points in store.read(meta.BATCH_SCALING).items()},
+        batch_scaling=with_measured(store.read(meta.BATCH_SCALING),
+                                    [(r["micro_batch"], r["record"]) for r in store.read(meta.THROUGHPUT_MEASURED)]),
         batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
         snapshots=pd.DataFrame(store.snapshots()), peers=peers,
         headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),

@@ -6,12 +6,18 @@ each frontier plan (measured at 2+ batch sizes, ``batch_scaling`` in the run sto
 
 1. fit ``peak_bytes = a + b * batch`` and ``step_seconds = c + d * batch`` (least squares;
    a negative ``d`` from timing noise is clamped to 0: a step never gets faster with more data);
-2. the largest micro-batch that fits: ``floor((gpu_bytes - a) / b)``, at most the global batch;
+2. the largest micro-batch that fits: ``floor((gpu_bytes - a) / b)``, at most the global batch,
+   unless measurements say otherwise: a measured micro-batch beyond it that fits raises it, a
+   measured one within it that does not fit lowers it (``measured_largest``);
 3. ``chunks = ceil(global / micro)`` micro-batches per optimizer step, spread over
    ``gpus = min(chunks, max_gpus)`` data-parallel GPUs, ``accumulation = ceil(chunks / gpus)``
    micro-batches each; the micro-batch is then evened out to ``ceil(global / (gpus * accumulation))``;
-4. ``step = accumulation * t(micro)`` (communication not counted), ``wall = steps * step``,
-   ``cost = gpus * wall_hours * price_per_gpu_hour``.
+4. ``step = accumulation * t(micro)``, with ``t`` the measured step time where the plan was measured at
+   that micro-batch (``measured`` in the row) and the fit elsewhere (communication not counted),
+   ``wall = steps * step``, ``cost = gpus * wall_hours * price_per_gpu_hour``.
+
+A throughput search (``--memory-cap``) measures plans at many micro-batches; ``with_measured`` adds
+those points to each plan's, so the page reads them where they exist.
 
 Only the plans' peaks and times at the measured batch sizes are measurements; a micro-batch
 outside them is read off the fitted lines (``PlanPrice.extrapolated``), and the page says so.
@@ -79,6 +85,7 @@ class PlanPrice:
     micro_batch: int = 0
     accumulation: int = 0
     gpus: int = 0
+    measured: bool = False  # the micro-batch's step time was measured, not read off the fit
     step_seconds: float = math.nan  # one optimizer step (all accumulation micro-steps)
     wall_hours: float = math.nan
     cost: float = math.nan
@@ -113,20 +120,44 @@ def max_micro_batch(peak: LinearFit, gpu_bytes: float) -> int:
     return max(0, math.floor((gpu_bytes - peak.intercept) / peak.slope))
 
 
+def measured_largest(fitted: int, points: Sequence[dict[str, Any]], gpu_bytes: float) -> int:
+    """The fit's largest micro-batch corrected by what was measured: the largest measured one that fits when
+    that is larger, and below the smallest measured one that does not fit when that is within it."""
+    ran = [p for p in points if not p.get("oom")]
+    fits = [int(p["batch_size"]) for p in ran if p["peak_bytes"] <= gpu_bytes]
+    over = [int(p["batch_size"]) for p in points if p.get("oom") or p["peak_bytes"] > gpu_bytes]
+    largest = max([fitted, *fits])
+    return min([largest, *[b - 1 for b in over if b <= largest]])
+
+
+def with_measured(batch_scaling: dict[str, list[dict[str, Any]]],
+                  measured: Sequence[tuple[int, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each plan's batch-scaling points joined by its measurements at other micro-batches (``(micro_batch,
+    MeasuredPlan)`` pairs of a throughput search)."""
+    out = {d: [dict(p) for p in points] for d, points in batch_scaling.items()}
+    for b, m in measured:
+        out.setdefault(m.digest, []).append({"batch_size": b, "peak_bytes": m.peak_bytes, "oom": m.oom,
+                                             "step_seconds": m.step_seconds, "clock": m.clock})
+    return out
+
+
 def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], cluster: Cluster) -> PlanPrice:
     """Micro-batch, GPUs, accumulation, wall time and cost of training with one plan."""
     peak, time = fit_scaling(points)
     measured = tuple(sorted({int(p["batch_size"]) for p in points if not p.get("oom")}))
     base = dict(digest=digest, summary=summary, bytes_per_sample=peak.slope, fixed_bytes=peak.intercept,
                 measured_batches=measured)
-    largest = min(max_micro_batch(peak, cluster.gpu_memory_gb * GB), cluster.global_batch)
+    gpu_bytes = cluster.gpu_memory_gb * GB
+    largest = min(measured_largest(max_micro_batch(peak, gpu_bytes), points, gpu_bytes), cluster.global_batch)
     if largest < 1:
         return PlanPrice(**base, fits=False, extrapolated=measured[0] > 1)
     chunks = math.ceil(cluster.global_batch / largest)
     gpus = min(chunks, cluster.max_gpus)
     accumulation = math.ceil(chunks / gpus)
     micro = math.ceil(cluster.global_batch / (gpus * accumulation))
-    step = accumulation * time(micro)
+    at_micro = [p["step_seconds"] for p in points if int(p["batch_size"]) == micro and not p.get("oom")]
+    base["measured"] = bool(at_micro)
+    step = accumulation * (float(np.median(at_micro)) if at_micro else time(micro))
     wall_hours = cluster.steps * step / 3600
     return PlanPrice(**base, fits=True, micro_batch=micro, accumulation=accumulation, gpus=gpus, step_seconds=step,
                      wall_hours=wall_hours, cost=gpus * wall_hours * cluster.price_per_gpu_hour,

@@ -2,6 +2,11 @@
 
     python -m search.export runs/gpt-tiny --budget-mb 900 --format json --out plan.json
     python -m search.export runs/gpt-tiny --budget-mb 900 --format py --out ckpt_plan.py
+    python -m search.export runs/gpt-tiny --memory-cap 900 --out plan.json   # a throughput search's answer
+
+With ``--memory-cap`` (a run of ``python -m search.run --memory-cap ...``) the plan is the throughput
+answer of the most samples per second that fits, and the file says its ``micro_batch`` and
+``accumulation_steps`` beside the plan (``apply_plan`` reads the plan and ignores them).
 
 Then, in training code: ``search.apply_plan(model, "plan.json")``, or (only torch needed)
 ``from ckpt_plan import apply_checkpoint_plan; apply_checkpoint_plan(model)``.
@@ -10,6 +15,7 @@ Then, in training code: ``search.apply_plan(model, "plan.json")``, or (only torc
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from dataclasses import dataclass
@@ -19,7 +25,8 @@ from typing import Literal, Sequence
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
-from search.records.frontier_file import FrontierFile, FrontierPoint, load_frontier
+from search.records.frontier_file import FrontierError, FrontierFile, FrontierPoint, load_frontier
+from search.records.throughput import ThroughputPoint
 from search.training.snippet import plan_snippet
 
 Format = Literal["json", "py"]
@@ -31,7 +38,7 @@ class Exported:
     """What ``export`` chose and wrote."""
 
     plan: Plan
-    point: FrontierPoint
+    point: FrontierPoint | ThroughputPoint  # a throughput answer with --memory-cap
     text: str
     path: Path | None
 
@@ -56,18 +63,72 @@ def render(frontier: FrontierFile, point: FrontierPoint, fmt: str) -> str:
                                     f"(clock {frontier.clock})")
 
 
+def choose_throughput(frontier: FrontierFile, cap_mb: float) -> ThroughputPoint:
+    """The throughput answer of the most samples per second whose counted peak fits ``cap_mb`` MiB."""
+    if not (math.isfinite(cap_mb) and cap_mb > 0):
+        raise CkptSearchError(f"--memory-cap {cap_mb} is not a positive number of MiB; give the memory one training "
+                              "step may use, e.g. --memory-cap 900")
+    curve = frontier.throughput
+    if curve is None or not curve.answers():
+        raise FrontierError(f"run of '{frontier.workload}' has no throughput answers (it was not a throughput "
+                            "search); search with python -m search.run --memory-cap MB, or export with --budget-mb")
+    best = curve.best_within(int(cap_mb * MIB))
+    if best is None:
+        low = curve.lowest_peak()
+        assert low is not None
+        raise FrontierError(f"no throughput answer of '{frontier.workload}' fits {cap_mb:.2f} MiB: the lowest "
+                            f"answer's peak is {low.counted_peak_bytes / MIB:.2f} MiB (micro-batch {low.micro_batch}); "
+                            "give a cap of at least that, or search again with this cap")
+    return best
+
+
+def render_throughput(frontier: FrontierFile, point: ThroughputPoint, fmt: str) -> str:
+    """The answer's plan with its micro-batch and accumulation steps, as plan JSON or a snippet."""
+    if fmt not in FORMATS:
+        raise CkptSearchError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
+    plan = Plan(fingerprint=frontier.fingerprint, actions={u: a for u, a in (point.plan or {}).items()})
+    curve = frontier.throughput
+    if fmt == "json":
+        data = {**json.loads(plan.to_json()), "micro_batch": point.micro_batch,
+                "accumulation_steps": point.accumulation, "global_batch": curve.global_batch if curve else None,
+                "measured": {"peak_bytes": point.peak_bytes, "step_seconds": point.step_seconds,
+                             "samples_per_second": point.samples_per_second, "clock": frontier.clock}}
+        return json.dumps(data, indent=2) + "\n"
+    return plan_snippet(plan, title=f"{frontier.workload} at micro-batch {point.micro_batch} ({point.accumulation} "
+                                    f"accumulation steps), measured peak {point.peak_bytes / MIB:.2f} MB, "
+                                    f"{point.samples_per_second:.1f} samples/s (clock {frontier.clock})")
+
+
 def export(run_dir: str | Path, budget_mb: float | None = None, fmt: str = "json",
-           out: str | Path | None = None) -> Exported:
-    """Pick the fastest frontier plan under the budget and render it; write it to ``out`` if given."""
+           out: str | Path | None = None, memory_cap_mb: float | None = None) -> Exported:
+    """Pick the fastest frontier plan under the budget (or, with ``memory_cap_mb``, the throughput answer
+    under the cap) and render it; write it to ``out`` if given."""
     frontier = load_frontier(run_dir)
+    if memory_cap_mb is not None:
+        if budget_mb is not None:
+            raise CkptSearchError("give --budget-mb (the fastest plan at the run's batch) or --memory-cap (the "
+                                  "fastest plan and micro-batch), not both")
+        answer = choose_throughput(frontier, memory_cap_mb)
+        text = render_throughput(frontier, answer, fmt)
+        return Exported(Plan.from_json(text) if fmt == "json" else frontier.plan(_as_point(answer)), answer, text,
+                        _write(out, text))
     point = choose(frontier, budget_mb)
     text = render(frontier, point, fmt)
+    return Exported(frontier.plan(point), point, text, _write(out, text))
+
+
+def _as_point(answer: ThroughputPoint) -> FrontierPoint:
+    return FrontierPoint(plan=answer.plan or {}, peak_bytes=answer.peak_bytes, step_seconds=answer.step_seconds,
+                         activation_bytes=0)
+
+
+def _write(out: str | Path | None, text: str) -> Path | None:
     path = None
     if out is not None:
         path = Path(out)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return Exported(frontier.plan(point), point, text, path)
+    return path
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="run folder of python -m search.run (holds frontier.json)")
     p.add_argument("--budget-mb", type=float, default=None,
                    help="peak memory budget of one training step in MB (MiB, 2**20 bytes); default: no limit")
+    p.add_argument("--memory-cap", type=float, default=None,
+                   help="a throughput search's answer: the (plan, micro-batch) of the most samples/s whose peak fits "
+                        "this many MB (MiB); the file gets micro_batch and accumulation_steps")
     p.add_argument("--format", choices=FORMATS, default="json",
                    help="json: versioned plan for search.apply_plan; py: standalone snippet needing only torch")
     p.add_argument("--out", default=None, help="file to write (default: print to standard output)")
@@ -85,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        done = export(args.run_dir, args.budget_mb, args.format, args.out)
+        done = export(args.run_dir, args.budget_mb, args.format, args.out, args.memory_cap)
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -93,7 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(done.text)
     else:
         p = done.point
-        print(f"wrote {done.path}: {done.plan.summary()}; measured peak {p.peak_bytes / MIB:.2f} MB, "
+        batch = f", micro-batch {p.micro_batch} x {p.accumulation} accumulation steps" if isinstance(
+            p, ThroughputPoint) else ""
+        print(f"wrote {done.path}: {done.plan.summary()}{batch}; measured peak {p.peak_bytes / MIB:.2f} MB, "
               f"step {p.step_seconds * 1e3:.1f} ms", file=sys.stderr)
     return 0
 

@@ -16,6 +16,7 @@ from env.data.unit_choice import UnitChoice
 from search.records import meta
 from search.records.meta import MetaKeyError, meta_key
 from search.records.store import RunStore, StoreError
+from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint
 
 DATA = Path(__file__).resolve().parent / "data"
 PROFILE = json.loads((DATA / "gpt_tiny_profile.json").read_text())
@@ -64,12 +65,18 @@ SAMPLES = {  # one value of every declared key, as a run writes it
     "phase_seconds": {"Ray start": 2.5, "profile": 4.0, "training": 30.25},
     "evaluator_seconds": {"plans": 12.5, "references": 3.0, "plan_measurements": 40.0,
                           "reference_measurements": 6.0},
+    "throughput_profiles": {8: ModelProfile.model_validate(PROFILE)},
+    "throughput_measured": [{"micro_batch": 8, "record": _record("d1")}],
+    "throughput": ThroughputCurve(
+        caps=[CapRow(cap_bytes=5000, answer=ThroughputPoint.of(_record("d1"), "ours", "keep 2", 8, None, 0, 16, [])),
+              CapRow(cap_bytes=100, why="no plan measured fits 0.0 MiB")],
+        micro_batches=[1, 2, 4, 8], default_micro_batch=2, tokens_per_sample=16, quote_rounds=2),
 }
 
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 29
+    assert len(meta.KEYS) == 32
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 

@@ -25,6 +25,7 @@ from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
 from search.engine.phases.rounds import answer_rounds, train_rounds
 from search.engine.phases.rules import RULES_MEASURED, measure_rules
+from search.engine.phases.throughput import probe_throughput, search_throughput
 from search.engine.progress import RoundStatus
 from search.records import meta
 from search.records.config import SearchConfig
@@ -55,6 +56,10 @@ class Driver:
 
     def run(self) -> None:
         ctx, phase = self.context, self.clock.phase
+        throughput = None
+        if self.cfg.throughput_mode:
+            with phase("throughput probe"):  # a cap nothing fits fails here
+                throughput = probe_throughput(ctx)
         with phase("rules"):
             measure_rules(ctx)
         with phase("peers"):
@@ -72,6 +77,9 @@ class Driver:
             deciding_passes(ctx)
         with phase("closing references"):
             close_references(ctx)
+        if throughput is not None:
+            with phase("throughput search"):
+                search_throughput(ctx, throughput)
         self.ledger.snapshot()
         self.ledger.store.write(meta.EVALUATOR_SECONDS, self.pool.seconds())
 

@@ -33,6 +33,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action, action_summary, parse_action
 from env.data.types import PlanSource
 from env.measure.measurement import measure, warm_up
+from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
@@ -74,6 +75,7 @@ class Evaluator:
         self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
         self.n_references = 0
         self.busy = {"plans": 0.0, "references": 0.0, "plan_measurements": 0, "reference_measurements": 0}
+        self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)
 
     def info(self) -> dict[str, Any]:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
@@ -182,6 +184,25 @@ class Evaluator:
         m = measure(w, plan, self.units, repeats=self.repeats)
         return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
                 "clock": m.clock}
+
+    # -- other micro-batches (the throughput search): kept apart from the cache and the journal, which hold
+    # the run's plans at the workload's own batch
+    def batch_facts(self, batch_dim: int | None) -> dict[str, Any]:
+        """The workload's own micro-batch and how it changes (``env.measure.micro_batch.AtMicroBatch.facts``)."""
+        return self.at_batch.facts(batch_dim)
+
+    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
+                   source: str = "") -> dict[str, Any]:
+        """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
+        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``)."""
+        self.n_measured += 1
+        with model_errors(f"a measurement at micro-batch {micro_batch}"):
+            m = self.at_batch.measure(item, micro_batch, batch_dim, source, f"{self._id_prefix}:{self.n_measured}")
+        return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
+
+    def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any]:
+        with model_errors(f"the profile at micro-batch {micro_batch}"):
+            return self.at_batch.profile(micro_batch, batch_dim).model_dump(mode="json")
 
     def drain(self) -> list[MeasuredPlan]:
         """Every measurement since the last drain (the store skips those it already has)."""

@@ -138,6 +138,12 @@ class EvaluatorPool:
         """Measure ``env.measure.peers.Peer``s the same way, on whichever Evaluator is free."""
         return self._dispatch(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), on_result)
 
+    def run_jobs(self, jobs: Sequence[Any], call: Callable[[Any, Any], Any],
+                 on_result: Callable[[Any], Any]) -> list[Any]:
+        """Any remote ``call(handle, job)`` run as plans are (``measure``): each job on whichever Evaluator is
+        free, ``on_result`` given each result as it arrives; returns what it returned, in the jobs' order."""
+        return self._dispatch(jobs, call, on_result)
+
     def _dispatch(self, jobs: Sequence[Any], call: Callable[[Any, Any], Any],
                   on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
         queue: deque[int] = deque(range(len(jobs)))

@@ -14,11 +14,13 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
+from search.engine.throughput_report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierFile, point_from, write_frontier
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, readable
 from search.records.ranking import timing_noise
+from search.records.throughput import ThroughputCurve
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
@@ -38,6 +40,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     exact_front = ledger.frontier((SourceKind.EXACT,))
     rules = store.read(meta.RULES)
     units = list(codec.units)
+    curve = store.read(meta.THROUGHPUT)  # a throughput search's answers per memory cap, once it finished
 
     points = [point_from(r, units) for r in front]
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
@@ -45,7 +48,8 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
                                          points=points, readable={
                                              "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
-                                             "left_out": [r.digest for r, keep in zip(strict, shown) if not keep]}))
+                                             "left_out": [r.digest for r, keep in zip(strict, shown) if not keep]},
+                                         throughput=curve))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
     for a in store.read(meta.AGENTS):
@@ -78,6 +82,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "phase_seconds": store.read(meta.PHASE_SECONDS), "evaluator_seconds": store.read(meta.EVALUATOR_SECONDS),
         "paired": base.has_references,
         "references": base.n_measurements,
+        "throughput": curve.model_dump(mode="json") if curve else None,
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
@@ -148,6 +153,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     if rep["peers"]:
         lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
+    if rep.get("throughput"):
+        lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))
     hv = rep["hypervolume"]
     ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",

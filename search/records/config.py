@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, get_args, get_origin
@@ -63,6 +64,21 @@ class SearchConfig:
                                 "own plus the rules, whose plans are never demonstrated)")
     batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
                                    "from two batch sizes); built-in workloads only")
+    memory_cap: list[float] = _f([], "throughput search: memory caps in MB (MiB); for each, the (plan, micro-batch) "
+                                     "of the highest measured samples/s whose measured peak fits (on CUDA the default "
+                                     "is the device's memory less a reserve, search.engine.throughput_caps; on CPU "
+                                     "give it)", nargs="+")
+    micro_batches: list[int] = _f([], "throughput search: the micro-batches to search (default: 1, 2, 4, ... up to "
+                                      "the largest the lowest-memory plan fits under the largest cap, found by "
+                                      "measurement)", nargs="+")
+    global_batch: int = _f(0, "throughput search: samples per optimizer step; answers say how many accumulation steps "
+                              "(0: none)")
+    batch_dim: int = _f(-1, "throughput search: the input dimension that holds the samples, for a factory without a "
+                            "batch_size parameter (0: batch-first inputs, sliced or tiled; -1: none)")
+    throughput: bool = _f(False, "search (plan, micro-batch) for throughput under memory caps (implied by "
+                                 "--memory-cap, --micro-batches and --global-batch)")
+    throughput_timesteps: int = _f(1024, "throughput search: PPO steps per ladder micro-batch of the agent "
+                                         "conditioned on the micro-batch (0: the exact solver's plans only)")
     out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
     name: str = _f("", "run id (default: <workload>-<time>)")
     address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")
@@ -83,6 +99,11 @@ class SearchConfig:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
+
+    @property
+    def throughput_mode(self) -> bool:
+        """Whether the run searches (plan, micro-batch) for throughput under memory caps."""
+        return bool(self.throughput or self.memory_cap or self.micro_batches or self.global_batch)
 
     def measurement_budget(self, n_units: int) -> int:
         """``max_measurements``, or with 0 the default for a search of ``n_units``."""
@@ -107,10 +128,27 @@ class SearchConfig:
             raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
         if self.max_measurements < 0:
             raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
+        self._validate_throughput()
         for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self
+
+    def _validate_throughput(self) -> None:
+        bad = [c for c in self.memory_cap if not (math.isfinite(c) and c > 0)]
+        if bad:
+            raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one "
+                                  "training step may use, e.g. --memory-cap 60 120")
+        if any(b < 1 for b in self.micro_batches):
+            given = " ".join(map(str, self.micro_batches))
+            raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
+        if self.global_batch < 0 or self.batch_dim < -1 or self.throughput_timesteps < 0:
+            raise CkptSearchError(f"--global-batch {self.global_batch}, --batch-dim {self.batch_dim}, "
+                                  f"--throughput-timesteps {self.throughput_timesteps}: give 0 or more (--batch-dim: "
+                                  "-1 for none)")
+        if self.throughput_mode and not self.memory_cap and self.device == "cpu":
+            raise CkptSearchError("a throughput search on CPU needs --memory-cap MB (the memory one training step may "
+                                  "use, e.g. --memory-cap 60 120); on CUDA it defaults to the device's memory")
 
 
 def _arg_type(f: dataclasses.Field) -> Any:

@@ -10,6 +10,8 @@ The search service writes it (``write_frontier``) and everything downstream read
                  "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
                  "n_measurements": 2}]}
 
+A throughput search (``--memory-cap``) adds ``"throughput"``: per memory cap the fastest (plan,
+micro-batch) measured and the peers beside it (``search.records.throughput.ThroughputCurve``).
 Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
 ``clock`` names what every step time in the file was read from (``env.measure.timeline.step_clock``).
 """
@@ -28,6 +30,7 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import Action, Plan
 from env.data.types import MIB
 from search.records.pareto import fastest_within
+from search.records.throughput import ThroughputCurve
 
 FRONTIER_NAME = "frontier.json"
 SCHEMA_VERSION = 2
@@ -79,6 +82,7 @@ class FrontierFile(BaseModel):
     # the rule that left points of the measured frontier out of ``points`` (search.records.pareto.readable):
     # {"memory_tolerance_bytes": ..., "timing_noise": ..., "left_out": [digests]}; None: nothing applied
     readable: dict[str, Any] | None = None
+    throughput: ThroughputCurve | None = None  # a throughput search's answer per memory cap (--memory-cap)
 
     @field_validator("points")
     @classmethod

@@ -21,6 +21,7 @@ from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.unit_choice import UnitChoice
+from search.records.throughput import ThroughputCurve
 
 T = TypeVar("T")
 
@@ -89,6 +90,13 @@ class BatchPoint(TypedDict):
     step_seconds: float
     oom: NotRequired[bool]
     clock: NotRequired[str]
+
+
+class BatchRecord(TypedDict):
+    """A plan or peer measured at a micro-batch in a throughput search: every measurement there merged."""
+
+    micro_batch: int
+    record: MeasuredPlan
 
 
 @dataclass(frozen=True)
@@ -203,3 +211,15 @@ BATCH_SCALING: MetaKey[dict[str, list[BatchPoint]]] = _key(
     "batch_scaling", dict[str, list[BatchPoint]],
     "Frontier plans measured at a second batch size: digest -> its points, smaller batch first.", dict)
 BATCH_SIZE: MetaKey[int | None] = _key("batch_size", int | None, "The run's batch size (built-in workloads).")
+
+# -- throughput: (plan, micro-batch) under memory caps ------------------------------------------
+THROUGHPUT_PROFILES: MetaKey[dict[int, ModelProfile]] = _key(
+    "throughput_profiles", dict[int, ModelProfile],
+    "Profiles at other micro-batches than the workload's own, by micro-batch: what the per-unit fit is made from.",
+    dict)
+THROUGHPUT_MEASURED: MetaKey[list[BatchRecord]] = _key(
+    "throughput_measured", list[BatchRecord],
+    "Every plan and peer the throughput search measured, per micro-batch (the measurements that chose).", list)
+THROUGHPUT: MetaKey[ThroughputCurve | None] = _key(
+    "throughput", ThroughputCurve | None,
+    "The throughput search's answer per memory cap beside the peers, as quoted; None until it finished.")

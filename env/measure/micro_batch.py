@@ -1,0 +1,73 @@
+"""Measure and profile a workload at another micro-batch, its model and optimizer kept as they are.
+
+``AtMicroBatch`` is what an Evaluator uses for the throughput search: the plan (or peer) is measured
+with the workload's inputs swapped for ``b`` samples (``env.workloads.batching``), by the same code
+as at the workload's own batch (``env.measure.measurement.measure``, ``env.measure.peers.measure_peer``,
+``env.measure.profiler.profile``), so a record at micro-batch ``b`` differs from one at the own batch
+only in its ``batch_shape``. ``facts`` says what the search needs to know of the workload's batch:
+its own size, how it is changed, tokens per sample, the gradients' bytes and the device's memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from env.measure.compiled import CompileOptions
+from env.measure.measurement import measure
+from env.measure.peers import Peer, measure_peer
+from env.measure.profiler import profile
+from env.runtime.apply import plan_for
+from env.workloads.batching import MicroBatches, batching_for, tokens_per_sample
+from env.workloads.workload import Workload
+
+__all__ = ["AtMicroBatch", "gradient_bytes"]
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every trainable parameter's gradient (tied parameters once)."""
+    seen = {p.untyped_storage().data_ptr(): p.numel() * p.element_size() for p in model.parameters() if p.requires_grad}
+    return sum(seen.values())
+
+
+class AtMicroBatch:
+    """One workload's measurements and profiles at any micro-batch (``batch_dim``: see ``batching_for``)."""
+
+    def __init__(self, workload: Workload, units: Sequence[str], actions: Sequence[Action], repeats: int,
+                 compile: bool | CompileOptions = False) -> None:
+        self.workload, self.units, self.actions, self.repeats, self.compile = workload, list(units), list(actions), \
+            repeats, compile
+        self._batches: dict[int | None, MicroBatches] = {}
+
+    def batches(self, batch_dim: int | None) -> MicroBatches:
+        if batch_dim not in self._batches:
+            self._batches[batch_dim] = batching_for(self.workload, batch_dim)
+        return self._batches[batch_dim]
+
+    def facts(self, batch_dim: int | None) -> dict[str, Any]:
+        """The workload's own micro-batch, how it changes, tokens per sample, gradient bytes, device memory."""
+        batches, device = self.batches(batch_dim), self.workload.device
+        return {"base": batches.base, "how": batches.how, "tokens_per_sample": tokens_per_sample(self.workload),
+                "gradient_bytes": gradient_bytes(self.workload.model),
+                "device_memory_bytes": torch.cuda.get_device_properties(device).total_memory
+                if device.type == "cuda" else None}
+
+    def measure(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
+                measurement_id: str) -> MeasuredPlan:
+        """A plan (action names per unit) or a peer measured at ``micro_batch``."""
+        with self.batches(batch_dim).use(micro_batch) as w:
+            if isinstance(item, Peer):
+                return measure_peer(w, item, repeats=self.repeats, warmup=2, compile=self.compile,
+                                    measurement_id=measurement_id)
+            plan = plan_for(w.model, self.units, [Action(a) for a in item])
+            return measure(w, plan, self.units, repeats=self.repeats, warmup=2, source=source,
+                           measurement_id=measurement_id, compile=self.compile)
+
+    def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile:
+        """The profile at ``micro_batch``; checked by the search against plans measured there, not here."""
+        with self.batches(batch_dim).use(micro_batch) as w:
+            return profile(w, self.units, self.actions, repeats=self.repeats, baseline=False, check=False)

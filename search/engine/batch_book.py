@@ -1,0 +1,88 @@
+"""What a throughput search measured at each micro-batch, and how it gets measurements there.
+
+``BatchBook`` keeps every plan and peer measured at a micro-batch, merged per (micro-batch, digest),
+and writes it to the run store (meta ``throughput_measured``) as each arrives, so a resumed run
+measures nothing again. It is apart from the run's own records (``Ledger``), which hold plans at the
+workload's own batch, keyed by digest alone.
+
+``BatchMeasurer`` measures ``BatchJob``s on whichever Evaluator is free (``EvaluatorPool.run_jobs``):
+``measure`` skips what the book has (unless ``again``) and records each result; ``fresh`` returns new
+measurements without recording them, for a quote that must not reuse what selected its plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from env.data.measured import MeasuredPlan
+from env.measure.peers import Peer
+from search.engine.evaluator_pool import EvaluatorPool
+from search.records import meta
+from search.records.meta import BatchRecord
+from search.records.store import RunStore
+
+
+class BatchBook:
+    """Measurements per (micro-batch, digest), every repeat merged; persisted in the run store."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.records: dict[tuple[int, str], MeasuredPlan] = {
+            (r["micro_batch"], r["record"].digest): r["record"] for r in store.read(meta.THROUGHPUT_MEASURED)}
+
+    def get(self, micro_batch: int, digest: str) -> MeasuredPlan | None:
+        return self.records.get((micro_batch, digest))
+
+    def record(self, got: BatchRecord) -> MeasuredPlan:
+        """A measurement into the book (merged with the earlier ones of its plan there) and the store."""
+        b, m = got["micro_batch"], got["record"]
+        key = (b, m.digest)
+        self.records[key] = self.records[key].merged(m) if key in self.records else m
+        self.store.write(meta.THROUGHPUT_MEASURED,
+                         [{"micro_batch": k[0], "record": r} for k, r in self.records.items()])
+        return self.records[key]
+
+    def at(self, micro_batch: int) -> list[MeasuredPlan]:
+        return [r for (b, _), r in self.records.items() if b == micro_batch]
+
+    def of(self, digest: str) -> dict[int, MeasuredPlan]:
+        """One plan's or peer's measurements, by micro-batch."""
+        return {b: r for (b, d), r in sorted(self.records.items()) if d == digest}
+
+
+@dataclass(frozen=True, eq=False)
+class BatchJob:
+    """A plan (action names per unit) or a peer to measure at a micro-batch, and who proposed it."""
+
+    item: tuple[str, ...] | Peer
+    micro_batch: int
+    source: str = ""
+
+
+class BatchMeasurer:
+    """Jobs measured through the pool at their micro-batches; ``digest_of(action names)`` is the run's codec's."""
+
+    def __init__(self, pool: EvaluatorPool, book: BatchBook, batch_dim: int | None,
+                 digest_of: Callable[[tuple[str, ...]], str]) -> None:
+        self.pool, self.book, self.batch_dim, self.digest_of = pool, book, batch_dim, digest_of
+
+    def digest(self, job: BatchJob) -> str:
+        return job.item.digest if isinstance(job.item, Peer) else self.digest_of(job.item)
+
+    def known(self, job: BatchJob) -> MeasuredPlan | None:
+        return self.book.get(job.micro_batch, self.digest(job))
+
+    def measure(self, jobs: Sequence[BatchJob], again: bool = False) -> list[MeasuredPlan]:
+        """Each job's record in the book, after measuring those it lacks (all of them, once, with ``again``)."""
+        unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
+        todo = [j for j in unique if again or self.known(j) is None]
+        self.pool.run_jobs(todo, self._call, self.book.record)
+        return [self.known(j) for j in jobs]  # type: ignore[misc]
+
+    def fresh(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
+        """A new measurement of each job, in the jobs' order, not recorded in the book."""
+        return self.pool.run_jobs(list(jobs), self._call, lambda got: got["record"])
+
+    def _call(self, handle: Any, job: BatchJob) -> Any:
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source)

@@ -1,0 +1,214 @@
+"""The throughput search (``--memory-cap``): the fastest (plan, micro-batch) per cap, measured, beside the peers.
+
+``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
+workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput_caps``).
+``search_throughput`` runs after the run's own search, in this order:
+
+1. all keep measured at every ladder size, the profile at the largest where it runs, and the per-unit
+   fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
+   lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
+2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput_plans``) and
+   those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
+   with the rules;
+3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput_peers``);
+4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
+   time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
+   count: they are plans too) measured again side by side, and the answer is the one of the most samples
+   per second on those measurements whose measured peak fits (``decide``);
+5. the quote (``search.engine.throughput_quote``): every cap's answer and peers measured again,
+   alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.batch_agents import reachable_range
+from agents.batch_conditioned import MicroBatchConditionedAgent
+from agents.exact import exact_frontier
+from env.cost.batch_fit import BatchFit
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from env.data.types import Indices
+from search.engine import ray_session
+from search.engine.batch_book import BatchBook, BatchJob, BatchMeasurer
+from search.engine.phases.context import RunContext
+from search.engine.throughput_caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
+from search.engine.throughput_plans import ThroughputModel, solver_relative
+from search.engine.throughput_quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
+                                            quote_and_curve)
+from search.records import meta
+
+CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
+CANDIDATE_ROUNDS = 2
+SLOPE_SPAN = 3  # samples between the two sizes the lowest plan per sample is judged at
+DECIDING = 3  # per cap, the best measured (plan, micro-batch)s measured again side by side before the answer
+DECIDING_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class ThroughputRun:
+    """A throughput search's fixed setup and how it measures at micro-batches."""
+
+    setup: ThroughputSetup
+    measurer: BatchMeasurer
+
+    @property
+    def book(self) -> BatchBook:
+        return self.measurer.book
+
+
+def probe_throughput(ctx: RunContext) -> ThroughputRun:
+    """Batch facts, caps and ladder (module docstring); a cap nothing fits raises ``ThroughputError``."""
+    cfg, ledger, pool = ctx.cfg, ctx.ledger, ctx.measurer.pool
+    batch_dim = cfg.batch_dim if cfg.batch_dim >= 0 else None
+    facts = ray_session.get(pool.first.batch_facts.remote(batch_dim))
+    caps = resolve_caps(cfg.memory_cap, facts["device_memory_bytes"])
+    codec = ledger.codec
+    measurer = BatchMeasurer(pool, BatchBook(ledger.store), batch_dim, lambda names: codec.digest(codec.indices(names)))
+    setup = ThroughputSetup.of(facts, caps, [], cfg.global_batch, ())
+    limit = min(cfg.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH)
+    smallest = min(cfg.micro_batches) if cfg.micro_batches else 1
+    lowest = lowest_per_sample(ctx, measurer, setup, smallest, limit)
+    what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
+
+    def measure_lowest(b: int) -> MeasuredPlan:
+        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")])[0]
+
+    if cfg.micro_batches:
+        ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
+    else:
+        ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
+    return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
+                         measurer)
+
+
+def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: ThroughputSetup, smallest: int,
+                      limit: int) -> Indices:
+    """Of the exact solver's lowest-memory plan at the workload's own batch and recompute everything, the one
+    whose measured peak grows least per sample from ``smallest`` to ``SLOPE_SPAN`` samples more: the plan that
+    fits the largest micro-batch (at the own batch the lowest plan may keep a unit whose bytes grow with it).
+    Refuses (``ThroughputError``) when neither fits the lowest cap at ``smallest``."""
+    codec, cm = ctx.ledger.codec, ctx.ledger.setup.cost_model
+    plans = [tuple(exact_frontier(cm, relative=solver_relative(codec.n_units))[0].plan)]
+    if Action.RECOMPUTE in codec.actions:
+        plans.append(codec.uniform(Action.RECOMPUTE))
+    plans = list(dict.fromkeys(plans))
+    given = sorted(ctx.cfg.micro_batches)
+    sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
+    jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
+    got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
+    peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
+    fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]
+    if not fitting:
+        low = min(plans, key=lambda p: peak[(p, smallest)])
+        raise no_plan_fits(setup.caps[0], peak[(low, smallest)], smallest, f"{codec.plan(low).summary()}"
+                           + (" (out of memory)" if got[(low, smallest)].oom else ""))
+    return min(fitting, key=lambda p: (peak[(p, sizes[-1])] - peak[(p, smallest)], peak[(p, sizes[-1])]))
+
+
+def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
+    """The fit through the workload's own profile and one at the far end of the ladder where all keep still
+    runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
+    the lowest-memory plan does); profiled now, or as a resumed run stored it."""
+    base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
+    keep = codec.names(codec.uniform(Action.KEEP))
+    kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
+    runs = [b for b, m in zip(ladder, kept) if not m.oom and b != base]
+    far = max(runs) if runs else (base // 2 if base > 1 else 2)
+    store = ctx.ledger.store
+    profiles = store.read(meta.THROUGHPUT_PROFILES)
+    if far not in profiles:
+        got = ray_session.get(ctx.measurer.pool.first.profile_at.remote(far, run.measurer.batch_dim))
+        profiles[far] = ModelProfile.model_validate(got)
+        store.write(meta.THROUGHPUT_PROFILES, profiles)
+    return BatchFit({base: ctx.ledger.setup.profile, **profiles})
+
+
+def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> None:
+    """All keep and the lowest-memory plan at every ladder size, each checked against the fit."""
+    codec = ctx.ledger.codec
+    keep = codec.uniform(Action.KEEP)
+    plans = {"all keep": keep, "lowest-memory plan": run.setup.lowest}
+    jobs = [(label, p, BatchJob(codec.names(p), b, "throughput:probe")) for b in run.setup.ladder
+            for label, p in plans.items()]
+    for (label, p, job), m in zip(jobs, run.measurer.measure([j for *_, j in jobs])):
+        if not m.oom:
+            model.check(job.micro_batch, p, label, m)
+
+
+def plan_pool(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> dict[Indices, str]:
+    """The exact solver's plans at the ladder's micro-batches and the agent's at every ladder size and cap, each
+    with who proposed it."""
+    pool = dict.fromkeys(model.exact_plans(), "exact")
+    timesteps = ctx.cfg.throughput_timesteps
+    if timesteps > 0:
+        # the agent's envs scale predicted peaks by the plans measured there (observe); the gradients kept when
+        # accumulating are not in a plan's peak: they come off the cap
+        budgets = {b: [c - run.setup.counted(0, b) for c in run.setup.caps] for b in run.setup.ladder}
+        profiles = {b: model.fit.profile_at(b) for b in run.setup.ladder}
+        if not any(reachable_range(p, budgets[b]) for b, p in profiles.items()):
+            return pool  # every cap is above all keep's peak or below the lowest at every size: nothing to learn
+        agent = MicroBatchConditionedAgent(profiles, budgets, seed=ctx.cfg.seed)
+        codec = ctx.ledger.codec
+        for b in agent.env.envs:
+            agent.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
+                              for m in run.book.at(b) if m.actions and not m.oom])
+        agent.train(timesteps * len(agent.env.envs))
+        for plans in agent.plans(budgets).values():
+            for p in plans:
+                pool.setdefault(p, "agent:micro-batch-conditioned")
+    return pool
+
+
+def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputModel, pool: dict[Indices, str]) -> None:
+    """Per cap, the best-ranked (plan, micro-batch)s not measured yet, ``CANDIDATES`` a round."""
+    codec = ctx.ledger.codec
+    for _ in range(CANDIDATE_ROUNDS):
+        jobs: list[BatchJob] = []
+        for cap in run.setup.caps:
+            fresh = [c for c in model.candidates(list(pool), cap)
+                     if run.book.get(c.micro_batch, codec.digest(c.plan)) is None]
+            jobs += [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan]) for c in fresh[:CANDIDATES]]
+        if not jobs:
+            return
+        for job, m in zip(jobs, run.measurer.measure(jobs)):
+            if not m.oom:
+                model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
+
+
+def decide(run: ThroughputRun) -> dict[int, Answer | None]:
+    """Per cap, the ``DECIDING`` best measured (plan, micro-batch)s that fit measured again side by side, in
+    ``DECIDING_ROUNDS`` interleaved rounds (each once a round, however many caps name it); the answer is the
+    one of the most samples per second on those measurements alone. Measured minutes apart, under a load
+    that changes, two plans compare by the load as much as by the plans; side by side they do not."""
+    finalists = {cap: measured_under(run, cap)[:DECIDING] for cap in run.setup.caps}
+    jobs = {(m.digest, b): BatchJob(tuple(m.actions), b, m.source) for group in finalists.values() for b, m in group}
+    got = interleaved_rounds(run.measurer, jobs, DECIDING_ROUNDS)
+    for (_, b), m in got.items():
+        run.book.record({"micro_batch": b, "record": m})
+    answers: dict[int, Answer | None] = {}
+    for cap, group in finalists.items():
+        side = [(b, got[(m.digest, b)]) for b, m in group]
+        fits = [(b, m) for b, m in side if not m.oom and run.setup.counted(m.peak_bytes, b) <= cap]
+        answers[cap] = max(fits, key=lambda bm: bm[0] / bm[1].step_seconds) if fits else None
+    return answers
+
+
+def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
+    """Steps 1-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
+    if ctx.ledger.store.read(meta.THROUGHPUT) is not None:
+        return  # a resumed run that finished it
+    setup = run.setup
+    model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
+    probe_ladder(ctx, run, model)
+    model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
+    contenders = contenders_for(ctx)
+    pool = plan_pool(ctx, run, model)
+    for c in contenders:
+        if c.plan is not None:
+            pool.setdefault(c.plan, c.name)
+    peers = peers_at_caps(ctx, run, model, contenders)
+    measure_candidates(ctx, run, model, pool)
+    quote_and_curve(ctx, run, model, decide(run), peers)

@@ -1,0 +1,179 @@
+"""The throughput search's peers, answers and quote, and the curve made of them.
+
+- ``contenders_for``: the rules users pick and, with ``--peers``, the peers that apply to the workload.
+- ``peers_at_caps``: each of them at the largest micro-batch it fits under each cap (measured).
+- ``measured_under``: the measured (plan, micro-batch)s that fit a cap, most samples per second first, from
+  which the search takes its finalists.
+- ``quote_and_curve``: every cap's answer and peers measured again, alike, in ``QUOTE_ROUNDS``
+  interleaved rounds (first in order, then reversed), so that the table compares measurements taken
+  side by side and none of those that selected the answer (a best-of-many measurement flatters); the
+  ``ThroughputCurve`` of them goes to the store (meta ``throughput``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from agents.baselines import baseline_rules
+from env.data.codec import PlanCodec
+from env.data.measured import MeasuredPlan
+from env.measure.peers import Peer, PeerKind
+from search.engine import ray_session
+from search.engine.batch_book import BatchJob, BatchMeasurer
+from search.engine.phases.context import RunContext
+from search.engine.phases.peers import PEER_KINDS
+from search.engine.throughput_peers import RULE_LABELS, Contender, FitSearch, largest_fitting
+from search.engine.throughput_plans import ThroughputModel
+from search.records import meta
+from search.records.pareto import nondominated
+from search.records.throughput import CapRow, FitCheckRow, ThroughputCurve, ThroughputPoint, mib
+
+if TYPE_CHECKING:
+    from search.engine.phases.throughput import ThroughputRun
+
+QUOTE_ROUNDS = 2
+Answer = tuple[int, MeasuredPlan]  # (micro-batch, the plan's record there)
+
+
+def peer_label(peer: Peer) -> str:
+    p = peer.params
+    if peer.kind is PeerKind.HF_CHECKPOINTING:
+        n = int(p["every_n_layers"])
+        return "transformers' gradient checkpointing" + (f", every {n} layers" if n > 1 else "")
+    if peer.kind is PeerKind.CHECKPOINT_SEQUENTIAL:
+        return f"checkpoint_sequential, {p['segments']} segments"
+    return f"torch.compile, activation_memory_budget {float(p['budget']):.1f}"
+
+
+def contenders_for(ctx: RunContext) -> list[Contender]:
+    """The rules of ``RULE_LABELS`` the run's actions allow and the peers of ``--peers`` that apply;
+    ``checkpoint_sequential`` itself replaces its plan-space version where the model has a chain."""
+    codec = ctx.ledger.codec
+    rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed)
+    out = [Contender(f"rule:{k}", label, tuple(rules[k])) for k, label in RULE_LABELS.items() if k in rules]
+    kinds = PEER_KINDS[ctx.cfg.peers]
+    if kinds:
+        offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
+        peers: list[Peer] = ray_session.get(offered)
+        if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
+            out = [c for c in out if c.name != "rule:segments_2"]
+        out += [Contender(p.digest, peer_label(p), None, p) for p in peers]
+    return out
+
+
+def peers_at_caps(ctx: RunContext, run: "ThroughputRun", model: ThroughputModel,
+                  contenders: list[Contender]) -> dict[int, list[FitSearch]]:
+    """Each contender's largest micro-batch that fits each cap (``largest_fitting``), by cap."""
+    setup, codec = run.setup, ctx.ledger.codec
+    searches = {cap: [FitSearch(c, cap) for c in contenders] for cap in setup.caps}
+    top = max(setup.ladder)
+    if setup.fixed:
+        anchors = sorted({setup.ladder[0], setup.ladder[-1]})
+    else:
+        anchors = sorted({setup.base, top}) if setup.base != top else sorted({max(1, top // 2), top})
+
+    def prior_of(c: Contender) -> Callable[[int], int] | None:
+        return None if c.plan is None else (lambda b: model.predicted_peak(c.plan, b))  # type: ignore[arg-type]
+
+    largest_fitting([s for group in searches.values() for s in group], run.measurer.measure, codec.names,
+                    setup.counted, prior_of, setup.sizes(), anchors)
+    return searches
+
+
+def measured_under(run: "ThroughputRun", cap: int) -> list[Answer]:
+    """Every plan measured at a micro-batch (candidates, rules, probes) whose counted peak fits ``cap``, most
+    samples per second first."""
+    fits = [(b, m) for (b, digest), m in run.book.records.items()
+            if not digest.startswith("peer:") and not m.oom and m.step_seconds_samples
+            and run.setup.counted(m.peak_bytes, b) <= cap]
+    return sorted(fits, key=lambda bm: (-bm[0] / bm[1].step_seconds, bm[1].peak_bytes))
+
+
+def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
+                       rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
+    """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
+    measurements merged (none of the book's: these are compared with each other only)."""
+    keys, got = list(jobs), {}
+    for r in range(rounds):
+        order = keys if r % 2 == 0 else keys[::-1]
+        for key, m in zip(order, measurer.fresh([jobs[k] for k in order])):
+            got[key] = got[key].merged(m) if key in got else m
+    return got
+
+
+def _point(run: "ThroughputRun", m: MeasuredPlan, b: int, name: str, label: str,
+           units: list[str] | None) -> ThroughputPoint:
+    s = run.setup
+    return ThroughputPoint.of(m, name, label, b, s.global_batch, s.gradient_bytes, s.tokens_per_sample, units)
+
+
+def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputModel, answers: dict[int, Answer | None],
+                    searches: dict[int, list[FitSearch]]) -> ThroughputCurve:
+    """The quote (module docstring) and the curve; written to the store and returned."""
+    codec, units = ctx.ledger.codec, list(ctx.ledger.codec.units)
+    jobs: dict[tuple[str, int], BatchJob] = {}
+    for cap, answer in answers.items():
+        if answer is not None:
+            jobs[(answer[1].digest, answer[0])] = BatchJob(tuple(answer[1].actions), answer[0], "ours")
+        for s in searches[cap]:
+            if s.fits is not None:
+                jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
+    quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
+    rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted) for cap in run.setup.caps]
+    curve = ThroughputCurve(
+        caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,
+        global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,
+        gradient_bytes=run.setup.gradient_bytes, batching=run.setup.how, profiled_batches=model.fit.batches,
+        fit_checks=[FitCheckRow(**c.__dict__) for c in model.checks if c.plan != "candidate"],
+        frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS)
+    ctx.ledger.store.write(meta.THROUGHPUT, curve)
+    return curve
+
+
+def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, units: list[str], cap: int,
+             answer: Answer | None, searches: list[FitSearch], quoted: dict[tuple[str, int], MeasuredPlan]) -> CapRow:
+    row: dict[str, Any] = {"cap_bytes": cap}
+    if answer is not None:
+        b, m = answer
+        label = codec.plan(codec.indices(m.actions)).summary()
+        row["selected"] = _point(run, m, b, "ours", label, units)
+        row["answer"] = _point(run, quoted[(m.digest, b)], b, "ours", label, units)
+    else:
+        low = min((r for (b, d), r in run.book.records.items() if not r.oom), key=lambda r: r.peak_bytes, default=None)
+        row["why"] = f"no plan measured fits {mib(cap)}" + (f"; the lowest measured peak is {mib(low.peak_bytes)}"
+                                                            if low else "")
+    best = model.model_optimal(cap)
+    if best is not None:
+        row["model_optimal"] = ThroughputPoint(
+            name="model-optimal", label=codec.plan(best.plan).summary() + " (predicted)",
+            digest=codec.digest(best.plan),
+            plan=dict(zip(units, codec.plan(best.plan).action_list(units))), micro_batch=best.micro_batch,
+            peak_bytes=best.peak_bytes, counted_peak_bytes=best.peak_bytes, step_seconds=best.step_seconds,
+            samples_per_second=best.samples_per_second, source="exact")
+    quote = [row["answer"]] if answer is not None else []
+    unfit = {}
+    for s in searches:
+        c = s.contender
+        if s.fits is None:
+            seen = min(s.seen.items(), default=None)
+            unfit[c.name] = (f"does not fit at micro-batch {seen[0]} ({mib(seen[1].peak_bytes)})" if seen else
+                             "not measured")
+            continue
+        b, m = s.fits
+        quote.append(_point(run, quoted[(m.digest, b)], b, c.name, c.label, units if c.plan is not None else None))
+    return CapRow(**row, quote=quote, unfit=unfit)
+
+
+def _frontiers(run: "ThroughputRun", units: list[str]) -> dict[int, list[ThroughputPoint]]:
+    """The measured memory/time frontier of our plans at every micro-batch measured."""
+    out: dict[int, list[ThroughputPoint]] = {}
+    for b in sorted({b for b, _ in run.book.records}):
+        rows = [m for m in run.book.at(b) if not m.digest.startswith("peer:") and not m.oom and m.step_seconds_samples]
+        if not rows:
+            continue
+        keep = nondominated(np.array([[m.peak_bytes, m.step_seconds] for m in rows]))
+        front = sorted((m for m, k in zip(rows, keep) if k), key=lambda m: m.peak_bytes)
+        out[b] = [_point(run, m, b, "plan", m.source, units) for m in front]
+    return out

@@ -1,0 +1,68 @@
+"""The report's throughput section: per memory cap, our answer against what users do, as quoted."""
+
+from __future__ import annotations
+
+from env.data.types import MIB
+from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint
+
+
+def _rate(p: ThroughputPoint) -> str:
+    tokens = f" ({p.tokens_per_second:,.0f} tokens/s)" if p.tokens_per_second else ""
+    return f"{p.samples_per_second:.1f}{tokens}"
+
+
+def _row(p: ThroughputPoint, ours: ThroughputPoint | None) -> str:
+    name = f"**ours**: {p.label}" if p.name == "ours" else p.label
+    against = f"{p.samples_per_second / ours.samples_per_second:.2f}x" if ours and ours.samples_per_second else "-"
+    return (f"| {name} | {p.micro_batch} | {p.accumulation} | {p.peak_bytes / MIB:.1f} | {p.step_seconds * 1e3:.1f} "
+            f"± {p.spread_seconds * 1e3:.1f} | {_rate(p)} | {against} |")
+
+
+def cap_markdown(row: CapRow, rounds: int) -> list[str]:
+    """One cap's table: ours first, then each peer at the largest micro-batch it fits, as quoted."""
+    lines = [f"### Cap {row.cap_bytes / MIB:.1f} MiB", ""]
+    if row.answer is None:
+        return lines + [row.why, ""]
+    lines += ["| configuration | micro-batch | accumulation | peak MiB | step ms (± spread) | samples/s | "
+              "against ours |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [_row(p, row.answer) for p in row.quote]
+    lines.append("")
+    if row.unfit:
+        lines += ["Fit nowhere under this cap: " + "; ".join(f"{k}: {v}" for k, v in row.unfit.items()) + ".", ""]
+    sel, best = row.selected, row.model_optimal
+    if sel is not None:
+        lines.append(f"Chosen beside the other finalists, side by side, on {sel.n_samples} timed steps at {_rate(sel)} "
+                     f"samples/s; the table's numbers are {rounds} later measurements of each configuration, in "
+                     "interleaved rounds.")
+    if best is not None:
+        lines.append(f"Model-optimal (exact solver on the fitted cost model, predicted): {best.label} at micro-batch "
+                     f"{best.micro_batch}, {best.samples_per_second:.1f} samples/s, peak "
+                     f"{best.peak_bytes / MIB:.1f} MiB.")
+    return lines + [""]
+
+
+def throughput_markdown(curve: ThroughputCurve) -> list[str]:
+    """The section: how the search was set up, a table per cap, and the fit's checks."""
+    accumulation = (f" Global batch {curve.global_batch}: a micro-batch takes ceil({curve.global_batch} / micro-batch) "
+                    f"accumulation steps, and its peak counts the gradients ({curve.gradient_bytes / MIB:.1f} MiB) "
+                    "kept between them." if curve.global_batch else "")
+    lines = ["## Throughput under memory caps", "",
+             f"The fastest (plan, micro-batch) per cap by measured samples per second, beside what users do, each at "
+             f"the largest micro-batch it fits. Micro-batches searched: {', '.join(map(str, curve.micro_batches))} "
+             f"(the workload's own: {curve.default_micro_batch}; changed through {curve.batching}).{accumulation}", ""]
+    for row in sorted(curve.caps, key=lambda r: r.cap_bytes):
+        lines += cap_markdown(row, curve.quote_rounds)
+    if curve.fit_checks:
+        lines += ["### The cost model in the micro-batch", "",
+                  "Per-unit lines through the profiles at micro-batches "
+                  f"{', '.join(map(str, curve.profiled_batches))}; each row a plan measured at a micro-batch against "
+                  "the fit's prediction there.", "",
+                  "| micro-batch | plan | fitted there | predicted MiB | measured MiB | peak error | predicted ms | "
+                  "measured ms | time error |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+        for c in curve.fit_checks:
+            lines.append(f"| {c.micro_batch} | {c.plan} | {'yes' if c.fitted else 'no'} | "
+                         f"{c.predicted_peak_bytes / MIB:.2f} | {c.measured_peak_bytes / MIB:.2f} | "
+                         f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | "
+                         f"{c.predicted_seconds * 1e3:.1f} | {c.measured_seconds * 1e3:.1f} | "
+                         f"{c.predicted_seconds / c.measured_seconds - 1:+.1%} |")
+    return lines

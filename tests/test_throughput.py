@@ -1,0 +1,364 @@
+"""Throughput: workloads at any micro-batch, the per-unit fit in the micro-batch, the ladder and the peers'
+largest micro-batch, the curve in frontier.json and the export of an answer with its micro-batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from env.cost.batch_fit import BatchFit
+from env.cost.cost_model import CostModel
+from env.data.errors import CkptSearchError, MeasurementError, WorkloadError
+from env.data.measured import MeasuredPlan
+from env.data.model_profile import ModelProfile
+from env.data.plan import Action, Plan
+from env.data.types import MIB
+from env.measure.measurement import measure
+from env.measure.profiler import profile
+from env.runtime.apply import plan_for
+from env.units.choice import resolve_units
+from env.workloads.batching import batching_for, resize_inputs, tokens_per_sample
+from env.workloads.workload import load_workload
+from search.engine.throughput_caps import ThroughputError, find_ladder, resolve_caps
+from search.engine.throughput_peers import Contender, FitSearch, largest_fitting, largest_under
+from search.export import export
+from search.records.frontier_file import FrontierError, FrontierFile, load_frontier, write_frontier
+from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint, accumulation_steps, counted_peak
+from search.training.apply import apply_plan
+from tests.data import batch_factories
+
+DATA = Path(__file__).resolve().parent / "data"
+FACTORIES = DATA / "batch_factories.py"
+PROFILE = ModelProfile.model_validate(json.loads((DATA / "gpt_tiny_profile.json").read_text()))
+
+
+# -- workloads at any micro-batch -------------------------------------------------------------------------------
+
+def test_a_builtin_changes_its_batch_through_batch_size_and_keeps_its_model():
+    w = load_workload("gpt/tiny")
+    batches = batching_for(w)
+    assert batches.base == 2 and "batch_size" in batches.how
+    model, weights, before = w.model, w.model.wte.weight.clone(), w.inputs
+    with batches.use(5) as at5:
+        assert at5 is w and at5.model is model and [t.shape for t in at5.inputs] == [(5, 16), (5, 16)]
+        assert at5.batch_shape == "0:5x16,1:5x16"
+        at5.loss().backward()
+    assert w.inputs is before and torch.equal(w.model.wte.weight, weights)
+    assert batches.inputs(5) is batches.inputs(5)  # made once
+    assert tokens_per_sample(w) == 16 and tokens_per_sample(load_workload("gpt/tiny?tokens=8")) == 8
+    assert tokens_per_sample(load_workload("cnn/tiny")) is None
+
+
+def test_a_factory_with_batch_size_is_called_with_it():
+    w = load_workload(f"{FACTORIES}:with_batch_size")
+    batches = batching_for(w)
+    assert batches.base == 3 and "batch_size parameter" in batches.how
+    del batch_factories.CALLS[:]
+    x, scale = batches.inputs(7)
+    assert x.shape == (7, 8) and float(scale) == 2.0
+    assert batching_for(load_workload(f"{FACTORIES}:with_batch_size?batch_size=5")).base == 5
+
+
+def test_batch_first_inputs_are_sliced_or_tiled_along_batch_dim():
+    w = load_workload(f"{FACTORIES}:batch_first")
+    batches = batching_for(w, batch_dim=0)
+    assert batches.base == 4
+    x, scale = w.inputs
+    fewer, _ = batches.inputs(2)
+    more, scale6 = batches.inputs(6)
+    assert torch.equal(fewer, x[:2]) and torch.equal(more[:4], x) and torch.equal(more[4:], x[:2])
+    assert scale6 is scale  # not a batch of samples: left as it is
+    with batches.use(6) as at6:
+        assert float(at6.loss().detach()) > 0
+    assert resize_inputs({"a": x}, 3, 0, 4)["a"].shape == (3, 8)
+
+
+def test_a_factory_that_cannot_change_its_batch_is_refused_in_one_line():
+    w = load_workload(f"{FACTORIES}:batch_first")
+    with pytest.raises(WorkloadError) as e:
+        batching_for(w)
+    msg = str(e.value)
+    assert "\n" not in msg and "takes no batch_size" in msg and "batch_size=..." in msg and "--batch-dim 0" in msg
+    with pytest.raises(WorkloadError, match="no input tensor with that dimension"):
+        batching_for(w, batch_dim=3)
+
+
+# -- the fit in the micro-batch ----------------------------------------------------------------------------------
+
+def _scaled(profile: ModelProfile, factor: float) -> ModelProfile:
+    """``profile`` with every byte count and time grown as a batch ``factor`` times larger would, on a line."""
+    data = profile.model_dump(mode="json")
+
+    def grow(seg: dict) -> None:
+        seg.update(delta_bytes=int(seg["delta_bytes"] * factor), rise_bytes=int(seg["rise_bytes"] * factor),
+                   seconds=seg["seconds"] * factor)
+
+    for seg in [data["pre"], data["post"], data["tail"]] + [c[k] for cs in data["costs"].values() for c in cs
+                                                             for k in ("fwd", "bwd")]:
+        grow(seg)
+    return ModelProfile.model_validate(data)
+
+
+def test_the_fit_goes_through_its_profiles_and_refuses_another_model():
+    at2, at6 = PROFILE, _scaled(PROFILE, 3.0)
+    fit = BatchFit({2: at2, 6: at6})
+    assert fit.profile_at(2) is at2 and fit.batches == [2, 6]
+    at4 = fit.profile_at(4)  # halfway on every line
+    for a in PROFILE.actions:
+        for i in range(len(PROFILE.units)):
+            want = (at2.cost(i, a).kept_bytes + at6.cost(i, a).kept_bytes) / 2
+            assert at4.cost(i, a).kept_bytes == pytest.approx(want, abs=1)
+    keep = [PROFILE.actions.index(Action.KEEP)] * len(PROFILE.units)
+    assert CostModel(at4).peak_bytes(keep) == pytest.approx(
+        (CostModel(at2).peak_bytes(keep) + CostModel(at6).peak_bytes(keep)) / 2, rel=1e-3)
+    with pytest.raises(MeasurementError, match="2 or more batch sizes"):
+        BatchFit({2: at2})
+    other = at6.model_copy(update={"fingerprint": "another"})
+    with pytest.raises(MeasurementError, match="other units, actions or model"):
+        BatchFit({2: at2, 6: other})
+
+
+FIT_PEAK_TOLERANCE = 0.03  # the fit's peak at a batch it was not fitted on, against the peak measured there
+
+
+@pytest.mark.slow
+def test_the_per_unit_fit_predicts_a_batch_it_was_not_fitted_on():
+    """Fitted on micro-batches 1 and 8 of gpt/tiny, the profile at 4 predicts each unit's kept bytes and the
+    measured peaks of the uniform plans within 3%."""
+    w = load_workload("gpt/tiny")
+    units = resolve_units(w, ["auto"], 32).units
+    batches = batching_for(w)
+    profiles = {}
+    for b in (1, 4, 8):
+        with batches.use(b):
+            profiles[b] = profile(w, units, repeats=1, baseline=False, check=False)
+    fit = BatchFit({1: profiles[1], 8: profiles[8]})
+    predicted, measured_profile = fit.profile_at(4), profiles[4]
+    for i in range(len(units)):
+        want = measured_profile.cost(i, Action.KEEP).kept_bytes
+        assert predicted.cost(i, Action.KEEP).kept_bytes == pytest.approx(want, rel=FIT_PEAK_TOLERANCE)
+    order = measured_profile.units
+    for action in (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE):
+        with batches.use(4):
+            m = measure(w, plan_for(w.model, order, [action] * len(order)), order, repeats=1)
+        check = fit.check_at(4, [predicted.actions.index(action)] * len(order), action.value, m.peak_bytes,
+                             m.step_seconds)
+        assert not check.fitted and abs(check.peak_error) <= FIT_PEAK_TOLERANCE, check
+
+
+# -- caps, ladder, largest micro-batch ---------------------------------------------------------------------------
+
+def _record(peak_mib: float, seconds: float = 0.01, digest: str = "d", oom: bool = False) -> MeasuredPlan:
+    return MeasuredPlan(workload="w", batch_shape="x", digest=digest, actions=[], peak_bytes=int(peak_mib * MIB),
+                        live_before_bytes=0, step_seconds_samples=[] if oom else [seconds], clock="wall", device="cpu",
+                        torch_version="t", oom=oom)
+
+
+def test_the_ladder_doubles_then_finds_the_largest_that_fits():
+    measured: list[int] = []
+
+    def lowest(b: int) -> MeasuredPlan:  # 10 MiB plus 3 MiB a sample
+        measured.append(b)
+        return _record(10 + 3 * b)
+
+    ladder = find_ladder(lowest, [40 * MIB], lambda p, b: p, 4096, "the plan")
+    assert ladder == [1, 2, 4, 8, 10]  # 10 + 3 * 10 = 40 fits, 11 does not
+    assert measured[:5] == [1, 2, 4, 8, 16] and measured[-1] == 10
+    assert find_ladder(lowest, [40 * MIB], lambda p, b: p, 6, "the plan") == [1, 2, 4, 6]  # a global batch of 6
+
+
+def test_a_cap_no_plan_fits_is_one_line_naming_the_lowest_measured_peak():
+    with pytest.raises(ThroughputError) as e:
+        find_ladder(lambda b: _record(10 + 3 * b), [5 * MIB, 40 * MIB], lambda p, b: p, 4096, "the lowest plan")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("memory cap 5.0 MiB: no plan fits; the lowest measured peak is 13.0 MiB")
+    assert "micro-batch 1" in msg and "at least 13.0 MiB" in msg
+    with pytest.raises(ThroughputError, match="needs --memory-cap MB"):
+        resolve_caps([], None)
+    assert resolve_caps([], 80 * 2**30) == [72 * 2**30]  # the device's memory less 10%
+    assert resolve_caps([60, 30.5], None) == [int(30.5 * MIB), 60 * MIB]
+
+
+def test_each_contender_is_quoted_at_the_largest_micro_batch_it_fits():
+    slopes = {"rule:a": 2.0, "peer:b": 5.0}  # MiB a sample over 4 MiB; a rule has the model's prior, a peer anchors
+    measured: list[tuple[str, int]] = []
+
+    def measure_jobs(jobs):
+        measured.extend((j.source, j.micro_batch) for j in jobs)
+        return [_record(4 + slopes[j.source] * j.micro_batch, digest=j.source) for j in jobs]
+
+    from env.measure.peers import checkpoint_sequential_peer
+    rule = Contender("rule:a", "a rule", (0, 0))
+    peer = Contender("peer:b", "a peer", None, checkpoint_sequential_peer(2, "blocks").model_copy(update={"name": "b"}))
+    searches = [FitSearch(c, cap * MIB) for c in (rule, peer) for cap in (30, 100)]
+    prior = lambda c: (lambda b: int((4 + 1.9 * b) * MIB)) if c.plan else None  # noqa: E731  5% off
+    largest_fitting(searches, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, range(1, 4097),
+                    [2, 8])
+    got = {(s.contender.name, s.cap // MIB): s.fits[0] for s in searches}
+    assert got == {("rule:a", 30): 13, ("rule:a", 100): 48, ("peer:b", 30): 5, ("peer:b", 100): 19}
+    assert all(s.tries <= 5 for s in searches)
+    assert sum(1 for name, _ in measured if name == "rule:a") <= 6  # a line after the first two measurements
+    given = [FitSearch(c, 30 * MIB) for c in (rule, peer)]  # --micro-batches 4 8 12: only those
+    largest_fitting(given, measure_jobs, lambda p: ("keep",) * len(p), lambda p, b: p, prior, [4, 8, 12], [4, 12])
+    assert [s.fits[0] for s in given] == [12, 4]
+    assert largest_under(lambda b: b * 10, 35, range(1, 101)) == 3
+    assert largest_under(lambda b: b, 0, range(1, 9)) is None
+    assert largest_under(lambda b: b * 10, 95, [2, 4, 8, 16]) == 8
+
+
+# -- the curve, frontier.json and the export ---------------------------------------------------------------------
+
+UNITS = ["blocks.0", "blocks.1"]
+
+
+def _point(name: str, b: int, peak_mib: float, seconds: float, plan: dict | None = None) -> ThroughputPoint:
+    m = _record(peak_mib, seconds, digest=name).model_copy(update={"actions": list((plan or {}).values())})
+    return ThroughputPoint.of(m, "ours" if plan else name, name, b, 64, int(1 * MIB), 128, UNITS if plan else None)
+
+
+def _curve() -> ThroughputCurve:
+    ours_small = _point("recompute 2", 8, 30, 0.2, {"blocks.0": "recompute", "blocks.1": "recompute"})
+    ours_large = _point("keep 2", 16, 70, 0.3, {"blocks.0": "keep", "blocks.1": "keep"})
+    return ThroughputCurve(
+        caps=[CapRow(cap_bytes=40 * MIB, answer=ours_small, selected=ours_small,
+                     quote=[ours_small, _point("peer:x", 4, 35, 0.15)], unfit={"peer:y": "does not fit at 1"}),
+              CapRow(cap_bytes=80 * MIB, answer=ours_large, quote=[ours_large])],
+        micro_batches=[1, 2, 4, 8, 16], default_micro_batch=4, global_batch=64, tokens_per_sample=128,
+        gradient_bytes=MIB, batching="the batch_size option", profiled_batches=[4, 16], quote_rounds=2,
+        frontiers={8: [ours_small]})
+
+
+def test_points_count_accumulation_and_tokens():
+    p = _point("recompute 2", 8, 30, 0.2, {"blocks.0": "recompute", "blocks.1": "recompute"})
+    assert p.accumulation == 8 and p.counted_peak_bytes == 31 * MIB  # 64 / 8 steps: the gradients stay live
+    assert p.samples_per_second == pytest.approx(40.0) and p.tokens_per_second == pytest.approx(40.0 * 128)
+    assert accumulation_steps(64, 64) == 1 and counted_peak(5, 64, 64, 100) == 5
+    assert accumulation_steps(3, None) == 1 and accumulation_steps(10, 64) == 7
+
+
+def test_the_throughput_curve_round_trips_through_frontier_json(tmp_path: Path):
+    curve = _curve()
+    frontier = FrontierFile(workload="gpt/tiny", batch_shape="0:4x16", device="cpu", clock="wall", fingerprint="fp",
+                            units=UNITS, baseline={"peak_bytes": 1, "step_seconds": 1.0}, points=[], throughput=curve)
+    write_frontier(tmp_path, frontier)
+    back = load_frontier(tmp_path)
+    assert back.throughput == curve and back.throughput.frontiers[8][0].micro_batch == 8
+    assert back.throughput.best_within(71 * MIB).micro_batch == 16  # 70 MiB and the gradients (1 MiB) fit 71
+    assert back.throughput.best_within(int(70.9 * MIB)).micro_batch == 8
+    assert back.throughput.best_within(30 * MIB) is None
+    older = json.loads((tmp_path / "frontier.json").read_text())
+    del older["throughput"]
+    (tmp_path / "frontier.json").write_text(json.dumps(older))
+    assert load_frontier(tmp_path).throughput is None  # a frontier file of a run without it still reads
+
+
+def test_export_memory_cap_writes_the_micro_batch_and_apply_plan_reads_it(tmp_path: Path):
+    w = load_workload("gpt/tiny")
+    units = resolve_units(w, ["auto"], 32).units
+    from env.data.plan import fingerprint
+
+    curve = _curve()
+    for row in curve.caps:
+        for p in [row.answer, *row.quote]:
+            if p.plan:
+                p.plan = {u: Action.RECOMPUTE for u in units}
+    frontier = FrontierFile(workload="gpt/tiny", batch_shape="0:2x16", device="cpu", clock="wall",
+                            fingerprint=fingerprint(w.model, units), units=list(units),
+                            baseline={"peak_bytes": 1, "step_seconds": 1.0}, points=[], throughput=curve)
+    write_frontier(tmp_path, frontier)
+    done = export(tmp_path, memory_cap_mb=50, out=tmp_path / "plan.json")
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert data["micro_batch"] == 8 and data["accumulation_steps"] == 8 and data["global_batch"] == 64
+    assert data["measured"]["samples_per_second"] == pytest.approx(40.0) and done.point.micro_batch == 8
+    handle = apply_plan(w.model, tmp_path / "plan.json")
+    assert set(handle.plan.actions.values()) == {Action.RECOMPUTE} and isinstance(handle.plan, Plan)
+    handle.remove()
+    with pytest.raises(FrontierError) as e:
+        export(tmp_path, memory_cap_mb=10)
+    assert "\n" not in str(e.value) and "lowest answer's peak is 31.00 MiB" in str(e.value)
+    with pytest.raises(CkptSearchError, match="not both"):
+        export(tmp_path, budget_mb=50, memory_cap_mb=50)
+
+
+def test_the_price_page_reads_measured_micro_batches_where_they_exist():
+    from dashboard.pricing import Cluster, price_plan, with_measured
+
+    points = [{"batch_size": 1, "peak_bytes": 10**9, "step_seconds": 0.1},
+              {"batch_size": 2, "peak_bytes": 2 * 10**9, "step_seconds": 0.2}]
+    cluster = Cluster(gpu_memory_gb=4.5, price_per_gpu_hour=1.0, global_batch=4, steps=10, max_gpus=1)
+    fitted = price_plan("d", "keep 2", points, cluster)
+    assert (fitted.micro_batch, fitted.accumulation, fitted.measured) == (4, 1, False)  # the line: 4 fit in 4.5 GB
+    too_big = _record(5 * 10**9 / MIB, 0.35, digest="d")  # measured at 4: 5 GB, it does not fit after all
+    priced = price_plan("d", "keep 2", with_measured({"d": points}, [(4, too_big)])["d"], cluster)
+    assert (priced.micro_batch, priced.accumulation, priced.measured) == (2, 2, True)
+    assert priced.step_seconds == pytest.approx(2 * 0.2)  # two measured steps of micro-batch 2
+
+
+# -- the alternative design: one env (and agent) conditioned on the micro-batch ----------------------------------
+
+def _batch_env(seed: int):
+    from env.cost.headroom import lowest_and_keep_peak
+    from env.gym.batch_env import MicroBatchEnv
+    from env.gym.checkpoint_env import CheckpointEnv
+
+    fit = BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)})
+    envs = {}
+    for b in (2, 4, 8):
+        low, keep = lowest_and_keep_peak(fit.profile_at(b))
+        envs[b] = CheckpointEnv(fit.profile_at(b), (low, keep), "model")
+    env = MicroBatchEnv(envs)
+    env.reset(seed=seed)
+    return env
+
+
+def test_the_micro_batch_env_is_seeded_and_carries_the_micro_batch():
+    a, b = _batch_env(3), _batch_env(3)
+    inner = a.envs[2].observation_space.shape[0]
+    assert a.observation_space.shape == (inner + 2,) and a.action_space == a.envs[2].action_space
+    for episode in range(6):
+        oa, ia = a.reset()
+        ob, ib = b.reset()
+        assert ia == ib and np.array_equal(oa, ob) and ia["micro_batch"] in (2, 4, 8)
+        assert oa[-1] == pytest.approx(ia["micro_batch"] / 8)
+        assert oa[-2] == pytest.approx(np.log2(ia["micro_batch"]) / 3)
+        done = False
+        while not done:
+            act = int(np.flatnonzero(a.action_masks())[0])
+            oa, ra, done, _, info = a.step(act)
+            ob, rb, _, _, _ = b.step(act)
+            assert ra == rb and np.array_equal(oa, ob)
+        assert info["micro_batch"] == ia["micro_batch"] and info["budget_bytes"] == ia["budget_bytes"]
+    obs, info = a.reset(options={"micro_batch": 8, "budget_bytes": 10**9})
+    assert info["micro_batch"] == 8 and a.env is a.envs[8] and info["budget_bytes"] == 10**9
+    with pytest.raises(ValueError, match="micro_batch=3 is not one of"):
+        a.reset(options={"micro_batch": 3})
+
+
+
+@pytest.mark.slow
+def test_both_agent_designs_find_the_model_optimal_plan_and_micro_batch_after_cloning():
+    from agents.batch_agents import MicroBatchAgents
+    from agents.batch_conditioned import MicroBatchConditionedAgent
+    from agents.throughput import exact_frontiers, model_optimal, ranked
+    from env.cost.headroom import lowest_and_keep_peak
+
+    fit = BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)})
+    ladder = [2, 4, 8]
+    low, keep = lowest_and_keep_peak(fit.profile_at(4))
+    caps = [low, (low + keep) // 2, keep]
+    budgets = {b: caps for b in ladder}
+    profiles = {b: fit.profile_at(b) for b in ladder}
+    same = lambda peak, b: peak  # noqa: E731
+    frontiers = exact_frontiers(fit.cost_model, ladder)
+    for agent in (MicroBatchAgents(profiles, budgets, seed=1), MicroBatchConditionedAgent(profiles, budgets, seed=1)):
+        agent.train(0)  # cloning only
+        plans = [p for ps in agent.plans(budgets).values() for p in ps]
+        for cap in caps:
+            best = model_optimal(frontiers, cap, same)
+            got = ranked(plans, fit.cost_model, ladder, cap, same)
+            assert best is not None and got and got[0].samples_per_second == pytest.approx(best.samples_per_second,
+                                                                                           rel=0.01)

@@ -1,0 +1,141 @@
+"""A throughput search end to end (real Ray, real measurements, a real store) on gpt/tiny; its export, its
+report, the dashboard's throughput page on it, and bench/throughput.py --quick."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit import config as st_config
+from streamlit.testing.v1 import AppTest
+
+from dashboard.launch import RUNS_ENV
+from dashboard.throughput import cap_from_selection, curve_frame, throughput_figure
+from env.data.types import MIB
+from search.records import meta
+from search.records.frontier_file import load_frontier
+from search.records.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "dashboard" / "app.py")
+CAPS_MIB = (1.2, 2.5)
+TINY = ["--workload", "gpt/tiny", "--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128",
+        "--max-measurements", "10", "--repeats", "1", "--no-progress", "--no-batch-scaling",
+        "--throughput-timesteps", "64"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory, ray_session) -> Path:
+    from search.run import main
+
+    out = tmp_path_factory.mktemp("runs")
+    assert main([*TINY, "--out", str(out), "--name", "tp", "--memory-cap", *map(str, CAPS_MIB)]) == 0
+    return out / "tp"
+
+
+@pytest.mark.slow
+def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run_dir: Path):
+    curve = load_frontier(run_dir).throughput
+    assert curve is not None and [r.cap_bytes for r in curve.caps] == [int(c * MIB) for c in CAPS_MIB]
+    assert curve.micro_batches[0] == 1 and curve.default_micro_batch == 2 and curve.tokens_per_sample == 16
+    assert sorted(curve.profiled_batches) == sorted({2, max(curve.micro_batches)})
+    with RunStore(run_dir, readonly=True) as store:
+        measured = {(r["micro_batch"], r["record"].digest): r["record"] for r in store.read(meta.THROUGHPUT_MEASURED)}
+        assert store.read(meta.STATUS) == "finished"
+    for row in curve.caps:
+        ours = row.answer
+        assert ours is not None and ours.name == "ours" and set(ours.plan) == set(load_frontier(run_dir).units)
+        assert ours.counted_peak_bytes <= row.cap_bytes and ours.samples_per_second > 0
+        assert ours.n_samples == curve.quote_rounds * 1  # quoted: one timed step per round (--repeats 1)
+        chosen = measured[(row.selected.micro_batch, row.selected.digest)]  # the measurements that chose it
+        assert chosen.peak_bytes <= row.cap_bytes and row.selected.digest == ours.digest
+        names = {p.name for p in row.quote}
+        assert {"ours", "rule:none", "rule:all"} <= names
+        assert any(n.startswith("peer:checkpoint-sequential") for n in names)
+        for p in row.peers():  # each peer at the largest micro-batch it fits, as measured in the quote
+            assert p.counted_peak_bytes <= row.cap_bytes and p.n_samples == curve.quote_rounds
+            larger = measured.get((p.micro_batch + 1, p.digest))
+            assert larger is None or larger.peak_bytes > row.cap_bytes
+        assert row.model_optimal is not None and row.model_optimal.peak_bytes <= row.cap_bytes
+    unfitted = [c for c in curve.fit_checks if not c.fitted]
+    assert unfitted and all(abs(c.predicted_peak_bytes / c.measured_peak_bytes - 1) < 0.05 for c in unfitted)
+    assert curve.frontiers and all(pts for pts in curve.frontiers.values())
+    report = (run_dir / "report.md").read_text()
+    assert "## Throughput under memory caps" in report and "### Cap 1.2 MiB" in report and "**ours**" in report
+    assert json.loads((run_dir / "report.json").read_text())["throughput"]["caps"]
+
+
+@pytest.mark.slow
+def test_the_export_cli_writes_the_answer_with_its_micro_batch(run_dir: Path, tmp_path: Path, capsys):
+    from search.export import main
+
+    assert main([str(run_dir), "--memory-cap", str(CAPS_MIB[-1]), "--out", str(tmp_path / "plan.json")]) == 0
+    data = json.loads((tmp_path / "plan.json").read_text())
+    best = load_frontier(run_dir).throughput.best_within(int(CAPS_MIB[-1] * MIB))
+    assert data["micro_batch"] == best.micro_batch and data["accumulation_steps"] == 1
+    assert data["actions"] == {u: a.value for u, a in best.plan.items()}
+    assert f"micro-batch {best.micro_batch}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_cap_no_plan_fits_fails_in_one_line_naming_the_lowest_measured_peak(tmp_path: Path, ray_session, capsys):
+    from search.run import main
+
+    assert main([*TINY, "--out", str(tmp_path), "--name", "low", "--memory-cap", "0.1"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    with RunStore(tmp_path / "low", readonly=True) as store:
+        assert store.read(meta.STATUS).startswith("failed: memory cap 0.1 MiB: no plan fits")
+        lowest = min(r["record"].peak_bytes for r in store.read(meta.THROUGHPUT_MEASURED) if r["micro_batch"] == 1)
+    assert len(err) == 1 and f"memory cap 0.1 MiB: no plan fits; the lowest measured peak is {lowest / MIB:.1f} MiB" \
+        in err[0] and "at micro-batch 1" in err[0]
+
+
+@pytest.mark.slow
+def test_the_throughput_page_paints_and_a_click_selects_a_cap(run_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    curve = load_frontier(run_dir).throughput
+    fig = throughput_figure(curve)
+    ours = next(t for t in fig.data if t.name.startswith("ours"))
+    assert list(ours.customdata) == [r.cap_bytes for r in curve.caps]
+    assert list(ours.y) == pytest.approx([r.answer.samples_per_second for r in curve.caps])
+    assert cap_from_selection([{"customdata": [curve.caps[0].cap_bytes]}]) == curve.caps[0].cap_bytes
+    assert set(curve_frame(curve).name) >= {"ours", "rule:none"}
+    monkeypatch.setenv(RUNS_ENV, str(run_dir.parent))
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    st_config.set_option("server.address", "127.0.0.1")
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    top = curve.caps[-1]
+    assert any(f"Under {top.cap_bytes / MIB:.1f} MiB" in s.value for s in at.success)
+    assert any(f'"micro_batch": {top.answer.micro_batch}' in c.value for c in at.code)
+    at.selectbox(key="throughput_cap").set_value(curve.caps[0].cap_bytes).run()
+    assert not at.exception
+    low = curve.caps[0]
+    assert any(f"Under {low.cap_bytes / MIB:.1f} MiB" in s.value and f"micro-batch {low.answer.micro_batch}" in s.value
+               for s in at.success)
+
+
+@pytest.mark.slow
+def test_the_throughput_bench_quick(tmp_path: Path):
+    out = tmp_path / "throughput.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "throughput.py"), "--quick", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    w = result["workloads"][0]
+    assert w["workload"] == "gpt/tiny" and w["caps"] == ["1.2 x lowest", "no checkpointing", "2 x no checkpointing"]
+    assert result["machine"]["cpu_count"] >= 1 and w["search"]["wall_seconds"] > 0
+    for row in w["search"]["caps"]:
+        assert row["answer"]["counted_peak_bytes"] <= row["cap_bytes"] and row["answer"]["samples_per_second"] > 0
+        assert all(p["counted_peak_bytes"] <= row["cap_bytes"] for p in row["peers"])
+    grid = w["grid"]
+    assert grid["plans_measured"] >= len(w["search"]["micro_batches"])
+    for row in grid["caps"]:
+        assert row["grid_best"]["peak_bytes"] <= row["cap_bytes"] and row["ours_over_grid"] > 0
+    designs = w["agents"]["designs"]
+    assert set(designs) == {"one agent per micro-batch", "one agent conditioned on the micro-batch"}
+    for d in designs.values():
+        assert d["train_seconds"] > 0 and all(c["regret"] is None or -1e-9 <= c["regret"] <= 1 for c in d["caps"])
+    assert "| cap | ours: micro-batch, samples/s |" in proc.stdout
