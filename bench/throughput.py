@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import tempfile
@@ -40,8 +39,8 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (RESULTS_DIR, check_equal_samples, interleaved, run_search, set_threads,  # noqa: E402
-                          write_result)
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.data.types import MIB  # noqa: E402
@@ -218,31 +217,7 @@ def agents_on_layered(n_units: int, timesteps: int) -> dict[str, Any]:
     return {"units": n_units, **agents_compared(fit, [1, 2, 4, 8], caps, timesteps)}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    out = []
-    for w in result["workloads"]:
-        s = w["search"]
-        out += [f"**`{w['workload']}`** ({s['clock']} clock, search {s['wall_seconds']:.0f} s, load "
-                f"{s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})", "",
-                "| cap | ours: micro-batch, samples/s | best peer | ours / best peer | model-optimal (predicted) |",
-                "|---|---|---|---:|---:|"]
-        for name, row in zip(w["caps"], s["caps"]):
-            a = row["answer"]
-            peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
-            ratio = row["ours_over_best_peer"]
-            opt = row["model_optimal"]
-            out.append(f"| {name} ({row['cap_bytes'] / MIB:.1f} MiB) | "
-                       + (f"{a['micro_batch']}, {a['samples_per_second']:.1f} | " if a else "nothing fits | ")
-                       + (f"{peer['label']} at {peer['micro_batch']}: {peer['samples_per_second']:.1f} | "
-                          if peer else "- | ")
-                       + (f"{ratio:.2f}x | " if ratio else "- | ")
-                       + (f"{opt['samples_per_second']:.1f} |" if opt else "- |"))
-        out.append("")
-    return "\n".join(out)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     ap.add_argument("--grid", nargs="*", default=["gpt/small"], help="workloads that get the measured grid")
     ap.add_argument("--grid-plans", type=int, default=8, help="exact frontier plans measured per micro-batch")
@@ -252,24 +227,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--agents-layered", type=int, nargs="*", default=[],
                     help="also compare the agent designs on synthetic layered models of these many units")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads of the caps' and the grid's measurements")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (caps, grid)")
     ap.add_argument("--budget-seconds", type=float, default=0, help="start no workload after this long (0: none)")
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[], help="further search.run flags")
-    ap.add_argument("--quick", action="store_true", help="gpt/tiny with a small grid and agents (smoke test)")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/throughput.json)")
-    args = ap.parse_args(argv)
-    flags = [*SEARCH, *args.search]
-    if args.quick:
-        args.workloads, args.grid, args.grid_plans, args.rounds, args.repeats = ["gpt/tiny"], ["gpt/tiny"], 3, 1, 1
-        args.agents, args.agent_timesteps, flags = True, 64, [*QUICK_SEARCH, *args.search]
-    set_threads(args.threads)
-    result: dict[str, Any] = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                              "workloads": []}
-    t0, path = time.perf_counter(), args.out or RESULTS_DIR / "throughput.json"
+
+
+BENCH = Bench("throughput", __doc__, options=options, threads=1, rows="workloads",
+              quick={"workloads": ["gpt/tiny"], "grid": ["gpt/tiny"], "grid_plans": 3, "rounds": 1, "repeats": 1,
+                     "agents": True, "agent_timesteps": 64})
+
+
+def measure(run: Run) -> None:
+    args = run.args
+    run.device = args.device
+    flags = [*(QUICK_SEARCH if args.quick else SEARCH), *args.search]
+    t0 = time.perf_counter()
     for spec in args.workloads:
         if args.budget_seconds and time.perf_counter() - t0 > args.budget_seconds:
-            result["skipped"] = result.get("skipped", []) + [spec]
+            run.result["skipped"] = run.result.get("skipped", []) + [spec]
             continue
         caps = caps_for(spec, args.device, args.repeats)
         with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
@@ -280,15 +255,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 row["grid"] = grid(spec, run_dir, args.device, args.repeats, args.grid_plans, args.rounds)
             if args.agents:
                 row["agents"] = agents_on_run(run_dir, args.agent_timesteps)
-        result["workloads"].append(row)
-        path = write_result("throughput", result, args.out, device=args.device)
+        run.add_row(row)
         print(f"{spec}: {row['search']['wall_seconds']:.0f} s", file=sys.stderr)
     if args.agents_layered:
-        result["agents_layered"] = [agents_on_layered(n, args.agent_timesteps) for n in args.agents_layered]
-        path = write_result("throughput", result, args.out, device=args.device)
-    print(markdown(result))
-    print(json.dumps({"written": str(path)}))
+        run.result["agents_layered"] = [agents_on_layered(n, args.agent_timesteps) for n in args.agents_layered]
 
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

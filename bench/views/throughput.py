@@ -1,0 +1,51 @@
+"""Views of ``bench/throughput.py``'s result: per memory cap, the (plan, micro-batch) the throughput search
+answers against the peers at the largest micro-batch each fits, and against the measured grid."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.views.base import Result, View, mib, table
+
+
+def _answer(a: dict[str, Any] | None) -> str:
+    return f"{a['micro_batch']}, {a['samples_per_second']:.1f}" if a else "nothing fits"
+
+
+def _peer(row: Result) -> str:
+    peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
+    return f"{peer['label']} at {peer['micro_batch']}: {peer['samples_per_second']:.1f}" if peer else "-"
+
+
+def throughput_table(r: Result) -> str:
+    out = []
+    for w in r["workloads"]:
+        s = w["search"]
+        rows = [(f"{name} ({mib(row['cap_bytes']):.1f} MiB)", _answer(row["answer"]), _peer(row),
+                 f"{row['ours_over_best_peer']:.2f}x" if row["ours_over_best_peer"] else "-",
+                 f"{row['model_optimal']['samples_per_second']:.1f}" if row["model_optimal"] else "-")
+                for name, row in zip(w["caps"], s["caps"])]
+        out += [f"**`{w['workload']}`** ({s['clock']} clock, search {s['wall_seconds']:.0f} s by the wall clock, "
+                f"load {s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})", "",
+                table(["cap", "ours: micro-batch, samples/s", "best peer", "ours / best peer",
+                       "model-optimal (predicted)"], rows, "lllrr"), ""]
+        g = w.get("grid")
+        if g:
+            grows = [(f"{mib(row['cap_bytes']):.1f} MiB", f"{row['ours_over_grid']:.2f}x"
+                      if row.get("ours_over_grid") else "-") for row in g["caps"]]
+            out += [f"Against the measured grid ({g['wall_seconds']:.0f} s, load {g['load_average_1']:.1f}):", "",
+                    table(["cap", "ours / grid's best"], grows), ""]
+    if r.get("skipped"):
+        out.append("Not measured (time budget): " + ", ".join(f"`{s}`" for s in r["skipped"]) + ".")
+    return "\n".join(out)
+
+
+VIEWS = [
+    View("throughput", "The fastest (plan, micro-batch) for a memory cap",
+         "`python -m search.run --memory-cap` at three caps per workload against the peers at the largest "
+         "micro-batch each fits, samples per second as the run quoted them (interleaved rounds after the choice), "
+         "and on gpt/small against the best of a measured grid of (plan, micro-batch).",
+         "python bench/throughput.py", throughput_table),
+    View("gpu_throughput", "The throughput search on a GPU", "As on the CPU, with `--device cuda`.",
+         "python bench/gpu.py", throughput_table),
+]
