@@ -67,11 +67,17 @@ def get(ref: Any) -> Any:
 
 
 
+class RankDiedError(CkptSearchError):
+    """A rank of an Evaluator's process group died (``search.engine.fsdp_group``): the group stopped its other
+    ranks, and is restarted as one, as a dead Evaluator is."""
+
+
 def actor_gone() -> tuple[type[BaseException], ...]:
-    """The errors a call raises when its actor's process died (killed, crashed): catch these to restart it."""
+    """The errors a call raises when its actor's process died (killed, crashed), or a rank of its group did:
+    catch these to restart it."""
     import ray
 
-    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, RankDiedError)
 
 
 def death_cause(error: BaseException, limit: int = 200) -> str:
