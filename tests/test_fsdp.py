@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,17 +22,14 @@ import torch
 from env.data.errors import CkptSearchError, MeasurementError, PlanError
 from env.data.measured import MeasuredPlan
 from env.data.ranks import binding_profile, merge_ranks, rank_clock, split_rank_clock
-from search.engine.fsdp_group import group_count
 from search.records import meta
 from search.records.store import RunStore
+from tests.fsdp_ranks import GRAD_CASES, STEP_SEED, UNIFORM, rank_checks
 from tests.profiles import synthetic_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
         "--max-measurements", "12", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
-STEP_SEED = 1234
-GRAD_CASES = ("none", "recompute:before", "selective:before", "recompute:after", "selective:after")
-UNIFORM = ("keep", "recompute", "selective")
 
 
 def _record(peak: int, samples: list[float], live: int = 100, oom: bool = False, digest: str = "d") -> MeasuredPlan:
@@ -64,6 +62,8 @@ def test_the_search_prices_plans_with_the_rank_whose_baseline_peak_is_largest():
 
 
 def test_fsdp_where_it_cannot_run_is_one_line():
+    from search.engine.fsdp_group import group_count
+
     two_cores = [{"Alive": True, "NodeID": "a", "Resources": {"CPU": 2.0}}]
     assert group_count(2, "cpu", 0, 1, 1, two_cores) == (1, False)
     for args, words in [((3, "cpu", 0, 1, 1, two_cores), "--fsdp 3 needs 3 CPU cores on one node"),
@@ -89,44 +89,6 @@ def test_fsdp_with_compile_or_a_negative_count_is_refused_in_one_line():
 
 
 # -- two ranks in this machine -----------------------------------------------------------------------------------
-def _rank_checks(rank: int, ranks: int, port: int, out: str) -> None:
-    """One rank of the module's group: gradients of each case, then peaks and a profile of the sharded gpt/tiny."""
-    torch.set_num_threads(1)
-    from env.data.plan import fingerprint
-    from env.measure.fsdp import join_group, leave_group, shard_workload
-    from env.measure.measurement import measure
-    from env.measure.profiler import profile
-    from env.runtime.apply import apply_actions, plan_for
-    from env.units.find import find_units
-    from env.workloads.workload import load_workload
-
-    join_group(rank, ranks, port, "cpu")
-    result: dict = {"grads": {}, "fingerprints": []}
-    for case in GRAD_CASES:
-        w = load_workload("gpt/tiny", seed=0)
-        units = find_units(w.model)
-        action, _, when = case.partition(":")
-        mine = fingerprint(w.model, units)
-        if when == "before":
-            apply_actions(w.model, plan_for(w.model, units, [action] * len(units)), units)
-        torch.manual_seed(0)  # the dropout masks of the step shard_workload takes, as _one_device_step's
-        w = shard_workload(w, units)
-        result["fingerprints"].append((mine, fingerprint(w.model, units)))
-        if when == "after":  # onto the sharded model: plan_for fingerprints it as the unsharded one
-            apply_actions(w.model, plan_for(w.model, units, [action] * len(units)), units)
-        w.model.zero_grad(set_to_none=True)
-        torch.manual_seed(STEP_SEED)
-        loss = w.loss()
-        loss.backward()
-        result["grads"][case] = (loss.detach(), {n: p.grad.full_tensor() for n, p in w.model.named_parameters()})
-    w = shard_workload(load_workload("gpt/tiny", seed=0), units)
-    result["profile"] = profile(w, units, repeats=1).model_dump(mode="json")  # check=True: refused unless it holds on this rank
-    result["peaks"] = {a: [measure(w, plan_for(w.model, units, [a] * len(units)), units, repeats=1).peak_bytes
-                           for _ in range(2)] for a in UNIFORM}
-    torch.save(result, f"{out}.{rank}")
-    leave_group()
-
-
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory) -> list[dict]:
     import torch.multiprocessing as mp
@@ -134,7 +96,7 @@ def two_ranks(tmp_path_factory) -> list[dict]:
     from env.measure.fsdp import free_port
 
     out = str(tmp_path_factory.mktemp("ranks") / "rank")
-    mp.spawn(_rank_checks, args=(2, free_port(), out), nprocs=2)
+    mp.spawn(rank_checks, args=(2, free_port(), out), nprocs=2)
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(2)]
 
 
@@ -220,16 +182,37 @@ def _every_measurement_once(store_path: Path) -> list[MeasuredPlan]:
     return records
 
 
+@dataclass
+class KilledRun:
+    run: Path
+    first: dict  # the group as it started (EvaluatorInfo)
+
+
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory) -> KilledRun:
+    """One two-rank search of gpt/tiny, whose rank 1 is killed once the run has measured three plans: the
+    search end to end, and the group's restart, from one run (each costs minutes on two cores)."""
+    out = tmp_path_factory.mktemp("fsdp_runs")
+    proc = _run([*TINY, "--fsdp", "2", "--out", str(out), "--name", "k"])
+    store_path = out / "k" / "store.sqlite"
+    deadline = time.time() + 600
+    while time.time() < deadline and _measured(store_path) < 3 and proc.poll() is None:
+        time.sleep(0.5)
+    with RunStore(store_path, readonly=True) as s:
+        first = s.read(meta.EVALUATORS)[0]
+    os.kill(first["rank_pids"][1], signal.SIGKILL)  # rank 1 of the group, mid-run
+    _, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return KilledRun(out / "k", first)
+
+
 @pytest.mark.slow
-def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(tmp_path):
+def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(killed_run):
     from env.measure.measurement import measure
     from env.runtime.apply import plan_for
     from env.workloads.workload import load_workload
 
-    proc = _run([*TINY, "--fsdp", "2", "--out", str(tmp_path), "--name", "f"])
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
-    run = tmp_path / "f"
+    run = killed_run.run
     front = json.loads((run / "frontier.json").read_text())
     assert front["fsdp_ranks"] == 2 and front["points"]
     assert front["clock"] == "thread-cpu, slowest of 2 ranks" and "FSDP2 x2 ranks" in front["device"]
@@ -243,31 +226,22 @@ def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(tmp_path):
     with RunStore(run / "store.sqlite", readonly=True) as s:
         assert s.read(meta.STATUS) == "finished"
         assert s.read(meta.FSDP)["ranks"] == 2 and set(s.read(meta.FSDP)["sharded"]) == {"", *front["units"]}
-        assert len(s.read(meta.EVALUATORS)[0]["rank_pids"]) == 2
         assert s.read(meta.PROFILE).baseline.clock == "thread-cpu, slowest of 2 ranks"
+        rules = [s.get(d).measurement for d in s.read(meta.RULES).values()]
     assert all(m.clock == front["clock"] for m in _every_measurement_once(run / "store.sqlite"))
+    by_peak = sorted(rules, key=lambda m: m.peak_bytes)
+    assert by_peak[0].peak_bytes < by_peak[-1].peak_bytes  # plans save memory per rank too
 
 
 @pytest.mark.slow
-def test_a_rank_killed_mid_run_restarts_the_group_and_every_measurement_is_recorded_once(tmp_path):
-    proc = _run([*TINY, "--timesteps", "512", "--max-measurements", "14", "--fsdp", "2", "--out", str(tmp_path),
-                 "--name", "k"])
-    store_path = tmp_path / "k" / "store.sqlite"
-    deadline = time.time() + 600
-    while time.time() < deadline and _measured(store_path) < 3:
-        time.sleep(0.5)
-    with RunStore(store_path, readonly=True) as s:
-        first = s.read(meta.EVALUATORS)[0]
-    os.kill(first["rank_pids"][1], signal.SIGKILL)  # rank 1 of the group, mid-run
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, err[-3000:]
-    report = (tmp_path / "k" / "report.md").read_text()
+def test_a_rank_killed_mid_run_restarts_the_group_and_every_measurement_is_recorded_once(killed_run):
+    report = (killed_run.run / "report.md").read_text()
     assert "evaluator_0 died (RankDiedError: rank 1 of 2 died" in report
-    with RunStore(store_path, readonly=True) as s:
+    with RunStore(killed_run.run / "store.sqlite", readonly=True) as s:
         again = s.read(meta.EVALUATORS)[0]
-        assert s.read(meta.STATUS) == "finished"
+    first = killed_run.first
     assert again["restarts"] == 1 and again["alive"] and set(again["rank_pids"]).isdisjoint(first["rank_pids"])
-    records = _every_measurement_once(store_path)
+    records = _every_measurement_once(killed_run.run / "store.sqlite")
     assert len({i.split(":")[0] for m in records for i in m.measurement_ids}) == 2  # both groups measured
 
 

@@ -28,7 +28,7 @@ from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Plan
 from env.measure.compiled import CompileOptions, compiled
-from env.measure.timeline import in_process_group, is_oom, profiled_step, step_clock, sync, train_step
+from env.measure.timeline import is_oom, profiled_step, step_clock, sync, train_step
 from env.runtime.apply import apply_actions
 from env.workloads.workload import Workload
 
@@ -170,7 +170,7 @@ def warm_up(workload: Workload, max_steps: int = 24, min_steps: int = 4, toleran
 
 def all_ranks(verdict: bool, device: torch.device) -> bool:
     """``verdict`` of this process, or on a rank of a process group whether every rank's verdict is true."""
-    if not in_process_group():
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return verdict
     flag = torch.tensor([int(verdict)], device=device)
     torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)

@@ -149,30 +149,14 @@ def profiler_events(workload: Workload, optimizer: torch.optim.Optimizer,
     return out
 
 
-GLOO_MEMORY_STEPS = 3  # profiled steps per memory reading on a CPU rank of a process group (the lowest is kept)
-
-
 def profiled_step(workload: Workload, optimizer: torch.optim.Optimizer,
                   markers: UnitMarkers | None = None) -> MemoryTrace:
-    """One profiled step's allocations on the workload's device (and the marks).
-
-    On a CPU rank of a process group (FSDP over gloo) the step is profiled ``GLOO_MEMORY_STEPS`` times and
-    the trace with the lowest peak kept: gloo's threads sometimes release a collective's buffer only after
-    the step has moved on (or after it ended), which adds that buffer to the peak at random, and never
-    lowers it; the lowest of a few steps is the step's own peak, the same from run to run
-    (see docs/measurement.md#fsdp)."""
+    """One profiled step's allocations on the workload's device (and the marks)."""
     device = workload.device
     index = device.index
     if device.type == "cuda" and index is None:
         index = torch.cuda.current_device()
-    steps = GLOO_MEMORY_STEPS if device.type == "cpu" and in_process_group() else 1
-    traces = [memory_trace(profiler_events(workload, optimizer, markers), device.type, index) for _ in range(steps)]
-    return min(traces, key=MemoryTrace.peak_delta)
-
-
-def in_process_group() -> bool:
-    """Whether this process is a rank of an initialised ``torch.distributed`` process group."""
-    return torch.distributed.is_available() and torch.distributed.is_initialized()
+    return memory_trace(profiler_events(workload, optimizer, markers), device.type, index)
 
 
 def _device_type(kind: DeviceType) -> str:
