@@ -84,6 +84,7 @@ class RunData:
     finished_at: float | None = None
     workload: str = ""
     notes: list[str] = field(default_factory=list)
+    fsdp_ranks: int = 0  # 0: one device; N: measured under FSDP2 with N ranks (peaks and times per rank)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -264,6 +265,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),
         started_at=store.read(meta.STARTED_AT), finished_at=store.read(meta.FINISHED_AT),
         workload=str(config.get("workload", profile.workload if profile else "")), notes=notes,
+        fsdp_ranks=(store.read(meta.FSDP) or {}).get("ranks", 0),
     )
 
 

@@ -208,6 +208,7 @@ def killed_run(tmp_path_factory) -> KilledRun:
 
 @pytest.mark.slow
 def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(killed_run):
+    from dashboard.data import load_run
     from env.measure.measurement import measure
     from env.runtime.apply import plan_for
     from env.workloads.workload import load_workload
@@ -229,6 +230,7 @@ def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(killed_run):
         assert s.read(meta.PROFILE).baseline.clock == "thread-cpu, slowest of 2 ranks"
         rules = [s.get(d).measurement for d in s.read(meta.RULES).values()]
     assert all(m.clock == front["clock"] for m in _every_measurement_once(run / "store.sqlite"))
+    assert load_run(run).fsdp_ranks == 2  # what the dashboard shows of the run
     by_peak = sorted(rules, key=lambda m: m.peak_bytes)
     assert by_peak[0].peak_bytes < by_peak[-1].peak_bytes  # plans save memory per rank too
 
