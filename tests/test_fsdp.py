@@ -266,3 +266,27 @@ def test_a_workload_that_cannot_be_sharded_is_one_line(tmp_path):
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "cannot be trained sharded with FSDP2" in errors[0] and "shared" in errors[0]
     assert "run it without --fsdp" in errors[0]
+
+
+@pytest.mark.slow
+def test_bench_fsdp_quick(tmp_path):
+    """``bench/fsdp.py --quick``: gpt/tiny on one device and on two ranks; the numbers every machine gives."""
+    out = tmp_path / "fsdp.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fsdp.py"), "--quick", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["ranks"] == 2 and result["machine"]["torch_version"] == torch.__version__
+    (w,) = result["workloads"]
+    one, ranks = w["one_device"], w["fsdp_2_ranks"]
+    assert ranks["clock"] == "thread-cpu, slowest of 2 ranks" and one["clock"] == "thread-cpu"
+    # a rank holds half the parameters, gradients and AdamW state: less before the step, a smaller share of its peak
+    assert ranks["held_before_step_bytes"] < one["held_before_step_bytes"]
+    assert ranks["held_share_of_peak"] < one["held_share_of_peak"]
+    assert ranks["baseline_peak_bytes"] < one["baseline_peak_bytes"]
+    assert ranks["lowest_peak_bytes"] < ranks["baseline_peak_bytes"]
+    assert w["caps"] and w["caps_where_the_pick_differs"] == sum(c["differs"] for c in w["caps"])
+    for c in w["caps"]:
+        assert c["fsdp_peak_bytes"] <= c["cap_bytes"] and c["activation_budget_bytes"] < c["cap_bytes"]
+        seen = c["one_device_pick_under_fsdp"]
+        assert seen is None or seen["fits_cap"] == (seen["peak_bytes"] <= c["cap_bytes"])
