@@ -11,8 +11,16 @@ from typing import Any
 from env.data.errors import CkptSearchError, MeasurementError, ModelError, PlanError, UnitError, WorkloadError
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
+
+
+class RankDiedError(CkptSearchError):
+    """A rank of an Evaluator's process group died (``search.engine.fsdp_group``): the group stopped its other
+    ranks, and is restarted as one, as a dead Evaluator is."""
+
+
 _ERRORS: dict[str, type[CkptSearchError]] = {
-    cls.__name__: cls for cls in (CkptSearchError, WorkloadError, UnitError, PlanError, MeasurementError, ModelError)}
+    cls.__name__: cls for cls in (CkptSearchError, WorkloadError, UnitError, PlanError, MeasurementError, ModelError,
+                                  RankDiedError)}
 _PROJECT_ERROR = re.compile(rf"({'|'.join(_ERRORS)}|StoreError): ([^\n]+)")
 
 
@@ -65,11 +73,6 @@ def get(ref: Any) -> Any:
             raise _ERRORS.get(name, CkptSearchError)(message) from None
         raise
 
-
-
-class RankDiedError(CkptSearchError):
-    """A rank of an Evaluator's process group died (``search.engine.fsdp_group``): the group stopped its other
-    ranks, and is restarted as one, as a dead Evaluator is."""
 
 
 def actor_gone() -> tuple[type[BaseException], ...]:
