@@ -86,6 +86,7 @@ class RunData:
     workload: str = ""
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why a failed run failed (its status's cause, else its log's last line)
+    fsdp_ranks: int = 0  # 0: one device; N: measured under FSDP2 with N ranks (peaks and times per rank)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -282,6 +283,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         started_at=store.read(meta.STARTED_AT), finished_at=store.read(meta.FINISHED_AT),
         workload=str(config.get("workload", profile.workload if profile else "")), notes=notes,
         error=_failure(run_dir, store.read(meta.STATUS) or ""),
+        fsdp_ranks=(store.read(meta.FSDP) or {}).get("ranks", 0),
     )
 
 

@@ -38,6 +38,9 @@ def frontier_page(run: RunData) -> None:
         return
     for note in run.notes:
         st.caption(note)
+    if run.fsdp_ranks:
+        st.caption(f"Measured under FSDP2 with {run.fsdp_ranks} ranks: every peak is per rank (the largest rank's), "
+                   "every step time the slowest rank's.")
     state = st.session_state
     c1, c2, c3 = st.columns([1, 1, 3])
     relative = c1.toggle("relative to baseline", key="relative")

@@ -109,10 +109,17 @@ def action_summary(actions: Iterable[str | Action]) -> str:
 
 
 def fingerprint(model: "nn.Module", units: Sequence[str]) -> str:
-    """Hash of the unit FQNs and classes and every parameter's name and shape."""
+    """Hash of the unit FQNs and classes and every parameter's name and shape.
+
+    A module sharded by FSDP2's ``fully_shard`` hashes as the class it was (``fully_shard`` makes it an
+    ``FSDP<Class>`` subclass; a sharded parameter keeps its name and its full shape), so a plan fits a
+    model before and after sharding alike."""
     h = hashlib.sha256()
     for u in sorted(units):
-        h.update(f"unit:{u}:{type(model.get_submodule(u)).__name__};".encode())
+        cls = type(model.get_submodule(u))
+        if len(cls.__bases__) == 2 and cls.__bases__[0].__name__ == "FSDPModule":  # fully_shard's subclass
+            cls = cls.__bases__[1]
+        h.update(f"unit:{u}:{cls.__name__};".encode())
     for name, p in model.named_parameters():
         h.update(f"param:{name}:{tuple(p.shape)};".encode())
     return h.hexdigest()[:16]

@@ -39,7 +39,7 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: obje
 
     def add(t: object) -> None:
         if isinstance(t, torch.Tensor):
-            s = t.untyped_storage()
+            s = _local(t).untyped_storage()
             seen[s.data_ptr()] = s.nbytes()
         elif isinstance(t, dict):
             for v in t.values():
@@ -55,6 +55,17 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, inputs: obje
     add(list(model.buffers()))
     add(inputs)
     return sum(seen.values())
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This process's part of a tensor: the local shard of a ``DTensor`` (FSDP2's parameters, their gradients and
+    optimizer state), which has no storage of its own; any other tensor as it is."""
+    if torch.distributed.is_available():
+        from torch.distributed.tensor import DTensor
+
+        if isinstance(t, DTensor):
+            return t.to_local()
+    return t
 
 
 def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
@@ -143,16 +154,27 @@ def warm_up(workload: Workload, max_steps: int = 24, min_steps: int = 4, toleran
 
     A fresh process runs its first steps slower (caches, allocator, lazily built kernels; on a
     GPU, cuDNN's autotuning); every Evaluator warms up once before it measures, so that the first
-    plan it measures (often the baseline) is not timed on a cold process."""
+    plan it measures (often the baseline) is not timed on a cold process. On a rank of a process group
+    (FSDP) the ranks stop together, once every rank's times settled: a rank that stopped early would
+    leave the others waiting in the next step's collectives."""
     steady_numerics(workload.device)
     _, clock = step_clock(workload.device)
     times: list[float] = []
     while len(times) < max_steps:
         times.append(_timed_step(workload, workload.optimizer, clock))
         last = sorted(times[-3:])
-        if len(times) >= min_steps and last[-1] - last[0] <= tolerance * last[1]:
+        if all_ranks(len(times) >= min_steps and last[-1] - last[0] <= tolerance * last[1], workload.device):
             break
     return times
+
+
+def all_ranks(verdict: bool, device: torch.device) -> bool:
+    """``verdict`` of this process, or on a rank of a process group whether every rank's verdict is true."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return verdict
+    flag = torch.tensor([int(verdict)], device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 def _timed_step(workload: Workload, optimizer: torch.optim.Optimizer, clock: Callable[[], int]) -> float:

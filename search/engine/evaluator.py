@@ -30,8 +30,9 @@ import torch
 from env.data.errors import CkptSearchError, ModelError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
-from env.data.plan import Action, action_summary, parse_action
+from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
+from env.data.unit_choice import UnitChoice
 from env.measure.measurement import measure, warm_up
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
@@ -56,13 +57,20 @@ class Evaluator:
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
-        self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
         self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
         with model_errors("the choice of decision units (one instrumented training step)"):
-            self.unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+            unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        self._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
+
+    def _keep_records(self, workload_spec: str, seed: int, repeats: int, compile: bool, unit_choice: UnitChoice,
+                      actions: Sequence[str], name: str, reference_every: float) -> None:
+        """What every Evaluator keeps, whatever measures for it: its units and label, measurement ids, the
+        cache, the journal and the references."""
+        self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
+        self.unit_choice = unit_choice
         self.units = list(self.unit_choice.units)
         self.actions = [parse_action(a) for a in actions]
-        self.node = _node_name()
+        self.node = node_name()
         self.label = f"{name}@{self.node}"
         self._id_prefix = f"{name}-{uuid.uuid4().hex[:8]}"  # unique across restarts and resumed runs
         self.cache: dict[str, MeasuredPlan] = {}
@@ -105,7 +113,7 @@ class Evaluator:
         Returns the new measurement, or the cached record when nothing was measured. ``again``
         measures a cached plan once more (the store merges the two).
         """
-        plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
+        plan = self._plan(actions)
         cached = self.cache.get(plan.digest)
         if cached is not None and not again:
             return cached.proposed_by(source)
@@ -116,6 +124,10 @@ class Evaluator:
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
+
+    def _plan(self, actions: Sequence[str]) -> Plan:
+        """The plan giving ``actions[i]`` (names) to ``units[i]`` of this Evaluator's model."""
+        return plan_for(self.workload.model, self.units, [Action(a) for a in actions])
 
     def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
         self.n_measured += 1
@@ -142,7 +154,7 @@ class Evaluator:
             age, since = time.monotonic() - at, self.n_measured - n
         if not reference_due(age, since, self.reference_every):
             return
-        plan = plan_for(self.workload.model, self.units, [Action(a) for a in self._keep])
+        plan = self._plan(self._keep)
         self.journal.append(self._measure(plan, PlanSource.rule("none"), is_reference=True))
 
     def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
@@ -173,17 +185,12 @@ class Evaluator:
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
         """Peak and time of a plan at another batch size (built-in workloads)."""
-        spec = WorkloadSpec.parse(self.spec)
-        opts = dict(spec.options)
-        opts["batch_size"] = str(batch_size)
-        other = WorkloadSpec(spec.target, spec.preset, tuple(sorted(opts.items())))
+        other = with_batch_size(self.spec, batch_size)
         if self._other_batch is None or self._other_batch.spec != str(other):
             self._other_batch = load_workload(other, seed=self.seed, device=self.device)
         w = self._other_batch
         plan = plan_for(w.model, self.units, [Action(a) for a in actions])
-        m = measure(w, plan, self.units, repeats=self.repeats)
-        return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
-                "clock": m.clock}
+        return batch_point(batch_size, measure(w, plan, self.units, repeats=self.repeats))
 
     # -- other micro-batches (the throughput search): kept apart from the cache and the journal, which hold
     # the run's plans at the workload's own batch
@@ -208,6 +215,20 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:
+    """The workload spec with its ``batch_size`` option set (built-in workloads)."""
+    parsed = WorkloadSpec.parse(spec)
+    opts = dict(parsed.options)
+    opts["batch_size"] = str(batch_size)
+    return WorkloadSpec(parsed.target, parsed.preset, tuple(sorted(opts.items())))
+
+
+def batch_point(batch_size: int, m: MeasuredPlan) -> dict[str, Any]:
+    """A plan measured at another batch size, as ``search.records.meta.BatchPoint``."""
+    return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
+            "clock": m.clock}
 
 
 @contextlib.contextmanager
@@ -238,7 +259,7 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def _node_name() -> str:
+def node_name() -> str:
     """The Ray node this process runs on (short id and IP), or the host name outside Ray."""
     import ray
 

@@ -7,6 +7,8 @@
   gives every result to ``on_result`` the moment it arrives, so the store has it at once.
 - Comparable: every Evaluator says its device model; a cluster whose Evaluators differ is
   refused in one line, so a frontier never mixes device models.
+- FSDP (``--fsdp N``): each Evaluator is a group of N rank actors measuring under FSDP2 on one node
+  (``search.engine.fsdp_group.FsdpGroup``), started, called and restarted as an Evaluator is.
 - Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
   queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
   what happened, for the report.
@@ -24,6 +26,7 @@ from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from search.engine import ray_session
 from search.engine.evaluator import ray_evaluator, resolve_device
+from search.engine.fsdp_group import group_count, group_nodes, ray_fsdp_group
 from search.records.config import SearchConfig
 
 Job = tuple[Sequence[str], PlanSource, bool]  # (action names, source, again)
@@ -40,7 +43,12 @@ class EvaluatorSlot:
 
 
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
-    """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count."""
+    """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count (``--fsdp``: groups, which
+    ``search.engine.fsdp_group.group_count`` fits to the nodes)."""
+    if cfg.fsdp:
+        import ray
+
+        return group_count(cfg.fsdp, cfg.device, cfg.devices, cfg.evaluators, cfg.measure_threads, ray.nodes())
     device = resolve_device(cfg.device) if cfg.device != "auto" else ("cuda" if cluster_gpus >= 1 else "cpu")
     if device.startswith("cuda"):
         if cluster_gpus < 1:
@@ -75,9 +83,13 @@ class EvaluatorPool:
         them); CPU Evaluators round-robin over the nodes alive now that offer CPUs, in node order, pinned
         there (an Evaluator takes no CPU from Ray's accounting, so any node fits it), since SPREAD and a
         soft affinity can put two CPU Evaluators on one busy node (see docs/measurement.md#ranking-and-drift-why)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if slot.gpu and self.cfg.fsdp:  # a group's ranks take their GPUs on its node
+            node = group_nodes(self.cfg.fsdp, self.ray.nodes())[self.slots.index(slot)]
+            return NodeAffinitySchedulingStrategy(node, soft=False)
         if slot.gpu:
             return "SPREAD"
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = sorted(n["NodeID"] for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0)
         if len(nodes) < 2:
@@ -87,11 +99,13 @@ class EvaluatorPool:
     def _start(self, slot: EvaluatorSlot) -> None:
         cfg = self.cfg
         threads = None if slot.gpu else (cfg.measure_threads or None)
-        actor = ray_evaluator(num_gpus=1 if slot.gpu else 0).options(scheduling_strategy=self._placement(slot))
+        kind = ray_fsdp_group() if cfg.fsdp else ray_evaluator(num_gpus=1 if slot.gpu else 0)
+        actor = kind.options(scheduling_strategy=self._placement(slot))
         units = self.units or cfg.units  # one choice of units for every Evaluator
+        group = (cfg.fsdp,) if cfg.fsdp else ()  # an FSDP group: its ranks
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
                                    "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units,
-                                   cfg.reference_every)
+                                   cfg.reference_every, *group)
         slot.info = ray_session.get(slot.handle.info.remote())
 
     def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:
@@ -124,7 +138,9 @@ class EvaluatorPool:
         return [{"name": s.name, "label": s.info["evaluator"] if s.info else s.name, "node": (s.info or {}).get("node"),
                  "device": (s.info or {}).get("device_model"), "pid": (s.info or {}).get("pid"),
                  "restarts": s.restarts, "alive": s.alive,
-                 "warm_up_steps": warm.get((s.info or {}).get("evaluator"), {}).get("steps")} for s in self.slots]
+                 "warm_up_steps": warm.get((s.info or {}).get("evaluator"), {}).get("steps"),
+                 **({"rank_pids": s.info["rank_pids"]} if s.info and "rank_pids" in s.info else {})}
+                for s in self.slots]
 
     def preload(self, records: Sequence[MeasuredPlan]) -> None:
         ray_session.get([s.handle.preload.remote(list(records)) for s in self.live])

@@ -11,8 +11,16 @@ from typing import Any
 from env.data.errors import CkptSearchError, MeasurementError, ModelError, PlanError, UnitError, WorkloadError
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
+
+
+class RankDiedError(CkptSearchError):
+    """A rank of an Evaluator's process group died (``search.engine.fsdp_group``): the group stopped its other
+    ranks, and is restarted as one, as a dead Evaluator is."""
+
+
 _ERRORS: dict[str, type[CkptSearchError]] = {
-    cls.__name__: cls for cls in (CkptSearchError, WorkloadError, UnitError, PlanError, MeasurementError, ModelError)}
+    cls.__name__: cls for cls in (CkptSearchError, WorkloadError, UnitError, PlanError, MeasurementError, ModelError,
+                                  RankDiedError)}
 _PROJECT_ERROR = re.compile(rf"({'|'.join(_ERRORS)}|StoreError): ([^\n]+)")
 
 
@@ -68,10 +76,11 @@ def get(ref: Any) -> Any:
 
 
 def actor_gone() -> tuple[type[BaseException], ...]:
-    """The errors a call raises when its actor's process died (killed, crashed): catch these to restart it."""
+    """The errors a call raises when its actor's process died (killed, crashed), or a rank of its group did:
+    catch these to restart it."""
     import ray
 
-    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError)
+    return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, RankDiedError)
 
 
 def death_cause(error: BaseException, limit: int = 200) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
+from env.data.ranks import split_rank_clock
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
 from search.engine.throughput_report import throughput_markdown
@@ -43,8 +44,10 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     curve = store.read(meta.THROUGHPUT)  # a throughput search's answers per memory cap, once it finished
 
     points = [point_from(r, units) for r in front]
+    fsdp = store.read(meta.FSDP)
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
+                                         fsdp_ranks=fsdp["ranks"] if fsdp else 0,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
                                          points=points, readable={
                                              "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
@@ -68,6 +71,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "workload": cfg.workload, "batch_shape": prof.batch_shape, "device": base.device, "clock": base.clock,
         "units": len(units), "evaluations": store.count(), "measured": store.count(True),
         "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+        "baseline_live_before_bytes": base.live_before_bytes,
         "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
         "left_out": {"plans": len(strict) - len(front), "memory_tolerance_bytes": int(tolerance),
                      "timing_noise": noise},
@@ -80,6 +84,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "unit_choice": choice.model_dump(mode="json") if choice else None,
         "headroom": store.read(meta.HEADROOM),
         "phase_seconds": store.read(meta.PHASE_SECONDS), "evaluator_seconds": store.read(meta.EVALUATOR_SECONDS),
+        "fsdp": fsdp,
         "paired": base.has_references,
         "references": base.n_measurements,
         "throughput": curve.model_dump(mode="json") if curve else None,
@@ -136,18 +141,20 @@ def to_markdown(rep: dict[str, Any]) -> str:
                 "if side by side" if rep.get("paired") else "") + ".", ""]
     if rep.get("headroom"):
         lines += [f"**{rep['headroom']}**", ""]
+    if rep.get("fsdp"):
+        lines += fsdp_markdown(rep["fsdp"], rep["clock"], b["peak_bytes"] - rep["baseline_live_before_bytes"]) + [""]
     lines += ["## Measured frontier", ""]
     out = rep.get("left_out") or {}
     if out.get("plans"):
         lines += [f"{out['plans']} measured frontier plan(s) left out: each has a plan beside it at most "
                   f"{out['memory_tolerance_bytes'] / MIB:.2f} MiB higher that is faster by more than the run's timing "
                   f"noise ({out['timing_noise']:.1%}).", ""]
-    lines += ["| peak MB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
+    lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
         lines.append(f"| {p['peak_bytes'] / MIB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
                      f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
-    lines += ["", "## Baseline rules", "", "| rule | peak MB | step ms | on the frontier? |", "|---|---:|---:|---|"]
+    lines += ["", "## Baseline rules", "", "| rule | peak MiB | step ms | on the frontier? |", "|---|---:|---:|---|"]
     for r in rep["rules"]:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
@@ -177,10 +184,31 @@ def to_markdown(rep: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fsdp_markdown(fsdp: dict[str, Any], clock: str, activation_bytes: int) -> list[str]:
+    """The FSDP section: the run measured per rank, what a rank holds and gathers, how time was read."""
+    own, _ = split_rank_clock(clock)
+    units = [m for m in fsdp["sharded"] if m]
+    lines = ["## FSDP", "",
+             f"Measured under FSDP2 with {fsdp['ranks']} ranks per Evaluator ({fsdp['backend']}), each on the run's "
+             "batch: every peak in this report is per rank (the largest rank's) and every step time is the slowest "
+             "rank's, step by step. A rank holds its shard of the parameters, gradients and optimizer state before "
+             "the step and gathers each unit's parameters for its forward and again for its backward, where a "
+             f"recompute runs on them; the baseline's peak is {activation_bytes / MIB:.1f} MB above what it holds. "
+             "The profile the search priced plans with was taken on a rank under FSDP (the rank whose baseline peak "
+             f"is the largest). Sharded with fully_shard: the root and {len(units)} module(s) "
+             f"({', '.join(units[:6])}{', ...' if len(units) > 6 else ''}), after the plan: checkpointing inside, "
+             f"sharding outside. Note: {fsdp['peers']}."]
+    if own == "thread-cpu":
+        lines[-1] += (" Step times are each rank's measuring-thread CPU time: a rank waiting for the others in a "
+                      "collective is not counted, and the collectives move the same bytes under every plan.")
+    return lines
+
+
 def _clock_words(clock: str) -> str:
-    """What a clock name means, for readers of the report."""
-    return {"thread-cpu": "medians of the measuring thread's CPU time (clock thread-cpu)",
-            "wall": "medians of the wall clock between synchronisations (clock wall)"}.get(clock, f"clock {clock}")
+    """What a clock name means, for readers of the report (a group's clock names its ranks: ``rank_clock``)."""
+    own, _ = split_rank_clock(clock)
+    return {"thread-cpu": f"medians of the measuring thread's CPU time (clock {clock})",
+            "wall": f"medians of the wall clock between synchronisations (clock {clock})"}.get(own, f"clock {clock}")
 
 
 def time_lines(phases: dict[str, float], evaluators: dict[str, float]) -> list[str]:

@@ -94,6 +94,10 @@ class SearchConfig:
     measure_threads: int = _f(1, "CPU threads a measurement uses (0: all cores). One keeps step times steady when "
                                  "other processes share the cores (Ray, agents in measured mode), and times a step "
                                  "by the measuring thread's CPU time, which they cannot lengthen; GPUs ignore it")
+    fsdp: int = _f(0, "measure under FSDP2 with this many ranks per Evaluator (0: one device, no FSDP): each "
+                      "Evaluator is a process group of N Ray actors on one node (gloo on CPU, NCCL on GPU, one GPU per "
+                      "rank), the workload sharded with fully_shard on the units and the root after the plan is "
+                      "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time)")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
@@ -126,6 +130,11 @@ class SearchConfig:
             raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
         if self.reference_every < 0:
             raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
+        if self.fsdp < 0:
+            raise CkptSearchError(f"--fsdp must be 0 (one device, no FSDP) or a number of ranks, got {self.fsdp}")
+        if self.fsdp and self.compile:
+            raise CkptSearchError("--compile with --fsdp: compiled FSDP2 steps are not measured; drop --compile to "
+                                  "measure under FSDP, or --fsdp to measure compiled steps")
         if self.max_measurements < 0:
             raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
         self._validate_throughput()

@@ -5,6 +5,7 @@ The search service writes it (``write_frontier``) and everything downstream read
 
     {"schema_version": 2, "workload": "gpt/tiny", "batch_shape": "idx:2x16,targets:2x16",
      "device": "cpu (1 threads)", "clock": "thread-cpu", "fingerprint": "3f2a...", "units": ["blocks.0", ...],
+     "fsdp_ranks": 0,
      "baseline": {"peak_bytes": 123, "step_seconds": 0.01},
      "points": [{"plan": {"blocks.0": "recompute", ...}, "peak_bytes": 100, "step_seconds": 0.012,
                  "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
@@ -14,6 +15,8 @@ A throughput search (``--memory-cap``) adds ``"throughput"``: per memory cap the
 micro-batch) measured and the peers beside it (``search.records.throughput.ThroughputCurve``).
 Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
 ``clock`` names what every step time in the file was read from (``env.measure.timeline.step_clock``).
+``fsdp_ranks`` is 0 for a search on one device; N when it measured under FSDP2 with N ranks (``--fsdp N``),
+where every peak is the largest rank's and every step time the slowest rank's.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class FrontierFile(BaseModel):
     clock: str  # what every step time here was read from (env.measure.timeline.step_clock)
     fingerprint: str
     units: list[str]
+    fsdp_ranks: int = 0  # 0: one device; N: measured under FSDP2 with N ranks, every peak and time per rank
     baseline: Baseline
     points: list[FrontierPoint]
     # the rule that left points of the measured frontier out of ``points`` (search.records.pareto.readable):

@@ -51,6 +51,16 @@ class EvaluatorInfo(TypedDict):
     restarts: int
     alive: bool
     warm_up_steps: NotRequired[int | None]
+    rank_pids: NotRequired[list[int]]  # an FSDP group (--fsdp): the process of each rank, in rank order
+
+
+class FsdpRun(TypedDict):
+    """How a run measured under FSDP2 (``--fsdp N``): every peak and time in it is per rank."""
+
+    ranks: int  # ranks per Evaluator (one process group each)
+    backend: str  # gloo (CPU) or nccl (GPU)
+    sharded: list[str]  # the modules fully_shard wrapped ('' for the root)
+    peers: str  # why peers were not measured
 
 
 class BaselineOnEvaluator(TypedDict):
@@ -164,6 +174,9 @@ FINGERPRINT: MetaKey[str | None] = _key(
     "fingerprint", str | None, "The model's fingerprint: a plan for another model is refused.")
 EVALUATORS: MetaKey[list[EvaluatorInfo]] = _key(
     "evaluators", list[EvaluatorInfo], "Every Evaluator of the run, with its deaths and restarts.", list)
+FSDP: MetaKey[FsdpRun | None] = _key(
+    "fsdp", FsdpRun | None, "Measured under FSDP2 with N ranks per Evaluator (peaks and times per rank); None: one "
+    "device.")
 MAX_MEASUREMENTS: MetaKey[int | None] = _key(
     "max_measurements", int | None, "Most plans the run measures, rules and baseline included.")
 MEASUREMENT_MODE: MetaKey[str] = _key(

@@ -15,6 +15,18 @@ recomputes them in backward, with the same gradients as without the plan::
 Applying or removing a plan on a model already compiled is seen by dynamo's guards (the units'
 ``forward`` changed): the next call compiles again, or reuses the graph of that plan from before.
 
+With FSDP2: apply the plan first, then ``fully_shard`` the units (or their parents) and the root, as
+torchtitan does: checkpointing inside, sharding outside::
+
+    apply_plan(model, "plan.json")
+    for block in model.blocks:                # the plan's units, or modules that contain them
+        fully_shard(block)
+    fully_shard(model)
+
+A plan applied to a model already sharded that way composes the same (the plan replaces a unit's
+``forward``, which ``fully_shard``'s hooks surround either way; the fingerprint sees through the
+``FSDP<Class>`` that ``fully_shard`` makes), with the same gradients (``tests/test_fsdp.py``).
+
 The work is done by :func:`env.runtime.apply.apply_actions` (the one place that checkpoints); this
 module reads the plan from wherever it comes and decides what to do with a plan made for
 another model: refuse it (``strict=True``), or apply the units the model has, list the rest in

@@ -141,7 +141,14 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
               "With torch.compile, apply the plan first, then compile; the wrappers trace into one graph\n"
               "(fullgraph=True works) and the compiler recomputes the planned units in backward:\n\n"
               "    remove = apply_checkpoint_plan(model)\n"
-              "    model = torch.compile(model)\n"
+              "    model = torch.compile(model)\n\n"
+              "With FSDP2, apply the plan first, then fully_shard the planned units (or their parents) and the\n"
+              "root: checkpointing inside, sharding outside (a model already sharded so takes the plan the same\n"
+              "way, with the same gradients):\n\n"
+              "    remove = apply_checkpoint_plan(model)\n"
+              "    for block in model.blocks:\n"
+              "        fully_shard(block)\n"
+              "    fully_shard(model)\n"
               '"""\n')
     body = [
         header, *imports, "", PLAN_ERROR,

@@ -29,3 +29,10 @@ def no_grad():
 
 def wrong_dtype():
     return Tiny(), (torch.randn(8, 16, dtype=torch.float64),)
+
+
+def tied_blocks():
+    """Two blocks share a weight: each block a unit, FSDP2 cannot shard them apart."""
+    model = Tiny()
+    model.blocks[1][0].weight = model.blocks[0][0].weight
+    return model, (torch.randn(8, 16),)

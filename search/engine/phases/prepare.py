@@ -15,6 +15,7 @@ def prepare(store: RunStore, pool: EvaluatorPool) -> SearchSetup:
     """The profile (from the store, else measured on the first Evaluator and stored) and the
     ``SearchSetup`` made from it, before any loop exists; the store gets the units and their choice."""
     store.write(meta.EVALUATORS, pool.describe())
+    store.write(meta.FSDP, pool.slots[0].info.get("fsdp"))  # None: one device a measurement
     if store.read(meta.UNIT_CHOICE) is None:
         store.write(meta.UNIT_CHOICE, pool.slots[0].info["unit_choice"])
     profile = store.read(meta.PROFILE)
