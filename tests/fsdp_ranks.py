@@ -11,6 +11,8 @@ import torch
 STEP_SEED = 1234
 # a plan applied before fully_shard, after it (apply_plan on the sharded model), or by the standalone snippet after it
 GRAD_CASES = ("none", "recompute:before", "selective:before", "recompute:after", "selective:after", "selective:snippet")
+# a chain region under FSDP2, refused: one region over every unit, applied before sharding and after it
+CHAIN_CASES = ("before", "after")
 UNIFORM = ("keep", "recompute", "selective")
 
 
@@ -51,6 +53,7 @@ def rank_checks(rank: int, ranks: int, port: int, out: str) -> None:
         loss = w.loss()
         loss.backward()
         result["grads"][case] = (loss.detach(), {n: p.grad.full_tensor() for n, p in w.model.named_parameters()})
+    result["chain_refusals"] = [_chain_refusal(how) for how in CHAIN_CASES]
     w = shard_workload(load_workload("gpt/tiny", seed=0), units)
     # check=True: the profile is refused unless its predicted peaks hold on this rank
     result["profile"] = profile(w, units, repeats=1).model_dump(mode="json")
@@ -58,3 +61,26 @@ def rank_checks(rank: int, ranks: int, port: int, out: str) -> None:
                            for _ in range(2)] for a in UNIFORM}
     torch.save(result, f"{out}.{rank}")
     leave_group()
+
+
+def _chain_refusal(how: str) -> str:
+    """The one line a chained plan gets under FSDP2, applied before ``fully_shard`` or after it ('' if none)."""
+    from env.data.errors import PlanError
+    from env.measure.fsdp import shard_workload
+    from env.runtime.apply import plan_for
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
+    from search.training.apply import apply_plan
+
+    w = load_workload("gpt/tiny", seed=0)
+    units = find_units(w.model)
+    plan = plan_for(w.model, units, ["recompute"] + ["chain"] * (len(units) - 1))
+    try:
+        if how == "before":
+            apply_plan(w.model, plan)
+        w = shard_workload(w, units)
+        if how == "after":
+            apply_plan(w.model, plan)
+    except PlanError as e:
+        return str(e)
+    return ""

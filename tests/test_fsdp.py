@@ -131,6 +131,19 @@ def test_a_plan_under_fsdp2_gives_the_unplanned_gradients_applied_before_or_afte
 
 
 @pytest.mark.slow
+def test_a_chained_plan_under_fsdp2_is_refused_in_one_line_applied_before_or_after_sharding(two_ranks):
+    for rank in two_ranks:
+        for line in rank["chain_refusals"]:
+            assert "sharded with FSDP2" in line and "recompute these units one by one" in line and "\n" not in line
+
+
+def test_a_search_under_fsdp_does_not_search_chain():
+    from search.records.config import parse_config
+
+    assert "chain" in parse_config([]).actions and "chain" not in parse_config(["--fsdp", "2"]).actions
+
+
+@pytest.mark.slow
 def test_per_rank_peaks_repeat_lie_below_one_device_and_the_profile_holds_on_each_rank(two_ranks):
     from env.cost.cost_model import CostModel
     from env.data.model_profile import ModelProfile

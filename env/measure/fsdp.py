@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from env.data.errors import MeasurementError, WorkloadError
+from env.data.errors import MeasurementError, PlanError, WorkloadError
 from env.measure.timeline import train_step
 from env.workloads.workload import Workload
 
@@ -94,6 +94,8 @@ def shard_workload(workload: Workload, units: list[str]) -> Workload:
     sharded = dataclasses.replace(workload)  # a new Workload: its optimizer is made on first use, over the shards
     try:
         train_step(sharded, sharded.optimizer)  # the same model stepped unsharded (the unit choice): sharding failed
+    except PlanError:  # the plan, not the model: its own line
+        raise
     except Exception as e:
         raise _unshardable(workload, "its first sharded training step", e) from e
     return sharded

@@ -164,6 +164,7 @@ class Region:
 
     def wrap(self, forwards: Sequence[Callable[..., Any]]) -> list[Callable[..., Any]]:
         units, modules, state = self.units, self.modules, _RegionState()
+        _refuse_sharded(units, modules)  # sharded already: refused as it is applied; sharded later: on its call
 
         def run(x: Any) -> Any:
             for unit, forward in zip(units, forwards):
@@ -175,6 +176,8 @@ class Region:
 
         @functools.wraps(forwards[0])
         def first(*args: Any, **kwargs: Any) -> Any:
+            if not torch.compiler.is_compiling():
+                _refuse_sharded(units, modules)
             if len(args) != 1 or kwargs or not isinstance(args[0], torch.Tensor):
                 _refuse(f"unit '{units[0]}' starts a chain region but is called with {_call_shape(args, kwargs)}; "
                                 "a region passes one tensor from unit to unit: recompute these units one by one")
@@ -201,6 +204,18 @@ class Region:
             return pass_on
 
         return [first] + [passed_on(k) for k in range(1, len(units))]
+
+
+def _refuse_sharded(units: Sequence[str], modules: Sequence[nn.Module]) -> None:
+    """A region over units that FSDP2 shards cannot run: ``fully_shard`` gathers a unit's parameters in a hook
+    on its call, and a region runs its units' forwards inside the first unit's call."""
+    from torch.distributed.fsdp import FSDPModule
+
+    sharded = [u for u, m in zip(units[1:], modules[1:]) if isinstance(m, FSDPModule)]
+    if sharded:
+        raise PlanError(f"unit '{sharded[0]}' is sharded with FSDP2 (fully_shard) and chained to '{units[0]}': a chain "
+                        "region cannot gather its parameters; under FSDP recompute these units one by one (a plan "
+                        "searched with --fsdp has no chain)")
 
 
 def _refuse(message: str) -> NoReturn:

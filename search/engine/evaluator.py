@@ -61,6 +61,7 @@ class Evaluator:
         with model_errors("the choice of decision units (one instrumented training step)"):
             unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
         self._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
+        self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)  # --memory-cap
 
     def _keep_records(self, workload_spec: str, seed: int, repeats: int, compile: bool, unit_choice: UnitChoice,
                       actions: Sequence[str], name: str, reference_every: float) -> None:
@@ -83,7 +84,6 @@ class Evaluator:
         self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples
         self.n_references = 0
         self.busy = {"plans": 0.0, "references": 0.0, "plan_measurements": 0, "reference_measurements": 0}
-        self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)
 
     def info(self) -> dict[str, Any]:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),

@@ -97,7 +97,8 @@ class SearchConfig:
     fsdp: int = _f(0, "measure under FSDP2 with this many ranks per Evaluator (0: one device, no FSDP): each "
                       "Evaluator is a process group of N Ray actors on one node (gloo on CPU, NCCL on GPU, one GPU per "
                       "rank), the workload sharded with fully_shard on the units and the root after the plan is "
-                      "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time)")
+                      "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time). Chain "
+                      "is not searched under FSDP: fully_shard gathers a unit's parameters only when it is called")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
@@ -132,6 +133,8 @@ class SearchConfig:
             raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
         if self.fsdp < 0:
             raise CkptSearchError(f"--fsdp must be 0 (one device, no FSDP) or a number of ranks, got {self.fsdp}")
+        if self.fsdp and "chain" in self.actions:  # a region runs its units' forwards without FSDP's hooks
+            self.actions = [a for a in self.actions if a != "chain"]
         if self.fsdp and self.compile:
             raise CkptSearchError("--compile with --fsdp: compiled FSDP2 steps are not measured; drop --compile to "
                                   "measure under FSDP, or --fsdp to measure compiled steps")
@@ -155,6 +158,9 @@ class SearchConfig:
             raise CkptSearchError(f"--global-batch {self.global_batch}, --batch-dim {self.batch_dim}, "
                                   f"--throughput-timesteps {self.throughput_timesteps}: give 0 or more (--batch-dim: "
                                   "-1 for none)")
+        if self.throughput_mode and self.fsdp:
+            raise CkptSearchError("--fsdp with a throughput search (--memory-cap, --micro-batches, --throughput): "
+                                  "micro-batches are not measured under FSDP; run the two searches separately")
         if self.throughput_mode and not self.memory_cap and self.device == "cpu":
             raise CkptSearchError("a throughput search on CPU needs --memory-cap MB (the memory one training step may "
                                   "use, e.g. --memory-cap 60 120); on CUDA it defaults to the device's memory")
