@@ -17,41 +17,25 @@ within a setting only. Writes ``bench/results/fsdp.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import write_result  # noqa: E402
+from bench.harness import Bench, Run, main  # noqa: E402
+from bench.measuring import run_search  # noqa: E402
+from env.data.errors import CkptSearchError  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from search.records.pareto import fastest_within  # noqa: E402
 from search.records.store import RunStore  # noqa: E402
 
 RANKS = 2
-WORKLOADS = ("gpt/small", "hf/llama")
-QUICK_WORKLOADS = ("gpt/tiny",)
+WORKLOADS = ["gpt/small", "hf/llama"]
 QUICK = ["--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "10",
          "--repeats", "1", "--no-batch-scaling", "--peers", "none"]
-MIB = 2 ** 20
-
-
-def search(workload: str, flags: Sequence[str], folder: Path, name: str) -> tuple[dict[str, Any], float]:
-    """``python -m search.run`` into ``folder/name``: its report.json and the wall seconds it took."""
-    cmd = [sys.executable, "-m", "search.run", "--workload", workload, "--no-progress", "--out", str(folder),
-           "--name", name, *flags]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[1:])} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")
-    return json.loads((folder / name / "report.json").read_text()), wall
 
 
 def setting(report: dict[str, Any], wall: float) -> dict[str, Any]:
@@ -74,7 +58,7 @@ def picks(one: dict[str, Any], fsdp: dict[str, Any], fsdp_store: Path) -> list[d
         measured = {tuple(m.actions): m for m in s.measured() if not m.oom}
     units = list(fsdp["frontier"][0]["plan"])
     if set(units) != set(one["frontier"][0]["plan"]):
-        raise SystemExit("the two searches chose different decision units; give both the same --units")
+        raise CkptSearchError("the two searches chose different decision units; give both the same --units")
     f_front, o_front = fsdp["frontier"], one["frontier"]
     held_f, held_o = fsdp["baseline_live_before_bytes"], one["baseline_live_before_bytes"]
     rows = []
@@ -96,37 +80,28 @@ def picks(one: dict[str, Any], fsdp: dict[str, Any], fsdp_store: Path) -> list[d
     return rows
 
 
-def run(workloads: Sequence[str], flags: Sequence[str]) -> dict[str, Any]:
-    out: list[dict[str, Any]] = []
+def options(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--workloads", nargs="+", default=WORKLOADS, help="workload specs")
+    ap.add_argument("--search", nargs=argparse.REMAINDER, default=[], help="further search.run flags, for both")
+
+
+BENCH = Bench("fsdp", __doc__, options=options, rows="workloads", quick={"workloads": ["gpt/tiny"]})
+
+
+def measure(run: Run) -> None:
+    flags = [*(QUICK if run.args.quick else []), *run.args.search]
+    run.result.update({"ranks": RANKS, "flags": flags})
     with tempfile.TemporaryDirectory(prefix="bench_fsdp_") as tmp:
-        folder = Path(tmp)
-        for i, workload in enumerate(workloads):
+        for i, workload in enumerate(run.args.workloads):
             load = os.getloadavg()
-            one, one_wall = search(workload, flags, folder, f"one_{i}")
-            fsdp, fsdp_wall = search(workload, [*flags, "--fsdp", str(RANKS)], folder, f"fsdp_{i}")
-            rows = picks(one, fsdp, folder / f"fsdp_{i}" / "store.sqlite")
-            out.append({"workload": workload, "load_average_before": load, "one_device": setting(one, one_wall),
-                        f"fsdp_{RANKS}_ranks": setting(fsdp, fsdp_wall), "caps": rows,
-                        "caps_where_the_pick_differs": sum(r["differs"] for r in rows)})
-    return {"ranks": RANKS, "flags": list(flags), "workloads": out}
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="gpt/tiny, tiny budgets (smoke test)")
-    ap.add_argument("--workloads", nargs="+", help=f"workload specs (default: {' '.join(WORKLOADS)})")
-    ap.add_argument("--out", type=Path, help="result file (default bench/results/fsdp.json)")
-    args = ap.parse_args(argv)
-    workloads = args.workloads or (QUICK_WORKLOADS if args.quick else WORKLOADS)
-    result = run(workloads, QUICK if args.quick else [])
-    for w in result["workloads"]:
-        one, fs = w["one_device"], w[f"fsdp_{RANKS}_ranks"]
-        print(f"{w['workload']}: baseline {one['baseline_peak_bytes'] / MIB:.1f} MiB one device, "
-              f"{fs['baseline_peak_bytes'] / MIB:.1f} MiB per rank; lowest {one['lowest_peak_saving']:.0%} / "
-              f"{fs['lowest_peak_saving']:.0%} lower; the pick differs at {w['caps_where_the_pick_differs']} of "
-              f"{len(w['caps'])} caps", file=sys.stderr)
-    print(write_result("fsdp", result, args.out))
+            one, one_wall = run_search(["--workload", workload, *flags], out=Path(tmp) / f"one_{i}")
+            fsdp_dir = Path(tmp) / f"fsdp_{i}"
+            fsdp, fsdp_wall = run_search(["--workload", workload, *flags, "--fsdp", str(RANKS)], out=fsdp_dir)
+            rows = picks(one, fsdp, fsdp_dir / "run" / "store.sqlite")
+            run.add_row({"workload": workload, "load_average_before": list(load),
+                         "one_device": setting(one, one_wall), f"fsdp_{RANKS}_ranks": setting(fsdp, fsdp_wall),
+                         "caps": rows, "caps_where_the_pick_differs": sum(r["differs"] for r in rows)})
 
 
 if __name__ == "__main__":
-    main()
+    main(BENCH, measure)

@@ -10,7 +10,7 @@ from bench.views import agents, gpu, peers, plans, search, throughput
 from bench.views.base import Headline, Result, View
 
 _ALL = {v.name: v for module in (search, peers, agents, plans, gpu, throughput) for v in module.VIEWS}
-ORDER = ("default_run", "throughput", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale", "dynamic",
+ORDER = ("default_run", "throughput", "fsdp", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale", "dynamic",
          "evaluator_pool", "search_quality", "search_quality_seed1", "premium", "search_cost", "frontier_table",
          "measured_table", "fidelity", "units_table", "env_speed")
 SECTIONS: list[View] = [_ALL[name] for name in ORDER]

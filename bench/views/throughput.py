@@ -1,5 +1,6 @@
-"""Views of ``bench/throughput.py``'s result: per memory cap, the (plan, micro-batch) the throughput search
-answers against the peers at the largest micro-batch each fits, and against the measured grid."""
+"""Views of what a search answers beyond one device's frontier: ``bench/throughput.py`` (per memory cap, the
+(plan, micro-batch) the throughput search answers against the peers at the largest micro-batch each fits, and
+against the measured grid) and ``bench/fsdp.py`` (one device against FSDP2 ranks)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,30 @@ def throughput_table(r: Result) -> str:
     return "\n".join(out)
 
 
+
+def fsdp_table(r: Result) -> str:
+    out = []
+    for w in r["workloads"]:
+        one, ranks = w["one_device"], w[f"fsdp_{r['ranks']}_ranks"]
+        rows = [(name, f"{mib(s['baseline_peak_bytes']):.1f}", f"{mib(s['held_before_step_bytes']):.1f}",
+                 f"{mib(s['lowest_peak_bytes']):.1f}", f"{s['lowest_peak_saving']:.0%}", s["lowest_peak_plan"],
+                 s["measured"], f"{s['wall_seconds']:.0f}", s["clock"])
+                for name, s in (("one device", one), (f"{r['ranks']} ranks, per rank", ranks))]
+        load = w.get("load_average_before") or [float("nan")]
+        out += [f"**`{w['workload']}`** (load {load[0]:.1f} before; wall seconds of each search)", "",
+                table(["setting", "baseline MiB", "held before the step MiB", "lowest MiB", "saving", "lowest plan",
+                       "measured", "wall s", "clock"], rows, "lrrrrlrrl"), "",
+                f"The fastest plan under a per-rank cap differs from the one-device pick for the same activation "
+                f"budget at {w['caps_where_the_pick_differs']} of {len(w['caps'])} caps.", ""]
+        crow = [(f"{mib(c['cap_bytes']):.1f}", c["fsdp_pick"], c["one_device_pick"] or "-",
+                 "yes" if c["differs"] else "no",
+                 "-" if c["one_device_pick_under_fsdp"] is None else
+                 f"{mib(c['one_device_pick_under_fsdp']['peak_bytes']):.1f} MiB, "
+                 f"{c['one_device_pick_under_fsdp']['step_seconds'] * 1e3:.0f} ms") for c in w["caps"]]
+        out += [table(["per-rank cap MiB", "FSDP pick", "one-device pick", "differs", "one-device pick under FSDP"],
+                      crow, "rllll"), ""]
+    return "\n".join(out)
+
 VIEWS = [
     View("throughput", "The fastest (plan, micro-batch) for a memory cap",
          "`python -m search.run --memory-cap` at three caps per workload against the peers at the largest "
@@ -48,4 +73,9 @@ VIEWS = [
          "python bench/throughput.py", throughput_table),
     View("gpu_throughput", "The throughput search on a GPU", "As on the CPU, with `--device cuda`.",
          "python bench/gpu.py", throughput_table),
+    View("fsdp", "One device against FSDP2 ranks", "The same search on one device and under FSDP2 with 2 gloo "
+         "ranks (`--fsdp 2`): per-rank baseline, what a rank holds before its step, the lowest measured peak, and "
+         "whether the fastest plan under a per-rank cap is the plan one device picks for the same activation "
+         "budget. Step times are each setting's own clock: compare them within a setting.",
+         "python bench/fsdp.py", fsdp_table),
 ]
