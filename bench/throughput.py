@@ -195,7 +195,7 @@ def agents_on_run(run_dir: Path, timesteps: int) -> dict[str, Any]:
 
 
 def agents_on_layered(n_units: int, timesteps: int) -> dict[str, Any]:
-    """The designs on ``tests.profiles.layered_profile(n_units, 0)`` (units of random kinds and sizes, many
+    """The designs on ``bench.synthetic.layered_profile(n_units, 0)`` (units of random kinds and sizes, many
     more frontier points than a stack of equal blocks) as micro-batch 1 and the same model 8x as large as
     micro-batch 8, its step 4x as long (a fixed part: without one, samples per second would not change with
     the micro-batch); the ladder 1, 2, 4, 8, and a cap halfway between the lowest reachable peak and all
@@ -203,7 +203,7 @@ def agents_on_layered(n_units: int, timesteps: int) -> dict[str, Any]:
     from env.cost.batch_fit import BatchFit
     from env.cost.headroom import lowest_and_keep_peak
     from env.data.model_profile import ModelProfile
-    from tests.profiles import layered_profile
+    from bench.synthetic import layered_profile
 
     one, big = layered_profile(n_units, 0), layered_profile(n_units, 0, hidden_bytes=8 * 262_144)
     data, small = big.model_dump(mode="json"), one.model_dump(mode="json")

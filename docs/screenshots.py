@@ -5,8 +5,8 @@
 Without RUNS_DIR it first runs a real search (``python -m search.run`` on ``gpt/tiny?n_layer=8``
 with its default agents and reward: every point on the pictures was proposed and measured by
 that search, nothing is scripted). Shows the newest run under RUNS_DIR and writes
-docs/<prefix><page>.png for frontier, plan, pricing, live and new_search, each as tall as the
-page. Needs /usr/bin/chromium (apt-get install chromium) and the playwright Python package; it
+docs/<prefix><page>.png for frontier, plan, pricing, live, new_search and throughput, each as tall
+as the page (the throughput page from a ``--memory-cap`` run: ``--pages throughput`` on its folder). Needs /usr/bin/chromium (apt-get install chromium) and the playwright Python package; it
 never downloads a browser.
 """
 
@@ -30,7 +30,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run"]
 DOCS = Path(__file__).resolve().parent
 WIDTH = 1400
-PAGES = {"frontier": "Frontier", "plan": "Plan", "pricing": "Price of memory", "live": "Live", "new_search": "New search"}
+PAGES = {"frontier": "Frontier", "plan": "Plan", "pricing": "Price of memory", "live": "Live", "new_search": "New search",
+         "throughput": "Throughput"}
 GPU_PER_BASELINE = 1.5  # the price page's GPU: 1.5x the baseline's peak, so the plans differ in micro-batch and GPUs
 
 
@@ -81,7 +82,8 @@ def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> l
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="?", help="folder of run folders (default: run a fresh gpt/tiny?n_layer=8 search)")
-    p.add_argument("--pages", nargs="+", choices=list(PAGES), default=list(PAGES))
+    p.add_argument("--pages", nargs="+", choices=list(PAGES), default=[k for k in PAGES if k != "throughput"],
+                   help="pages to shoot (throughput: give a folder whose newest run searched with --memory-cap)")
     p.add_argument("--prefix", default="", help="file name prefix, e.g. 48_units_")
     args = p.parse_args()
     if args.runs:

@@ -62,7 +62,7 @@ def test_the_search_prices_plans_with_the_rank_whose_baseline_peak_is_largest():
 
 
 def test_fsdp_where_it_cannot_run_is_one_line():
-    from search.engine.fsdp_group import group_count
+    from search.engine.fsdp.group import group_count
 
     two_cores = [{"Alive": True, "NodeID": "a", "Resources": {"CPU": 2.0}}]
     assert group_count(2, "cpu", 0, 1, 1, two_cores) == (1, False)

@@ -23,8 +23,8 @@ from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.batching import batching_for, resize_inputs, tokens_per_sample
 from env.workloads.workload import load_workload
-from search.engine.throughput_caps import ThroughputError, find_ladder, resolve_caps
-from search.engine.throughput_peers import Contender, FitSearch, largest_fitting, largest_under
+from search.engine.throughput.caps import ThroughputError, find_ladder, resolve_caps
+from search.engine.throughput.peers import Contender, FitSearch, largest_fitting, largest_under
 from search.export import export
 from search.records.frontier_file import FrontierError, FrontierFile, load_frontier, write_frontier
 from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint, accumulation_steps, counted_peak

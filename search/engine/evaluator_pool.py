@@ -8,7 +8,7 @@
 - Comparable: every Evaluator says its device model; a cluster whose Evaluators differ is
   refused in one line, so a frontier never mixes device models.
 - FSDP (``--fsdp N``): each Evaluator is a group of N rank actors measuring under FSDP2 on one node
-  (``search.engine.fsdp_group.FsdpGroup``), started, called and restarted as an Evaluator is.
+  (``search.engine.fsdp.group.FsdpGroup``), started, called and restarted as an Evaluator is.
 - Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
   queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
   what happened, for the report.
@@ -26,7 +26,7 @@ from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from search.engine import ray_session
 from search.engine.evaluator import ray_evaluator, resolve_device
-from search.engine.fsdp_group import group_count, group_nodes, ray_fsdp_group
+from search.engine.fsdp.group import group_count, group_nodes, ray_fsdp_group
 from search.records.config import SearchConfig
 
 Job = tuple[Sequence[str], PlanSource, bool]  # (action names, source, again)
@@ -44,7 +44,7 @@ class EvaluatorSlot:
 
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
     """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count (``--fsdp``: groups, which
-    ``search.engine.fsdp_group.group_count`` fits to the nodes)."""
+    ``search.engine.fsdp.group.group_count`` fits to the nodes)."""
     if cfg.fsdp:
         import ray
 

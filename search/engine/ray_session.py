@@ -14,7 +14,7 @@ LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to
 
 
 class RankDiedError(CkptSearchError):
-    """A rank of an Evaluator's process group died (``search.engine.fsdp_group``): the group stopped its other
+    """A rank of an Evaluator's process group died (``search.engine.fsdp.group``): the group stopped its other
     ranks, and is restarted as one, as a dead Evaluator is."""
 
 

@@ -15,7 +15,7 @@ from env.data.plan import action_summary
 from env.data.ranks import split_rank_clock
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
-from search.engine.throughput_report import throughput_markdown
+from search.engine.throughput.report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierFile, point_from, write_frontier

@@ -66,7 +66,7 @@ class SearchConfig:
                                    "from two batch sizes); built-in workloads only")
     memory_cap: list[float] = _f([], "throughput search: memory caps in MB (MiB); for each, the (plan, micro-batch) "
                                      "of the highest measured samples/s whose measured peak fits (on CUDA the default "
-                                     "is the device's memory less a reserve, search.engine.throughput_caps; on CPU "
+                                     "is the device's memory less a reserve, search.engine.throughput.caps; on CPU "
                                      "give it)", nargs="+")
     micro_batches: list[int] = _f([], "throughput search: the micro-batches to search (default: 1, 2, 4, ... up to "
                                       "the largest the lowest-memory plan fits under the largest cap, found by "

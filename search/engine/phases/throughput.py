@@ -1,21 +1,21 @@
 """The throughput search (``--memory-cap``): the fastest (plan, micro-batch) per cap, measured, beside the peers.
 
 ``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
-workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput_caps``).
+workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``).
 ``search_throughput`` runs after the run's own search, in this order:
 
 1. all keep measured at every ladder size, the profile at the largest where it runs, and the per-unit
    fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
    lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
-2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput_plans``) and
+2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
-3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput_peers``);
+3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput.peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
    count: they are plans too) measured again side by side, and the answer is the one of the most samples
    per second on those measurements whose measured peak fits (``decide``);
-5. the quote (``search.engine.throughput_quote``): every cap's answer and peers measured again,
+5. the quote (``search.engine.throughput.quote``): every cap's answer and peers measured again,
    alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
 """
 
@@ -32,11 +32,11 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.batch_book import BatchBook, BatchJob, BatchMeasurer
+from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
-from search.engine.throughput_caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
-from search.engine.throughput_plans import ThroughputModel, solver_relative
-from search.engine.throughput_quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
+from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
+from search.engine.throughput.plans import ThroughputModel, solver_relative
+from search.engine.throughput.quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
                                             quote_and_curve)
 from search.records import meta
 

@@ -21,11 +21,11 @@ from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.measure.peers import Peer, PeerKind
 from search.engine import ray_session
-from search.engine.batch_book import BatchJob, BatchMeasurer
+from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
 from search.engine.phases.peers import PEER_KINDS
-from search.engine.throughput_peers import RULE_LABELS, Contender, FitSearch, largest_fitting
-from search.engine.throughput_plans import ThroughputModel
+from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
+from search.engine.throughput.plans import ThroughputModel
 from search.records import meta
 from search.records.pareto import nondominated
 from search.records.throughput import CapRow, FitCheckRow, ThroughputCurve, ThroughputPoint, mib

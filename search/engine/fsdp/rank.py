@@ -1,4 +1,4 @@
-"""FsdpRank: one rank of an FSDP group (``search.engine.fsdp_group``), a Ray actor.
+"""FsdpRank: one rank of an FSDP group (``search.engine.fsdp.group``), a Ray actor.
 
 It builds the workload from the spec, as every rank does under the same seed, takes the group's
 decision units (rank 0 chooses them), joins the process group and shards the workload

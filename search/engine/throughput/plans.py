@@ -29,8 +29,8 @@ from env.cost.cost_model import CostModel
 from env.cost.headroom import lowest_and_keep_peak
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from search.engine.throughput_caps import ThroughputSetup
-from search.engine.throughput_peers import largest_under
+from search.engine.throughput.caps import ThroughputSetup
+from search.engine.throughput.peers import largest_under
 
 ALL_SIZES_UP_TO = 64  # every micro-batch up to here is priced; beyond, a geometric grid
 THROUGHPUT_EXACT_UNITS = 24  # more units: the ladder's solves merge labels in 0.5% steps, as the agents' teacher does

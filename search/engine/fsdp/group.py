@@ -34,7 +34,7 @@ from env.measure.peers import Peer
 from env.units.choice import MAX_UNITS
 from search.engine import ray_session
 from search.engine.evaluator import Evaluator, batch_point, resolve_device
-from search.engine.fsdp_rank import FsdpRank
+from search.engine.fsdp.rank import FsdpRank
 
 RANK_GRACE_S = 30.0  # how long the other ranks get to answer once one has failed (a collective may hold them)
 PEERS_NOTE = ("peers are not measured under FSDP: transformers' checkpointing and checkpoint_sequential wrap the "
