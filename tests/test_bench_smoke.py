@@ -478,3 +478,15 @@ def test_random_plans_are_distinct_seeded_and_the_whole_space_when_it_is_small()
     plans = random_plans(6, 3, 20, seed=1)
     assert len(set(plans)) == 20 and all(len(p) == 6 and set(p) <= {0, 1, 2} for p in plans)
     assert plans == random_plans(6, 3, 20, seed=1) != random_plans(6, 3, 20, seed=2)
+
+
+@pytest.mark.slow
+def test_chains_quick(tmp_path: Path) -> None:
+    out = tmp_path / "chains.json"
+    run_bench("chains.py", "--quick", "--out", str(out))
+    (w,) = load(out)["workloads"]
+    assert w["units"] == 32 and w["links"] == 16
+    peaks = w["peaks_bytes"]
+    assert peaks["chain where units chain"] <= peaks["recompute every unit"] < peaks["keep every unit"]
+    by = {(s["chain"], s["relative"]): s for s in w["solver"]}
+    assert by[(True, 0.0)]["lowest_predicted_peak_bytes"] <= by[(False, 0.0)]["lowest_predicted_peak_bytes"]

@@ -162,7 +162,24 @@ def units_table_headlines(r: Result) -> list[Headline]:
                      measured(r, "peaks exact (profiler memory events)", timed=False))]
 
 
+
+def chains_table(r: Result) -> str:
+    out = []
+    for w in r["workloads"]:
+        peaks = w["peaks_bytes"]
+        out += [f"`{w['workload']}` at {w['unit_rule']} units ({w['units']} units, {w['links']} that chain onto the "
+                "one before), peaks measured (profiler memory events):", "",
+                table(["plan", "peak MiB"], [(name, f"{mib(b):.2f}") for name, b in peaks.items()]), "",
+                "The exact solver on this workload's profile (CPU seconds, median, one thread):", "",
+                table(["chain", "relative step", "seconds", "frontier points", "lowest predicted MiB"],
+                      [("yes" if s["chain"] else "no", s["relative"], f"{s['cpu_seconds']:.2f}", s["points"],
+                        f"{mib(s['lowest_predicted_peak_bytes']):.2f}") for s in w["solver"]]), ""]
+    return "\n".join(out)
+
 VIEWS = [
+    View("chains", "Chain regions", "Recomputing a run of units as one region (`chain`) against recomputing each unit "
+         "and against `checkpoint_sequential`, measured; the exact solver's lowest predicted peak and cost with and "
+         "without chain.", "python bench/chains.py", chains_table),
     View("premium", "The checkpointing premium", "Memory saved and step time paid, measured, per architecture. "
          "\"Searched\" plans are the fastest measured exact-frontier plan reaching the saving (of the whole peak unless "
          "the table says activation), chosen on selection measurements; every quoted plan, searched and rule alike, is "
