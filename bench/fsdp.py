@@ -85,7 +85,8 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[], help="further search.run flags, for both")
 
 
-BENCH = Bench("fsdp", __doc__, options=options, rows="workloads", quick={"workloads": ["gpt/tiny"]})
+BENCH = Bench("fsdp", __doc__, options=options, rows="workloads", row_id=lambda r: r["workload"],
+              quick={"workloads": ["gpt/tiny"]})
 
 
 def measure(run: Run) -> None:
