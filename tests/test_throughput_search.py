@@ -138,4 +138,4 @@ def test_the_throughput_bench_quick(tmp_path: Path):
     assert set(designs) == {"one agent per micro-batch", "one agent conditioned on the micro-batch"}
     for d in designs.values():
         assert d["train_seconds"] > 0 and all(c["regret"] is None or -1e-9 <= c["regret"] <= 1 for c in d["caps"])
-    assert "| cap | ours: micro-batch, samples/s |" in proc.stdout
+    assert "| cap | ours: plan at micro-batch: samples/s |" in proc.stdout

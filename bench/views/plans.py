@@ -176,10 +176,25 @@ def chains_table(r: Result) -> str:
                         f"{mib(s['lowest_predicted_peak_bytes']):.2f}") for s in w["solver"]]), ""]
     return "\n".join(out)
 
+
+def chains_headlines(r: Result) -> list[Headline]:
+    out = []
+    for w in r["workloads"]:
+        peaks = w["peaks_bytes"]
+        peers = {k: v for k, v in peaks.items() if k.startswith("checkpoint-sequential")}
+        if not peers:
+            continue
+        best = min(peers, key=peers.get)
+        out.append(Headline(f"Chain regions, `{w['workload']}` at {w['units']} {w['unit_rule']} units: lowest peak",
+                            f"{mib(peaks['chain where units chain']):.2f} MiB chained; {best} {mib(peers[best]):.2f}, "
+                            f"recompute every unit {mib(peaks['recompute every unit']):.2f}",
+                            measured(r, "peaks exact (profiler memory events)", timed=False)))
+    return out
+
 VIEWS = [
     View("chains", "Chain regions", "Recomputing a run of units as one region (`chain`) against recomputing each unit "
          "and against `checkpoint_sequential`, measured; the exact solver's lowest predicted peak and cost with and "
-         "without chain.", "python bench/chains.py", chains_table),
+         "without chain.", "python bench/chains.py", chains_table, headlines=chains_headlines),
     View("premium", "The checkpointing premium", "Memory saved and step time paid, measured, per architecture. "
          "\"Searched\" plans are the fastest measured exact-frontier plan reaching the saving (of the whole peak unless "
          "the table says activation), chosen on selection measurements; every quoted plan, searched and rule alike, is "

@@ -9,13 +9,29 @@ from typing import Any
 from bench.views.base import Result, View, mib, table
 
 
+def _timed(p: dict[str, Any]) -> str:
+    return (f"{p['samples_per_second']:.1f} ({p['step_seconds'] * 1e3:.0f} ms a step, spread "
+            f"{p['spread_seconds'] * 1e3:.0f})")
+
+
 def _answer(a: dict[str, Any] | None) -> str:
-    return f"{a['micro_batch']}, {a['samples_per_second']:.1f}" if a else "nothing fits"
+    return f"{a['label']} at {a['micro_batch']}: {_timed(a)}" if a else "nothing fits"
 
 
 def _peer(row: Result) -> str:
     peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
-    return f"{peer['label']} at {peer['micro_batch']}: {peer['samples_per_second']:.1f}" if peer else "-"
+    return f"{peer['label']} at {peer['micro_batch']}: {_timed(peer)}" if peer else "-"
+
+
+def _within(row: Result) -> str:
+    """Whether our answer and the best peer differ per sample by less than either's spread per sample."""
+    a = row["answer"]
+    peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
+    if not a or not peer:
+        return "-"
+    ours, theirs = a["step_seconds"] / a["micro_batch"], peer["step_seconds"] / peer["micro_batch"]
+    spread = max(a["spread_seconds"] / a["micro_batch"], peer["spread_seconds"] / peer["micro_batch"])
+    return "yes" if abs(ours - theirs) <= spread else ("no, ours faster" if ours < theirs else "no, ours slower")
 
 
 def throughput_table(r: Result) -> str:
@@ -23,13 +39,13 @@ def throughput_table(r: Result) -> str:
     for w in r["workloads"]:
         s = w["search"]
         rows = [(f"{name} ({mib(row['cap_bytes']):.1f} MiB)", _answer(row["answer"]), _peer(row),
-                 f"{row['ours_over_best_peer']:.2f}x" if row["ours_over_best_peer"] else "-",
+                 f"{row['ours_over_best_peer']:.2f}x" if row["ours_over_best_peer"] else "-", _within(row),
                  f"{row['model_optimal']['samples_per_second']:.1f}" if row["model_optimal"] else "-")
                 for name, row in zip(w["caps"], s["caps"])]
         out += [f"**`{w['workload']}`** ({s['clock']} clock, search {s['wall_seconds']:.0f} s by the wall clock, "
                 f"load {s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})", "",
-                table(["cap", "ours: micro-batch, samples/s", "best peer", "ours / best peer",
-                       "model-optimal (predicted)"], rows, "lllrr"), ""]
+                table(["cap", "ours: plan at micro-batch: samples/s", "best peer", "ours / best peer",
+                       "within the spreads", "model-optimal (predicted samples/s)"], rows, "lllrlr"), ""]
         g = w.get("grid")
         if g:
             grows = [(f"{mib(row['cap_bytes']):.1f} MiB", f"{row['ours_over_grid']:.2f}x"
