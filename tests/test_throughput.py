@@ -362,3 +362,26 @@ def test_both_agent_designs_find_the_model_optimal_plan_and_micro_batch_after_cl
             got = ranked(plans, fit.cost_model, ladder, cap, same)
             assert best is not None and got and got[0].samples_per_second == pytest.approx(best.samples_per_second,
                                                                                            rel=0.01)
+
+
+def test_the_answer_weighs_the_best_rule_at_its_largest_fitting_micro_batch():
+    """A rule is a plan of the space: the best one at the largest micro-batch it fits joins the deciding
+    finalists, so the answer is never a plan measured slower, side by side, than a rule that fits."""
+    from search.engine.phases.throughput import best_rule
+
+    def searched(name: str, plan, micro_batch: int | None, seconds: float, oom: bool = False) -> FitSearch:
+        s = FitSearch(Contender(name, name, plan=plan), cap=10 * MIB)
+        if micro_batch is not None:
+            s.fits = (micro_batch, _record(1.0, seconds, digest=name, oom=oom))
+        return s
+
+    searches = [searched("rule:none", (0, 0), 7, 0.02),        # 350 samples/s
+                searched("rule:all", (1, 1), 40, 0.07),        # 571 samples/s: the best rule
+                searched("rule:every_2", (1, 0), 13, 0.036),   # 361 samples/s
+                searched("rule:oom", (1, 1), 64, 0.01, oom=True),
+                searched("rule:unfit", (0, 1), None, 0.01)]
+    peer = FitSearch(Contender("peer:fast", "a peer", peer=None), cap=10 * MIB)
+    peer.fits = (99, _record(1.0, 0.01, digest="peer:fast"))  # not a plan of the space: never an answer
+    b, m = best_rule([*searches, peer])
+    assert (b, m.digest) == (40, "rule:all")
+    assert best_rule([peer]) is None and best_rule([]) is None

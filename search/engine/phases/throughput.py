@@ -13,8 +13,9 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput.peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
-   count: they are plans too) measured again side by side, and the answer is the one of the most samples
-   per second on those measurements whose measured peak fits (``decide``);
+   count: they are plans too), with the best rule at the largest micro-batch it fits, measured again side by
+   side, and the answer is the one of the most samples per second on those measurements whose measured peak
+   fits (``decide``);
 5. the quote (``search.engine.throughput.quote``): every cap's answer and peers measured again,
    alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
 """
@@ -32,9 +33,10 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
+from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
+from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
 from search.engine.throughput.quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
                                             quote_and_curve)
@@ -178,12 +180,27 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
 
-def decide(run: ThroughputRun) -> dict[int, Answer | None]:
-    """Per cap, the ``DECIDING`` best measured (plan, micro-batch)s that fit measured again side by side, in
-    ``DECIDING_ROUNDS`` interleaved rounds (each once a round, however many caps name it); the answer is the
-    one of the most samples per second on those measurements alone. Measured minutes apart, under a load
-    that changes, two plans compare by the load as much as by the plans; side by side they do not."""
-    finalists = {cap: measured_under(run, cap)[:DECIDING] for cap in run.setup.caps}
+def best_rule(searches: list[FitSearch]) -> Answer | None:
+    """Of the rules (contenders that are plans of the run's space) at the largest micro-batch each fits, the one
+    of the most samples per second as measured while finding that micro-batch."""
+    fits = [s.fits for s in searches if s.contender.plan is not None and s.fits is not None and not s.fits[1].oom
+            and s.fits[1].step_seconds_samples]
+    return max(fits, key=lambda bm: bm[0] / bm[1].step_seconds, default=None)
+
+
+def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]]) -> dict[int, Answer | None]:
+    """Per cap, the ``DECIDING`` best measured (plan, micro-batch)s that fit, and the best rule at the largest
+    micro-batch it fits (a plan of this space too, found by the peers' search for that micro-batch), measured
+    again side by side in ``DECIDING_ROUNDS`` interleaved rounds (each once a round, however many caps name it);
+    the answer is the one of the most samples per second on those measurements alone. Measured minutes apart,
+    under a load that changes, two plans compare by the load as much as by the plans; side by side they do not."""
+    finalists = {}
+    for cap in run.setup.caps:
+        group = measured_under(run, cap)[:DECIDING]
+        rule = best_rule(peers.get(cap, []))
+        if rule is not None and all((b, m.digest) != (rule[0], rule[1].digest) for b, m in group):
+            group.append(rule)
+        finalists[cap] = group
     jobs = {(m.digest, b): BatchJob(tuple(m.actions), b, m.source) for group in finalists.values() for b, m in group}
     got = interleaved_rounds(run.measurer, jobs, DECIDING_ROUNDS)
     for (_, b), m in got.items():
@@ -211,4 +228,4 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
             pool.setdefault(c.plan, c.name)
     peers = peers_at_caps(ctx, run, model, contenders)
     measure_candidates(ctx, run, model, pool)
-    quote_and_curve(ctx, run, model, decide(run), peers)
+    quote_and_curve(ctx, run, model, decide(run, peers), peers)
