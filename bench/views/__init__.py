@@ -9,9 +9,10 @@ from __future__ import annotations
 from bench.views import agents, gpu, peers, plans, search, throughput
 from bench.views.base import Headline, Result, View
 
-_ALL = {v.name: v for module in (search, peers, agents, plans, gpu, throughput) for v in module.VIEWS}
-ORDER = ("default_run", "throughput", "fsdp", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale", "dynamic",
-         "evaluator_pool", "search_quality", "search_quality_seed1", "premium", "search_cost", "frontier_table",
+_ALL = {v.name: v for module in (search, peers, agents, plans, gpu, throughput)
+        for v in module.VIEWS}
+ORDER = ("default_run", "throughput", "fsdp", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale",
+         "dynamic", "evaluator_pool", "search_quality", "search_quality_seed1", "premium", "search_cost", "frontier_table",
          "measured_table", "chains", "fidelity", "units_table", "env_speed")
 SECTIONS: list[View] = [_ALL[name] for name in ORDER]
 GPU_SECTIONS: list[View] = [*gpu.VIEWS, _ALL["gpu_throughput"]]
