@@ -139,3 +139,35 @@ def test_the_throughput_bench_quick(tmp_path: Path):
     for d in designs.values():
         assert d["train_seconds"] > 0 and all(c["regret"] is None or -1e-9 <= c["regret"] <= 1 for c in d["caps"])
     assert "| cap | ours: plan at micro-batch: samples/s |" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_the_throughput_page_paints_in_a_real_browser(run_dir: Path):
+    """The run served by a real dashboard, its Throughput tab opened in Debian's Chromium: the chart draws a point
+    per cap for ours and the answer of the cap picked shows."""
+    import os
+
+    from dashboard.launch import free_port, start_server
+
+    chromium = "/usr/bin/chromium"
+    if not os.access(chromium, os.X_OK):
+        pytest.skip(f"{chromium} missing (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    server = start_server(run_dir.parent, port)
+    try:
+        with sync_api.sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1400})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.get_by_role("tab", name="Throughput").click(timeout=60_000)
+            page.get_by_text("Under ").first.wait_for(timeout=45_000)
+            chart = page.locator(".js-plotly-plot").filter(has_text="samples per second")
+            chart.locator(".scatterlayer .point").first.wait_for(timeout=45_000)
+            assert chart.locator(".scatterlayer .point").count() >= len(CAPS_MIB)
+            assert page.get_by_test_id("stException").count() == 0
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
