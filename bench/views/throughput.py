@@ -18,15 +18,18 @@ def _answer(a: dict[str, Any] | None) -> str:
     return f"{a['label']} at {a['micro_batch']}: {_timed(a)}" if a else "nothing fits"
 
 
+def _best_peer(row: Result) -> dict[str, Any] | None:
+    return max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
+
+
 def _peer(row: Result) -> str:
-    peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
+    peer = _best_peer(row)
     return f"{peer['label']} at {peer['micro_batch']}: {_timed(peer)}" if peer else "-"
 
 
 def _within(row: Result) -> str:
     """Whether our answer and the best peer differ per sample by less than either's spread per sample."""
-    a = row["answer"]
-    peer = max(row["peers"], key=lambda p: p["samples_per_second"], default=None)
+    a, peer = row["answer"], _best_peer(row)
     if not a or not peer:
         return "-"
     ours, theirs = a["step_seconds"] / a["micro_batch"], peer["step_seconds"] / peer["micro_batch"]
