@@ -24,7 +24,8 @@ from bench.measuring import run_search  # noqa: E402
 QUICK_FLAGS = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
                "--max-measurements", "12", "--repeats", "1", "--no-batch-scaling"]
 KEPT = ("workload", "batch_shape", "device", "clock", "units", "evaluations", "measured", "baseline", "frontier",
-        "hypervolume", "rules", "peers", "events", "measurement_mode", "unit_choice", "headroom")
+        "hypervolume", "rules", "peers", "events", "measurement_mode", "unit_choice", "headroom", "phase_seconds",
+        "evaluator_seconds")
 
 
 def measure(run: Run) -> None:

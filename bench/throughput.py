@@ -17,6 +17,8 @@ For each workload:
    frontier there (on the run's fitted cost model, at most ``--grid-plans`` spread over it), each
    measured once in this process; per cap the grid's best measured (plan, micro-batch) that fits, then
    it and our answer measured again side by side in ``--rounds`` interleaved rounds: ours / grid.
+   On gpt/small (``--against-default``) the same search without caps runs first: the wall time a
+   throughput search adds.
 4. ``--agents``: the design choice, on the run's fitted cost model: one budget-conditioned agent per
    ladder micro-batch (``agents.batch_agents``, what the search runs) against one agent conditioned on
    the micro-batch too (``agents.batch_conditioned``), at equal PPO steps; per cap the predicted samples
@@ -226,6 +228,8 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--agent-timesteps", type=int, default=2048, help="PPO steps per micro-batch in --agents")
     ap.add_argument("--agents-layered", type=int, nargs="*", default=[],
                     help="also compare the agent designs on synthetic layered models of these many units")
+    ap.add_argument("--against-default", nargs="*", default=["gpt/small"],
+                    help="workloads whose default search (the same flags, no caps) runs just before, for the wall time")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=3, help="timed steps per measurement (caps, grid)")
     ap.add_argument("--budget-seconds", type=float, default=0, help="start no workload after this long (0: none)")
@@ -233,7 +237,7 @@ def options(ap: argparse.ArgumentParser) -> None:
 
 
 BENCH = Bench("throughput", __doc__, options=options, threads=1, rows="workloads",
-              quick={"workloads": ["gpt/tiny"], "grid": ["gpt/tiny"], "grid_plans": 3, "rounds": 1, "repeats": 1,
+              quick={"workloads": ["gpt/tiny"], "grid": ["gpt/tiny"], "against_default": [], "grid_plans": 3, "rounds": 1, "repeats": 1,
                      "agents": True, "agent_timesteps": 64})
 
 
@@ -249,6 +253,9 @@ def measure(run: Run) -> None:
         caps = caps_for(spec, args.device, args.repeats)
         with tempfile.TemporaryDirectory(prefix="bench_throughput_") as tmp:
             row: dict[str, Any] = {"workload": spec, "caps": list(caps)}
+            if spec in args.against_default:  # the same search without caps, just before: what a user waits less
+                _, row["default_wall_seconds"] = run_search(["--workload", spec, "--device", args.device, *flags],
+                                                            out=Path(tmp) / "default")
             row["search"] = search(spec, caps, args.device, flags, Path(tmp))
             run_dir = Path(tmp) / "run"
             if spec in args.grid:

@@ -38,6 +38,21 @@ def test_the_cpu_peak_of_a_plan_is_identical_over_five_measurements(gpt) -> None
     assert not any("forward" in m.__dict__ for m in w.model.modules())  # the plan is removed
 
 
+def test_a_plan_measured_again_on_cpu_takes_its_known_peak_without_profiling_again(gpt) -> None:
+    w, units = gpt
+    plan = plan_for(w.model, units, MIXED)
+    first = measure(w, plan, units, repeats=1)
+    # a known peak no step could read: the second measurement shows it took the peak it was lent
+    lent = first.model_copy(update={"peak_bytes": first.peak_bytes + 12345})
+    again = measure(w, plan, units, repeats=2, known=lent)
+    assert (again.peak_bytes, again.live_before_bytes) == (first.peak_bytes + 12345, first.live_before_bytes)
+    assert len(again.step_seconds_samples) == 2
+    fresh = measure(w, plan, units, repeats=1)  # what a profiled step reads, as the other test asserts
+    assert fresh.peak_bytes == first.peak_bytes
+    oom = first.model_copy(update={"oom": True})
+    assert measure(w, plan, units, repeats=1, known=oom).peak_bytes == first.peak_bytes  # nothing to lend
+
+
 def test_peak_parts_and_savings(gpt) -> None:
     w, units = gpt
     n = len(units)

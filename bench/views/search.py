@@ -7,7 +7,7 @@ import statistics
 
 from bench.common import machine_label
 from bench.views.base import Headline, Result, View, measured, mib, span, table
-from search.engine.report import peers_markdown
+from search.engine.report import peers_markdown, time_lines
 
 
 def _num(x: float | None) -> str:
@@ -26,6 +26,9 @@ def default_run_table(r: Result) -> str:
            table(["peak MiB", "saving", "step ms", "slowdown", "found by"], rows, "rrrrl")]
     if r.get("peers"):
         out += ["", *peers_markdown(r["peers"])]
+    # the run's own phase clock (``time.perf_counter`` in the driver), as its report.md shows it
+    out += [line.replace("## ", "#### ") for line in time_lines(r.get("phase_seconds") or {},
+                                                             r.get("evaluator_seconds") or {})]
     return "\n".join(out)
 
 

@@ -45,8 +45,11 @@ def throughput_table(r: Result) -> str:
                  f"{row['ours_over_best_peer']:.2f}x" if row["ours_over_best_peer"] else "-", _within(row),
                  f"{row['model_optimal']['samples_per_second']:.1f}" if row["model_optimal"] else "-")
                 for name, row in zip(w["caps"], s["caps"])]
-        out += [f"**`{w['workload']}`** ({s['clock']} clock, search {s['wall_seconds']:.0f} s by the wall clock, "
-                f"load {s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})", "",
+        against = (f"; the same search without caps just before: {w['default_wall_seconds']:.0f} s, "
+                   f"{s['wall_seconds'] / w['default_wall_seconds']:.2f}x" if w.get("default_wall_seconds") else "")
+        out += [f"**`{w['workload']}`** ({s['clock']} clock, search {s['wall_seconds']:.0f} s by the wall clock"
+                f"{against}, load {s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})",
+                "",
                 table(["cap", "ours: plan at micro-batch: samples/s", "best peer", "ours / best peer",
                        "within the spreads", "model-optimal (predicted samples/s)"], rows, "lllrlr"), ""]
         g = w.get("grid")

@@ -78,24 +78,37 @@ def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
             warmup: int = 1, source: str = "", measurement_id: str = "",
-            compile: bool | CompileOptions = False) -> MeasuredPlan:
+            compile: bool | CompileOptions = False, known: MeasuredPlan | None = None) -> MeasuredPlan:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
     Model weights move with every step (the optimizer runs), as in training. An out-of-memory
     error on CUDA returns a measurement marked ``oom`` instead of raising. ``source`` (who
     proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
     ``compile``: measure compiled steps (the plan applied, then the model compiled; see
-    :mod:`env.measure.compiled`).
+    :mod:`env.measure.compiled`). ``known``: an earlier measurement of the plan, whose peak
+    stands on CPU (``reuses_peak``).
     """
     names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
     with apply_actions(workload.model, plan, units):
-        return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id)
+        return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id,
+                                known)
+
+
+def reuses_peak(workload: Workload, known: MeasuredPlan | None) -> bool:
+    """Whether a measurement of a plan measured before takes that measurement's peak instead of profiling a
+    step again: on CPU, where the peak is the running sum of the profiler's memory events, the same step of
+    the same plan allocates the same tensors in the same order whatever the weights, so a second profiled
+    step (the slowest step of a measurement: 2-3 plain steps) reads the same bytes. On CUDA the memory step
+    is a plain step and every measurement reads the allocator's peak, which can move with fragmentation."""
+    return (known is not None and not known.oom and workload.device.type == "cpu"
+            and known.peak_bytes > 0)
 
 
 def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
                      compile: bool | CompileOptions = False, source: str = "",
-                     measurement_id: str = "") -> MeasuredPlan:
-    """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``."""
+                     measurement_id: str = "", known: MeasuredPlan | None = None) -> MeasuredPlan:
+    """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``;
+    ``known``: as ``measure`` says."""
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
@@ -115,7 +128,10 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
             else:
                 for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
                     train_step(workload, optimizer)
-            peak, live_before, reserved = _peak(stepped, optimizer)
+            if reuses_peak(workload, known) and not options:
+                peak, live_before, reserved = known.peak_bytes, known.live_before_bytes, None  # type: ignore[union-attr]
+            else:
+                peak, live_before, reserved = _peak(stepped, optimizer)
             samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)]
         except RuntimeError as e:
             if device.type != "cuda" or not is_oom(e):

@@ -71,6 +71,8 @@ class AgentPool:
             self.slots.append(slot)
             if slot.status == "running":
                 self._spawn(slot)
+        for slot in self.slots:  # the actors start side by side: each waits for its own only now
+            if slot.handle is not None:
                 self._catch_up(slot)
             self._save_progress(slot)
         if self.cfg.reward == RewardMode.HYBRID:
@@ -160,12 +162,13 @@ class AgentPool:
             return
         fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
         teach = [may_demonstrate(r, self.cfg.warm_start) for r in recs]
-        for s in slots or self.slots:
-            if s.status in ("running", "finished") and s.handle is not None:
-                try:
-                    self.ray.get(s.handle.observe.remote(fed, teach))
-                except self.ray.exceptions.RayActorError as e:
-                    self._died(s, e)
+        futures = {s.handle.observe.remote(fed, teach): s for s in slots or self.slots
+                   if s.status in ("running", "finished") and s.handle is not None}
+        for fut, s in futures.items():  # every agent takes them in at once
+            try:
+                self.ray.get(fut)
+            except self.ray.exceptions.RayActorError as e:
+                self._died(s, e)
 
 
 def may_demonstrate(record: MeasuredPlan, warm_start: bool) -> bool:

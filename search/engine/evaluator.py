@@ -33,7 +33,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
-from env.measure.measurement import measure, warm_up
+from env.measure.measurement import measure, reuses_peak, warm_up
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -120,7 +120,7 @@ class Evaluator:
         is_reference = list(actions) == self._keep
         if not is_reference:
             self._refresh_reference()
-        m = self._measure(plan, source, is_reference)
+        m = self._measure(plan, source, is_reference, known=cached)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
@@ -129,12 +129,16 @@ class Evaluator:
         """The plan giving ``actions[i]`` (names) to ``units[i]`` of this Evaluator's model."""
         return plan_for(self.workload.model, self.units, [Action(a) for a in actions])
 
-    def _measure(self, plan: Any, source: str, is_reference: bool) -> MeasuredPlan:
+    def _measure(self, plan: Any, source: str, is_reference: bool, known: MeasuredPlan | None = None) -> MeasuredPlan:
+        """One measurement of ``plan``; ``known``, the plan measured before, lends its peak on CPU
+        (``env.measure.measurement.reuses_peak``)."""
         self.n_measured += 1
         start = time.perf_counter()
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
-            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                        measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile)
+            # two steps before the timed ones: the memory step is the second where the peak is profiled
+            warmup = 2 if reuses_peak(self.workload, known) else 1
+            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=warmup, source=source,
+                        measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile, known=known)
         kind = "references" if is_reference else "plans"
         self.busy[kind] += time.perf_counter() - start
         self.busy[f"{kind[:-1]}_measurements"] += 1
@@ -155,7 +159,8 @@ class Evaluator:
         if not reference_due(age, since, self.reference_every):
             return
         plan = self._plan(self._keep)
-        self.journal.append(self._measure(plan, PlanSource.rule("none"), is_reference=True))
+        self.journal.append(self._measure(plan, PlanSource.rule("none"), is_reference=True,
+                                          known=self.cache.get(plan.digest)))
 
     def _labelled(self, m: MeasuredPlan, is_reference: bool) -> MeasuredPlan:
         """The measurement with this Evaluator's label and, when references are on, each sample's reference."""

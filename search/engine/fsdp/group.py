@@ -100,7 +100,8 @@ class FsdpGroup(Evaluator):
     def _plan(self, actions: Sequence[str]) -> Plan:
         return Plan.from_list(self.units, list(actions), self.fingerprint)
 
-    def _measure(self, plan: Plan, source: str, is_reference: bool) -> MeasuredPlan:
+    def _measure(self, plan: Plan, source: str, is_reference: bool, known: MeasuredPlan | None = None) -> MeasuredPlan:
+        """One measurement on every rank; ``known`` is not lent to the ranks, whose peaks are each profiled."""
         self.n_measured += 1
         names = [a.value for a in plan.action_list(self.units)]
         mid = f"{self._id_prefix}:{self.n_measured}"
