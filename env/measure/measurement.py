@@ -104,6 +104,12 @@ def reuses_peak(workload: Workload, known: MeasuredPlan | None) -> bool:
             and known.peak_bytes > 0)
 
 
+def warmup_before_timing(workload: Workload, known: MeasuredPlan | None) -> int:
+    """Warm-up steps for ``measure`` so that two steps run before the timed ones: the memory step is
+    the second where the peak is profiled, and a plan measured before on CPU lends its peak (``reuses_peak``)."""
+    return 2 if reuses_peak(workload, known) else 1
+
+
 def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
                      compile: bool | CompileOptions = False, source: str = "",
                      measurement_id: str = "", known: MeasuredPlan | None = None) -> MeasuredPlan:

@@ -18,7 +18,7 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
-from env.measure.measurement import measure
+from env.measure.measurement import measure, warmup_before_timing
 from env.measure.peers import Peer, measure_peer
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
@@ -57,15 +57,18 @@ class AtMicroBatch:
                 if device.type == "cuda" else None}
 
     def measure(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
-                measurement_id: str) -> MeasuredPlan:
-        """A plan (action names per unit) or a peer measured at ``micro_batch``."""
+                measurement_id: str, known: MeasuredPlan | None = None, repeats: int = 0) -> MeasuredPlan:
+        """A plan (action names per unit) or a peer measured at ``micro_batch``; ``known``: the plan measured
+        there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``); ``repeats``: timed
+        steps (0: this object's)."""
+        repeats = repeats or self.repeats
         with self.batches(batch_dim).use(micro_batch) as w:
             if isinstance(item, Peer):
-                return measure_peer(w, item, repeats=self.repeats, warmup=2, compile=self.compile,
+                return measure_peer(w, item, repeats=repeats, warmup=2, compile=self.compile,
                                     measurement_id=measurement_id)
             plan = plan_for(w.model, self.units, [Action(a) for a in item])
-            return measure(w, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                           measurement_id=measurement_id, compile=self.compile)
+            return measure(w, plan, self.units, repeats=repeats, warmup=warmup_before_timing(w, known),
+                           source=source, measurement_id=measurement_id, compile=self.compile, known=known)
 
     def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile:
         """The profile at ``micro_batch``; checked by the search against plans measured there, not here."""

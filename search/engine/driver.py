@@ -78,8 +78,7 @@ class Driver:
         with phase("closing references"):
             close_references(ctx)
         if throughput is not None:
-            with phase("throughput search"):
-                search_throughput(ctx, throughput)
+            search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()
         self.ledger.store.write(meta.EVALUATOR_SECONDS, self.pool.seconds())
 

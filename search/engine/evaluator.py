@@ -33,7 +33,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
-from env.measure.measurement import measure, reuses_peak, warm_up
+from env.measure.measurement import measure, warm_up, warmup_before_timing
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -135,9 +135,8 @@ class Evaluator:
         self.n_measured += 1
         start = time.perf_counter()
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
-            # two steps before the timed ones: the memory step is the second where the peak is profiled
-            warmup = 2 if reuses_peak(self.workload, known) else 1
-            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=warmup, source=source,
+            m = measure(self.workload, plan, self.units, repeats=self.repeats,
+                        warmup=warmup_before_timing(self.workload, known), source=source,
                         measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile, known=known)
         kind = "references" if is_reference else "plans"
         self.busy[kind] += time.perf_counter() - start
@@ -204,12 +203,14 @@ class Evaluator:
         return self.at_batch.facts(batch_dim)
 
     def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
-                   source: str = "") -> dict[str, Any]:
+                   source: str = "", known: MeasuredPlan | None = None, repeats: int = 0) -> dict[str, Any]:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
-        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``)."""
+        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
+        ``repeats`` as ``AtMicroBatch.measure`` takes them."""
         self.n_measured += 1
         with model_errors(f"a measurement at micro-batch {micro_batch}"):
-            m = self.at_batch.measure(item, micro_batch, batch_dim, source, f"{self._id_prefix}:{self.n_measured}")
+            m = self.at_batch.measure(item, micro_batch, batch_dim, source, f"{self._id_prefix}:{self.n_measured}",
+                                      known, repeats)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any]:

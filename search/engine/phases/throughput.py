@@ -11,6 +11,8 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput.peers``);
+   this search and the ladder's are probes: their peaks decide, and they time one step (``PROBE_REPEATS``),
+   as what they find is measured again side by side before anything is chosen or quoted;
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
    count: they are plans too), with the best rule at the largest micro-batch it fits, measured again side by
@@ -34,7 +36,7 @@ from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
 from search.engine.phases.context import RunContext
-from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
+from search.engine.throughput.batch_book import PROBE_REPEATS, BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
@@ -76,7 +78,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
 
     def measure_lowest(b: int) -> MeasuredPlan:
-        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")])[0]
+        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest", PROBE_REPEATS)])[0]
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
@@ -99,7 +101,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     plans = list(dict.fromkeys(plans))
     given = sorted(ctx.cfg.micro_batches)
     sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
-    jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
+    jobs = [BatchJob(codec.names(p), b, "throughput:lowest", PROBE_REPEATS) for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
     fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]
@@ -217,15 +219,22 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
     """Steps 1-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
     if ctx.ledger.store.read(meta.THROUGHPUT) is not None:
         return  # a resumed run that finished it
-    setup = run.setup
-    model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
-    probe_ladder(ctx, run, model)
-    model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
-    contenders = contenders_for(ctx)
-    pool = plan_pool(ctx, run, model)
-    for c in contenders:
-        if c.plan is not None:
-            pool.setdefault(c.plan, c.name)
-    peers = peers_at_caps(ctx, run, model, contenders)
-    measure_candidates(ctx, run, model, pool)
-    quote_and_curve(ctx, run, model, decide(run, peers), peers)
+    setup, phase = run.setup, ctx.clock.phase
+    with phase("throughput: fit"):
+        model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
+        probe_ladder(ctx, run, model)
+        model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
+    with phase("throughput: plans"):
+        contenders = contenders_for(ctx)
+        pool = plan_pool(ctx, run, model)
+        for c in contenders:
+            if c.plan is not None:
+                pool.setdefault(c.plan, c.name)
+    with phase("throughput: peers"):
+        peers = peers_at_caps(ctx, run, model, contenders)
+    with phase("throughput: candidates"):
+        measure_candidates(ctx, run, model, pool)
+    with phase("throughput: deciding"):
+        answers = decide(run, peers)
+    with phase("throughput: quote"):
+        quote_and_curve(ctx, run, model, answers, peers)

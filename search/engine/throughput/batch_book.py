@@ -51,6 +51,9 @@ class BatchBook:
         return {b: r for (b, d), r in sorted(self.records.items()) if d == digest}
 
 
+PROBE_REPEATS = 1  # timed steps of a probe: a measurement for its peak (the ladder, the peers' largest micro-batch)
+
+
 @dataclass(frozen=True, eq=False)
 class BatchJob:
     """A plan (action names per unit) or a peer to measure at a micro-batch, and who proposed it."""
@@ -58,6 +61,7 @@ class BatchJob:
     item: tuple[str, ...] | Peer
     micro_batch: int
     source: str = ""
+    repeats: int = 0  # timed steps (0: the Evaluator's; PROBE_REPEATS for a probe)
 
 
 class BatchMeasurer:
@@ -85,4 +89,5 @@ class BatchMeasurer:
         return self.pool.run_jobs(list(jobs), self._call, lambda got: got["record"])
 
     def _call(self, handle: Any, job: BatchJob) -> Any:
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source)
+        known = None if isinstance(job.item, Peer) else self.known(job)  # its peak is lent on CPU
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, job.repeats)
