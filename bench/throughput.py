@@ -2,6 +2,7 @@
 
     python bench/throughput.py                   # gpt/small, hf/llama, cnn/small, diffusers/unet2d; grid on gpt/small
     python bench/throughput.py --quick           # gpt/tiny, a small grid and agents (smoke test)
+    python bench/throughput.py --workloads cnn/small --grid --append   # one more workload beside the others
     python bench/throughput.py --device cuda     # on a GPU (bench/gpu.py runs it)
 
 For each workload:
@@ -236,9 +237,9 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[], help="further search.run flags")
 
 
-BENCH = Bench("throughput", __doc__, options=options, threads=1, rows="workloads",
-              quick={"workloads": ["gpt/tiny"], "grid": ["gpt/tiny"], "against_default": [], "grid_plans": 3, "rounds": 1, "repeats": 1,
-                     "agents": True, "agent_timesteps": 64})
+BENCH = Bench("throughput", __doc__, options=options, threads=1, rows="workloads", row_id=lambda r: r["workload"],
+              quick={"workloads": ["gpt/tiny"], "grid": ["gpt/tiny"], "against_default": [], "grid_plans": 3,
+                     "rounds": 1, "repeats": 1, "agents": True, "agent_timesteps": 64})
 
 
 def measure(run: Run) -> None:
