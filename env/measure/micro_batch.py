@@ -57,11 +57,10 @@ class AtMicroBatch:
                 if device.type == "cuda" else None}
 
     def measure(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
-                measurement_id: str, known: MeasuredPlan | None = None, repeats: int = 0) -> MeasuredPlan:
+                measurement_id: str, known: MeasuredPlan | None = None) -> MeasuredPlan:
         """A plan (action names per unit) or a peer measured at ``micro_batch``; ``known``: the plan measured
-        there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``); ``repeats``: timed
-        steps (0: this object's)."""
-        repeats = repeats or self.repeats
+        there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``)."""
+        repeats = self.repeats
         with self.batches(batch_dim).use(micro_batch) as w:
             if isinstance(item, Peer):
                 return measure_peer(w, item, repeats=repeats, warmup=2, compile=self.compile,

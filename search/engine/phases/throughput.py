@@ -11,8 +11,6 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput.peers``);
-   this search and the ladder's are probes: their peaks decide, and they time one step (``PROBE_REPEATS``),
-   as what they find is measured again side by side before anything is chosen or quoted;
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the ``DECIDING`` best measured that fit (rules and probes
    count: they are plans too), with the best rule at the largest micro-batch it fits, measured again side by
@@ -36,7 +34,7 @@ from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
 from search.engine.phases.context import RunContext
-from search.engine.throughput.batch_book import PROBE_REPEATS, BatchBook, BatchJob, BatchMeasurer
+from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
@@ -78,7 +76,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
 
     def measure_lowest(b: int) -> MeasuredPlan:
-        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest", PROBE_REPEATS)])[0]
+        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")])[0]
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
@@ -101,7 +99,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     plans = list(dict.fromkeys(plans))
     given = sorted(ctx.cfg.micro_batches)
     sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
-    jobs = [BatchJob(codec.names(p), b, "throughput:lowest", PROBE_REPEATS) for p in plans for b in sizes]
+    jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
     fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]

@@ -51,9 +51,6 @@ class BatchBook:
         return {b: r for (b, d), r in sorted(self.records.items()) if d == digest}
 
 
-PROBE_REPEATS = 1  # timed steps of a probe: a measurement for its peak (the ladder, the peers' largest micro-batch)
-
-
 @dataclass(frozen=True, eq=False)
 class BatchJob:
     """A plan (action names per unit) or a peer to measure at a micro-batch, and who proposed it."""
@@ -61,7 +58,6 @@ class BatchJob:
     item: tuple[str, ...] | Peer
     micro_batch: int
     source: str = ""
-    repeats: int = 0  # timed steps (0: the Evaluator's; PROBE_REPEATS for a probe)
 
 
 class BatchMeasurer:
@@ -90,4 +86,4 @@ class BatchMeasurer:
 
     def _call(self, handle: Any, job: BatchJob) -> Any:
         known = None if isinstance(job.item, Peer) else self.known(job)  # its peak is lent on CPU
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, job.repeats)
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known)

@@ -27,7 +27,7 @@ import numpy as np
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from env.measure.peers import Peer
-from search.engine.throughput.batch_book import PROBE_REPEATS, BatchJob
+from search.engine.throughput.batch_book import BatchJob
 
 MAX_TRIES = 5  # micro-batches measured per contender and cap, at most
 
@@ -46,9 +46,7 @@ class Contender:
     peer: Peer | None = None
 
     def job(self, names: Callable[[Indices], tuple[str, ...]], micro_batch: int) -> BatchJob:
-        """A probe of the contender at ``micro_batch``: its peak decides where it fits; its time is quoted apart."""
-        return BatchJob(self.peer if self.peer is not None else names(self.plan or ()), micro_batch, self.name,
-                        PROBE_REPEATS)
+        return BatchJob(self.peer if self.peer is not None else names(self.plan or ()), micro_batch, self.name)
 
 
 @dataclass
