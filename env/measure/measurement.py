@@ -94,20 +94,21 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
                                 known)
 
 
-def reuses_peak(workload: Workload, known: MeasuredPlan | None) -> bool:
+def reuses_peak(workload: Workload, known: MeasuredPlan | None, compile: object = False) -> bool:
     """Whether a measurement of a plan measured before takes that measurement's peak instead of profiling a
     step again: on CPU, where the peak is the running sum of the profiler's memory events, the same step of
     the same plan allocates the same tensors in the same order whatever the weights, so a second profiled
     step (the slowest step of a measurement: 2-3 plain steps) reads the same bytes. On CUDA the memory step
-    is a plain step and every measurement reads the allocator's peak, which can move with fragmentation."""
-    return (known is not None and not known.oom and workload.device.type == "cpu"
+    is a plain step and every measurement reads the allocator's peak, which can move with fragmentation. A
+    compiled measurement (``compile`` truthy) profiles its own graph."""
+    return (known is not None and not known.oom and workload.device.type == "cpu" and not compile
             and known.peak_bytes > 0)
 
 
-def warmup_before_timing(workload: Workload, known: MeasuredPlan | None) -> int:
+def warmup_before_timing(workload: Workload, known: MeasuredPlan | None, compile: object = False) -> int:
     """Warm-up steps for ``measure`` so that two steps run before the timed ones: the memory step is
     the second where the peak is profiled, and a plan measured before on CPU lends its peak (``reuses_peak``)."""
-    return 2 if reuses_peak(workload, known) else 1
+    return 2 if reuses_peak(workload, known, compile) else 1
 
 
 def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
@@ -134,7 +135,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
             else:
                 for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
                     train_step(workload, optimizer)
-            if reuses_peak(workload, known) and not options:
+            if reuses_peak(workload, known, options):
                 peak, live_before, reserved = known.peak_bytes, known.live_before_bytes, None  # type: ignore[union-attr]
             else:
                 peak, live_before, reserved = _peak(stepped, optimizer)

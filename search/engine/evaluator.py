@@ -136,7 +136,7 @@ class Evaluator:
         start = time.perf_counter()
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
             m = measure(self.workload, plan, self.units, repeats=self.repeats,
-                        warmup=warmup_before_timing(self.workload, known), source=source,
+                        warmup=warmup_before_timing(self.workload, known, self.compile), source=source,
                         measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile, known=known)
         kind = "references" if is_reference else "plans"
         self.busy[kind] += time.perf_counter() - start
