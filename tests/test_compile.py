@@ -16,12 +16,14 @@ import pytest
 import torch
 import torch.nn as nn
 from torch._dynamo.testing import EagerAndRecordGraphs
+from torch._dynamo.utils import counters
 
 from env.data.errors import MeasurementError, PlanError
 from env.data.measured import MeasuredPlan as Measurement
 from env.data.plan import Plan, fingerprint
-from env.measure.compiled import CompileOptions
+from env.measure.compiled import CompileOptions, unit_compiler
 from env.measure.measurement import measure
+from env.measure.peers import compile_budget_peer, measure_peer
 from env.runtime.apply import apply_actions, plan_for
 from env.units.find import find_units
 from env.workloads.workload import Workload, load_workload
@@ -254,3 +256,75 @@ def test_a_compiled_chain_over_units_that_do_not_chain_is_refused() -> None:
             dataclasses.replace(w, model=torch.compile(w.model, backend="eager", fullgraph=fullgraph)).loss()
         torch._dynamo.reset()
         assert "units 'blocks.0.attn' and 'blocks.0.ln_2' do not chain" in str(e.value)
+
+
+# -- regional compilation (CompileOptions.scope="units") ------------------------------------------------------------
+
+def _units_step(w: Workload, units: list[str], actions: list[str], backend: str,
+                initial: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict]:
+    """``_step`` with the plan applied to units compiled one by one (``compile_unit``), the rest eager."""
+    torch._dynamo.reset()
+    compile_unit = unit_compiler(CompileOptions(scope="units", backend=backend))
+    with apply_actions(w.model, plan_for(w.model, units, actions), units, compile_unit=compile_unit):
+        out = _step(w, w.model, initial)
+    torch._dynamo.reset()
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("actions", [MIXED, ["recompute", "chain", "chain", "selective"]],
+                         ids=["keep-recompute-selective", "chain"])
+def test_a_plan_on_units_compiled_one_by_one_gives_the_eager_gradients_with_dropout_on(actions: list[str],
+                                                                                       eager_random) -> None:
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    initial = copy.deepcopy(w.model.state_dict())
+    ref_loss, ref_grads, _ = _step(w, w.model, initial)
+    torch.manual_seed(SEED + 1)
+    with torch.no_grad():
+        assert not torch.equal(w.loss(), ref_loss)  # dropout is on: the seed is what makes the steps equal
+    loss, grads, _ = _units_step(w, units, actions, "inductor", initial)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    _assert_close(grads, ref_grads, f"{actions} on units compiled with inductor")
+    assert not any("forward" in m.__dict__ for m in w.model.modules())  # the plan and the compiled units are gone
+
+
+@pytest.mark.slow
+def test_units_scope_compiles_each_variant_once_and_every_later_plan_reuses_it() -> None:
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    options = CompileOptions(scope="units", backend="aot_eager")
+    torch._dynamo.reset()
+
+    def run(actions: list[str]) -> Measurement:
+        return measure(w, plan_for(w.model, units, actions), units, repeats=1, compile=options)
+
+    keep = run(["keep"] * 4)
+    assert keep.compile_seconds is not None and keep.graph_breaks == 0 and keep.recompiles == 0
+    graphs = counters["stats"]["unique_graphs"]
+    chained = run(["recompute", "chain", "chain", "keep"])  # a region checkpoints the compiled forwards: none new
+    assert counters["stats"]["unique_graphs"] == graphs
+    recompute = run(["recompute"] * 4)  # compiled with its checkpoint: one variant for the four blocks
+    selective = run(["selective", "keep", "selective", "keep"])
+    assert counters["stats"]["unique_graphs"] - graphs == 2
+    graphs = counters["stats"]["unique_graphs"]
+    mixed = run(MIXED)  # every variant seen: compiles nothing
+    assert counters["stats"]["unique_graphs"] == graphs and mixed.recompiles == 0
+    assert recompute.peak_bytes < mixed.peak_bytes < keep.peak_bytes
+    assert recompute.peak_bytes < chained.peak_bytes < keep.peak_bytes
+    assert selective.peak_bytes < keep.peak_bytes
+    assert not any("forward" in m.__dict__ for m in w.model.modules())
+    torch._dynamo.reset()
+
+
+def test_a_peer_is_compiled_whole_whatever_the_scope_of_the_plans() -> None:
+    w = Workload("breaks", _Breaks(), (torch.randn(4, 8),))
+    peer = compile_budget_peer(0.5)
+    m = measure_peer(w, peer, repeats=1, compile=CompileOptions(scope="units", backend="eager"))
+    assert m.graph_breaks is not None and m.graph_breaks >= 1  # the model was compiled: it broke the graph
+
+
+def test_an_unknown_compile_scope_is_refused() -> None:
+    with pytest.raises(MeasurementError) as e:
+        CompileOptions(scope="layers")
+    one_line_error(e, "compile scope 'layers'", "'units'")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from env.data.plan import Plan, fingerprint
 from env.measure.measurement import measure
@@ -183,3 +184,28 @@ def test_snippet_refuses_a_chain_over_units_that_do_not_chain():
         w.loss()
     assert issubclass(ns["PlanError"], ValueError)
     remove()
+
+
+@pytest.mark.slow
+def test_snippet_and_apply_plan_compile_each_unit_with_the_eager_gradients():
+    """``compile_units=True`` (how a plan searched with --compile is applied): every unit runs compiled, the
+    chain region's and the recomputed units' gradients are those of no plan, and remove() leaves nothing."""
+    w_plan, w_snip, w_none = (load_workload("gpt/tiny", seed=0) for _ in range(3))
+    units = find_units(w_plan.model)
+    plan = plan_for(w_plan.model, units, ["recompute", "chain", "selective", "keep"])
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(fallback_random=True):
+        remove = _load(plan_snippet(plan))["apply_checkpoint_plan"](w_snip.model, compile_units=True)
+        handle = apply_plan(w_plan.model, plan, compile_units=True)
+        assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == units
+        graphs = counters["stats"]["unique_graphs"]
+        g_none, g_plan, g_snip = _grads(w_none), _grads(w_plan), _grads(w_snip)
+        assert counters["stats"]["unique_graphs"] - graphs >= 2  # the blocks' forward, selective's checkpoint
+    torch._dynamo.reset()
+    for name in g_none:
+        torch.testing.assert_close(g_snip[name], g_none[name], rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(g_plan[name], g_none[name], rtol=1e-4, atol=1e-5, msg=name)
+    handle.remove()
+    remove()
+    for w in (w_plan, w_snip):
+        assert [n for n, m in w.model.named_modules() if "forward" in m.__dict__] == []

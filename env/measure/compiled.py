@@ -9,6 +9,21 @@ not. :meth:`CompiledWorkload.warm_up` runs steps until one compiles nothing new 
 the compile time apart from the step time; :meth:`CompiledWorkload.stats` also counts graphs
 compiled later (recompilations: a guard that fails during the measured steps).
 
+Two scopes (``CompileOptions.scope``):
+
+- ``model``: the plan applied, then the whole model compiled, from a fresh dynamo state for every
+  plan: what a user who calls ``torch.compile(model)`` gets, including the partitioner's choices
+  across units, at a compile of the whole model (45-85 s on gpt/small here) for every plan.
+- ``units`` (regional compilation, as torchtitan compiles each block): each unit is compiled with
+  the plan's wrapper (``env.runtime.apply.apply_actions(..., compile_unit=...)``): keep compiles the
+  unit's forward, recompute and selective the unit with its checkpoint (the partitioner recomputes
+  inside the unit's backward graph), and a chain region checkpoints its units' compiled forwards
+  eagerly (a region of any length compiles nothing new). Dynamo keeps compiled code by the
+  function's code and guards, and its state is not reset between plans, so a unit's variant
+  compiles once per process and every later plan that uses it (and every unit with the same code:
+  the blocks of a transformer) reuses it; a plan costs a compile only when it brings a variant not
+  seen before. The code between units (embeddings, the loss) runs eagerly.
+
 Compile time depends on inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``), which
 ``reset`` leaves alone: a graph compiled before in any process compiles again in a fraction of
 the time. That is what users see on their second run; quote compile times with that in mind.
@@ -20,7 +35,7 @@ import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch._dynamo
@@ -30,6 +45,12 @@ from torch._dynamo.utils import counters
 from env.data.errors import MeasurementError
 from env.measure.timeline import is_oom, train_step
 from env.workloads.workload import Workload
+
+
+SCOPES = ("model", "units")
+# compiled variants kept per code object in the units scope: one per action and per chain length
+# that shares the code (a region's first unit), and one per unit of a model whose units differ
+UNIT_RECOMPILE_LIMIT = 256
 
 
 @dataclass(frozen=True)
@@ -42,8 +63,12 @@ class CompileOptions:
     activation_memory_budget: float | None = None
     backend: str = "inductor"
     max_compile_steps: int = 4  # warm-up steps that may compile before the measurement gives up
+    scope: str = "model"  # "model": the whole model compiled for each plan; "units": each unit's variant once
 
     def __post_init__(self) -> None:
+        if self.scope not in SCOPES:
+            raise MeasurementError(f"compile scope {self.scope!r} is not one of {', '.join(SCOPES)}; 'model' compiles "
+                                   "the whole model for each plan, 'units' each unit's variant once")
         b = self.activation_memory_budget
         if b is not None and not 0.0 <= b <= 1.0:
             raise MeasurementError(f"activation_memory_budget={b} must be between 0.0 and 1.0 "
@@ -75,12 +100,14 @@ class CompiledWorkload:
     def __init__(self, workload: Workload, options: CompileOptions) -> None:
         self.original = workload
         self.options = options
-        self.fullgraph = options.fullgraph
+        self.fullgraph = options.fullgraph and options.scope == "model"  # units: compiled one by one
         self.workload = self._compile(self.fullgraph)
         self._graphs0, self._breaks0 = _graphs(), _breaks()
         self._warm: tuple[float, int] | None = None  # (compile seconds, graphs) once warm
 
     def _compile(self, fullgraph: bool) -> Workload:
+        if self.options.scope == "units":
+            return self.original  # the units' forwards were compiled as the plan was applied (``unit_compiler``)
         # dynamic=False: a measured step has one shape; automatic dynamic shapes (after a second
         # shape is seen in a frame behind a graph break) only add symbolic sizes that inductor
         # sometimes cannot order (torch 2.13 on diffusers' UNet: "cannot determine truth value of
@@ -115,7 +142,7 @@ class CompiledWorkload:
                     f"({type(cause).__name__}: {first[:200]}); a compiler bug, not the plan's: measure it eagerly "
                     "(without --compile) or with another torch version") from e
             except torch._dynamo.exc.Unsupported:
-                if not self.fullgraph:
+                if not self.fullgraph or self.options.scope == "units":
                     raise
                 optimizer.zero_grad(set_to_none=True)  # the failed step never reached backward
                 torch._dynamo.reset()
@@ -146,12 +173,29 @@ class CompiledWorkload:
                             fullgraph=self.fullgraph)
 
 
+def unit_compiler(options: CompileOptions) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """What compiles one unit's forward (or a selective unit's checkpointed forward) in the ``units`` scope.
+
+    Not ``fullgraph``: a unit that breaks the graph runs in pieces (counted in ``graph_breaks``) rather than
+    failing a plan that the model scope would measure with breaks too."""
+    def compile_unit(forward: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(forward, backend=options.backend, dynamic=False)
+    return compile_unit
+
+
 @contextlib.contextmanager
 def compiled(workload: Workload, options: CompileOptions | None = None) -> Iterator[CompiledWorkload]:
-    """The workload with its model compiled, from a fresh dynamo state; dynamo is reset again on exit."""
+    """The workload with its model compiled, from a fresh dynamo state; dynamo is reset again on exit.
+
+    In the ``units`` scope the units were compiled as the plan was applied, and dynamo's state is kept,
+    so that the next plan reuses every variant compiled so far."""
     options = options or CompileOptions()
     budget = contextlib.nullcontext() if options.activation_memory_budget is None else \
         torch._functorch.config.patch(activation_memory_budget=options.activation_memory_budget)
+    if options.scope == "units":
+        with budget, torch._dynamo.config.patch(recompile_limit=UNIT_RECOMPILE_LIMIT):
+            yield CompiledWorkload(workload, options)
+        return
     torch._dynamo.reset()
     try:
         with budget:

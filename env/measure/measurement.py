@@ -8,7 +8,8 @@
   processes on the machine do not lengthen it (``env.measure.timeline.step_clock``; ``clock`` says which).
 
 Compiled (``compile=True`` or a :class:`env.measure.compiled.CompileOptions`): the plan is applied, then
-the model compiled from a fresh dynamo state and warmed up until a step compiles nothing new;
+the model compiled from a fresh dynamo state (or, in the ``units`` scope, the plan's units compiled as it is
+applied, reusing what earlier plans compiled) and warmed up until a step compiles nothing new;
 ``compile_seconds`` is reported apart from the steps, and peak and time are read as above.
 
 ``peak_bytes`` is everything live at the step's peak (parameters, optimizer state, inputs,
@@ -27,7 +28,7 @@ import torch.nn as nn
 from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Plan
-from env.measure.compiled import CompileOptions, compiled
+from env.measure.compiled import CompileOptions, compiled, unit_compiler
 from env.measure.timeline import is_oom, profiled_step, step_clock, sync, train_step
 from env.runtime.apply import apply_actions
 from env.workloads.workload import Workload
@@ -89,9 +90,16 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
     stands on CPU (``reuses_peak``).
     """
     names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
-    with apply_actions(workload.model, plan, units):
+    options = compile_options(compile)
+    per_unit = unit_compiler(options) if options is not None and options.scope == "units" else None
+    with apply_actions(workload.model, plan, units, compile_unit=per_unit):
         return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id,
                                 known)
+
+
+def compile_options(compile: bool | CompileOptions) -> CompileOptions | None:
+    """The options a ``compile`` argument means: ``True`` the defaults, ``False`` none (eager)."""
+    return CompileOptions() if compile is True else (compile or None)
 
 
 def reuses_peak(workload: Workload, known: MeasuredPlan | None, compile: object = False) -> bool:
@@ -125,7 +133,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
     base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
                 sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
                 device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
-    options = CompileOptions() if compile is True else (compile or None)
+    options = compile_options(compile)
     oom = False
     with (compiled(workload, options) if options else contextlib.nullcontext()) as session:
         stepped = session.workload if session else workload

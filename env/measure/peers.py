@@ -316,8 +316,11 @@ def prepared(workload: Workload, peer: Peer) -> Iterator[CompileOptions | None]:
 def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int = 1,
                  compile: bool | CompileOptions = False, source: str = "", measurement_id: str = "") -> MeasuredPlan:
     """Measure ``peer`` as a plan is measured, filed under ``peer.digest``. ``compile`` compiles the
-    eager peers too (a ``compile_budget`` peer is always compiled, with its budget)."""
+    eager peers too (a ``compile_budget`` peer is always compiled, with its budget), always the whole model
+    (scope ``model``): a peer is measured as its users run it."""
     asked = CompileOptions() if compile is True else (compile or None)
+    if asked is not None:  # a peer is compiled as its users compile it: the whole model
+        asked = dataclasses.replace(asked, scope="model")
     with prepared(workload, peer) as options:
         if options is None:
             options = asked

@@ -48,6 +48,7 @@ SAVED_OPS: frozenset = frozenset(
     ) if op is not None
 )
 _MARK = "_ckpt_search_action"
+Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]  # compiles a unit's forward (regional compilation)
 
 
 @contextlib.contextmanager
@@ -271,8 +272,14 @@ class AppliedPlan:
 
 
 def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = None,
-                  strict: bool = True) -> AppliedPlan:
-    """Install the plan's per-unit wrappers, one :class:`Region` per chain, on ``model``; check it fits first."""
+                  strict: bool = True, compile_unit: Compiler | None = None) -> AppliedPlan:
+    """Install the plan's per-unit wrappers, one :class:`Region` per chain, on ``model``; check it fits first.
+
+    ``compile_unit`` (regional compilation, ``env.measure.compiled.unit_compiler``): every unit of the
+    plan, kept ones too, runs a compiled forward: ``recompute`` and ``selective`` compile the unit with its
+    checkpoint (the partitioner recomputes inside the unit's backward graph, and a selective policy sees
+    the ops), ``keep`` the unit's own forward, and a chain region checkpoints its units' compiled
+    forwards eagerly (one compile per unit, not one per region length; its recompute runs them again)."""
     if strict:
         check_plan(plan, model, units)
     names = {n for n, _ in model.named_modules()}
@@ -286,13 +293,13 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
             f"action 'offload' (unit '{unit}') needs a CUDA model and this one is on "
             f"{'CPU' if not _on_cuda(model) else 'a device without CUDA'}; move the model to CUDA or use recompute/selective"
         )
-    in_regions = _region_forwards(model, plan.actions, names)
+    in_regions = _region_forwards(model, plan.actions, names, compile_unit)
     for fqn, action in wanted.items():
         module = model.get_submodule(fqn)
         if _MARK in module.__dict__:
             handle.remove()
             raise PlanError(f"unit '{fqn}' already has a plan applied; remove it first (handle.remove())")
-        wrapped = in_regions[fqn] if fqn in in_regions else POLICIES[action].wrap(module, module.forward)
+        wrapped = in_regions[fqn] if fqn in in_regions else _wrap(module, action, compile_unit)
         if wrapped is not None:
             if "forward" in module.__dict__:
                 handle.previous_forward[fqn] = module.__dict__["forward"]
@@ -302,10 +309,22 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
     return handle
 
 
-def _region_forwards(model: nn.Module, actions: Mapping[str, Action],
-                     names: set[str]) -> dict[str, Callable[..., Any]]:
+def _wrap(module: nn.Module, action: Action, compile_unit: Compiler | None) -> Callable[..., Any] | None:
+    """The forward ``action`` installs on ``module`` (None: leave it), compiled as ``apply_actions`` says."""
+    policy = POLICIES[action]
+    if compile_unit is None:
+        return policy.wrap(module, module.forward)
+    if action in (Action.RECOMPUTE, Action.SELECTIVE):  # the compiler sees the checkpoint: it recomputes in
+        return compile_unit(policy.wrap(module, module.forward))  # its backward graph, and a policy sees the ops
+    compiled = compile_unit(module.forward)
+    return policy.wrap(module, compiled) or compiled
+
+
+def _region_forwards(model: nn.Module, actions: Mapping[str, Action], names: set[str],
+                     compile_unit: Compiler | None = None) -> dict[str, Callable[..., Any]]:
     """The forwards of the units in the regions of ``actions`` (unit -> action, in execution order;
-    ``env.data.plan.regions``), by FQN; ``names``: the model's module names."""
+    ``env.data.plan.regions``), by FQN; ``names``: the model's module names. With ``compile_unit`` the
+    region checkpoints its units' compiled forwards."""
     fqns = list(actions)
     out: dict[str, Callable[..., Any]] = {}
     for start, stop in regions(list(actions.values())):
@@ -315,7 +334,8 @@ def _region_forwards(model: nn.Module, actions: Mapping[str, Action],
             raise PlanError(f"the chain region '{run[0]}' .. '{run[-1]}' names unit '{missing[0]}' which "
                             f"{type(model).__name__} does not have; make the plan for this model")
         modules = [model.get_submodule(u) for u in run]
-        out.update(zip(run, Region(run, modules).wrap([m.forward for m in modules])))
+        forwards = [m.forward if compile_unit is None else compile_unit(m.forward) for m in modules]
+        out.update(zip(run, Region(run, modules).wrap(forwards)))
     return out
 
 

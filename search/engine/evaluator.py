@@ -33,7 +33,8 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
-from env.measure.measurement import measure, warm_up, warmup_before_timing
+from env.measure.compiled import CompileOptions
+from env.measure.measurement import compile_options, measure, warm_up, warmup_before_timing
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -52,8 +53,8 @@ def resolve_device(name: str) -> str:
 
 class Evaluator:
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
-                 device: str = "auto", threads: int | None = None, name: str = "evaluator_0", compile: bool = False,
-                 max_units: int = MAX_UNITS, reference_every: float = 0.0) -> None:
+                 device: str = "auto", threads: int | None = None, name: str = "evaluator_0",
+                 compile: bool | CompileOptions = False, max_units: int = MAX_UNITS, reference_every: float = 0.0) -> None:
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
@@ -63,8 +64,8 @@ class Evaluator:
         self._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
         self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)  # --memory-cap
 
-    def _keep_records(self, workload_spec: str, seed: int, repeats: int, compile: bool, unit_choice: UnitChoice,
-                      actions: Sequence[str], name: str, reference_every: float) -> None:
+    def _keep_records(self, workload_spec: str, seed: int, repeats: int, compile: bool | CompileOptions,
+                      unit_choice: UnitChoice, actions: Sequence[str], name: str, reference_every: float) -> None:
         """What every Evaluator keeps, whatever measures for it: its units and label, measurement ids, the
         cache, the journal and the references."""
         self.spec, self.seed, self.repeats, self.compile = workload_spec, seed, repeats, compile
@@ -78,7 +79,8 @@ class Evaluator:
         self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
         self.n_measured = 0
         self._other_batch: Workload | None = None
-        self.reference_every = 0.0 if compile else reference_every  # compiled: each reference would compile again
+        options = compile_options(compile)  # a plan compiled afresh: each reference would compile again
+        self.reference_every = 0.0 if options and options.scope == "model" else reference_every
         self._keep = [Action.KEEP.value] * len(self.units)
         self._reference: tuple[float, float, int] | None = None  # (median s, monotonic time, n_measured) of the last
         self._reference_samples: deque[list[float]] = deque(maxlen=REFERENCE_WINDOW)  # the last ones' samples

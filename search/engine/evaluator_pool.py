@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
+from env.measure.compiled import CompileOptions
 from search.engine import ray_session
 from search.engine.evaluator import ray_evaluator, resolve_device
 from search.engine.fsdp.group import group_count, group_nodes, ray_fsdp_group
@@ -40,6 +41,11 @@ class EvaluatorSlot:
     info: dict[str, Any] | None = None
     restarts: int = 0
     alive: bool = True
+
+
+def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
+    """What the Evaluators measure with: ``--compile`` in its ``--compile-scope``, or eager steps (False)."""
+    return CompileOptions(scope=cfg.compile_scope) if cfg.compile else False
 
 
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
@@ -104,8 +110,8 @@ class EvaluatorPool:
         units = self.units or cfg.units  # one choice of units for every Evaluator
         group = (cfg.fsdp,) if cfg.fsdp else ()  # an FSDP group: its ranks
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
-                                   "cuda" if slot.gpu else "cpu", threads, slot.name, cfg.compile, cfg.max_units,
-                                   cfg.reference_every, *group)
+                                   "cuda" if slot.gpu else "cpu", threads, slot.name, _compile_options(cfg),
+                                   cfg.max_units, cfg.reference_every, *group)
         slot.info = ray_session.get(slot.handle.info.remote())
 
     def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:

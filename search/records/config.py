@@ -49,8 +49,13 @@ class SearchConfig:
     peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
                                    "torch.compile activation_memory_budget values measured with --peers all",
                                    nargs="+")
-    compile: bool = _f(False, "measure compiled training steps: each plan applied, then the model compiled "
-                              "(fullgraph); compile time is reported apart. The profile stays eager")
+    compile: bool = _f(False, "measure compiled training steps (--compile-scope says what is compiled); compile "
+                              "time is reported apart. The profile stays eager")
+    compile_scope: str = _f("units", "with --compile: units (each unit's forward compiled once per action and reused "
+                                     "by every plan, the plan's checkpoints around it, as when each block is compiled "
+                                     "on its own; a plan costs about an eager measurement) or model (the plan applied, "
+                                     "then the whole model compiled for each plan, fullgraph: a compile per plan)",
+                            choices=("units", "model"))
     max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
                                   "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
                                   "has more points to measure)")
@@ -58,7 +63,7 @@ class SearchConfig:
     reference_every: float = _f(30.0, "seconds after which an Evaluator measures the all-keep plan again (at most "
                                       "once per 4 plans); plans are compared on their time relative to it, so a "
                                       "machine whose speed drifts during the search ranks them as if side by side "
-                                      "(0: raw times; compiled runs: always raw)")
+                                      "(0: raw times; --compile-scope model: always raw, each reference would compile)")
     warm_start: bool = _f(True, "also measure the exact solver's frontier plans, and let the agents' teacher "
                                 "demonstrate any measured plan, the rules' too (off: the frontier is the agents' "
                                 "own plus the rules, whose plans are never demonstrated)")
@@ -109,6 +114,11 @@ class SearchConfig:
     def throughput_mode(self) -> bool:
         """Whether the run searches (plan, micro-batch) for throughput under memory caps."""
         return bool(self.throughput or self.memory_cap or self.micro_batches or self.global_batch)
+
+    @property
+    def compiles_per_plan(self) -> bool:
+        """Whether every plan measured compiles the model afresh (no reference plan is measured again then)."""
+        return self.compile and self.compile_scope == "model"
 
     def measurement_budget(self, n_units: int) -> int:
         """``max_measurements``, or with 0 the default for a search of ``n_units``."""

@@ -12,6 +12,11 @@ recomputes them in backward, with the same gradients as without the plan::
     apply_plan(model, "plan.json")
     model = torch.compile(model)              # or model.compile()
 
+A plan searched with ``--compile`` (``--compile-scope units``, the default) was measured with each unit
+compiled on its own and the plan's checkpoints around it (regional compilation); apply it the same way::
+
+    apply_plan(model, "plan.json", compile_units=True)   # compile nothing else
+
 Applying or removing a plan on a model already compiled is seen by dynamo's guards (the units'
 ``forward`` changed): the next call compiles again, or reuses the graph of that plan from before.
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from env.data.errors import PlanError
@@ -63,16 +69,20 @@ def read_plan(plan_or_path: PlanSource) -> Plan:
                     "give a Plan, a path to a plan JSON file, or its JSON text")
 
 
-def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True) -> AppliedPlan:
+def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True,
+               compile_units: bool = False) -> AppliedPlan:
     """Apply a plan to ``model`` in place; returns the handle (``.remove()``, context manager).
 
     ``strict=True`` refuses a plan whose fingerprint is not this model's. ``strict=False``
     applies the units the model has, lists the others in ``handle.skipped`` and warns.
+    ``compile_units=True``: every unit of the plan runs under ``torch.compile``, as ``--compile``
+    measured it (``env.runtime.apply.apply_actions``' ``compile_unit``).
     """
     plan = read_plan(plan_or_path)
+    compile_unit = torch.compile if compile_units else None
     if strict:
-        return apply_actions(model, plan, strict=True)
-    handle = apply_actions(model, plan, strict=False)
+        return apply_actions(model, plan, strict=True, compile_unit=compile_unit)
+    handle = apply_actions(model, plan, strict=False, compile_unit=compile_unit)
     present = [u for u in plan.actions if u not in handle.skipped]
     fp = fingerprint(model, present)
     if handle.skipped or fp != plan.fingerprint:

@@ -34,7 +34,7 @@ APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
-    "_on_cuda", "_region_forwards",
+    "_on_cuda", "Compiler", "_wrap", "_region_forwards",
 )
 # Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
@@ -52,10 +52,12 @@ PLAN: dict[str, str] = {plan}
 FINGERPRINT = {fingerprint!r}  # of the model the plan was made for
 
 
-def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[], None]:
+def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: bool = False) -> Callable[[], None]:
     """Apply PLAN to ``model`` in place; returns a function that removes it again.
 
     ``strict=True`` refuses a model whose fingerprint is not the plan's (another model).
+    ``compile_units=True``: each unit runs under torch.compile, the checkpoints around it (regional
+    compilation, as ``--compile`` measured the plan); compile nothing else.
     """
     modules = dict(model.named_modules())
     if strict:
@@ -69,14 +71,15 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True) -> Callable[[],
                              "export the plan for this model, or pass strict=False")
     installed: list[nn.Module] = []
     actions = {{fqn: Action(name) for fqn, name in PLAN.items()}}
-    in_regions = _region_forwards(model, actions, set(modules))  # chain regions: one checkpoint each
+    compile_unit = torch.compile if compile_units else None
+    in_regions = _region_forwards(model, actions, set(modules), compile_unit)  # chain regions: one checkpoint each
     for fqn, action in actions.items():
         if fqn not in modules:
             continue
         module = modules[fqn]
         if action is Action.OFFLOAD and not (torch.cuda.is_available() and _on_cuda(module)):
             raise ValueError(f"action 'offload' (unit '{{fqn}}') needs a CUDA model; move the model to CUDA")
-        wrapped = in_regions[fqn] if fqn in in_regions else POLICIES[action].wrap(module, module.forward)
+        wrapped = in_regions[fqn] if fqn in in_regions else _wrap(module, action, compile_unit)
         if wrapped is not None:
             module.forward = wrapped  # instance attribute: shadows the class's forward only
             installed.append(module)
@@ -143,6 +146,8 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
               "(fullgraph=True works) and the compiler recomputes the planned units in backward:\n\n"
               "    remove = apply_checkpoint_plan(model)\n"
               "    model = torch.compile(model)\n\n"
+              "A plan searched with --compile (each unit compiled on its own) is applied as it was measured:\n\n"
+              "    remove = apply_checkpoint_plan(model, compile_units=True)\n\n"
               "With FSDP2, apply the plan first, then fully_shard the planned units (or their parents) and the\n"
               "root: checkpointing inside, sharding outside (a model already sharded so takes the plan the same\n"
               "way, with the same gradients):\n\n"

@@ -55,7 +55,7 @@ def close_references(ctx: RunContext) -> None:
     so that the plans those passes measured last have a reference after them as well as before
     (``Ranking`` takes each measurement against the references nearest to it, on both sides)."""
     base = ctx.ledger.baseline()
-    if not ctx.cfg.reference_every or ctx.cfg.compile or base is None:
+    if not ctx.cfg.reference_every or ctx.cfg.compiles_per_plan or base is None:
         return
     ctx.measurer.on_each(base.actions, PlanSource.rule("none"))
 
