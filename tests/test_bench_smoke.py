@@ -157,6 +157,20 @@ def test_default_run_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_compiled_search_quick(tmp_path: Path) -> None:
+    """The only end-to-end ``--compile`` search in the suite: units compiled once each, plans measured compiled."""
+    out = tmp_path / "compiled_search.json"
+    run_bench("compiled_search.py", "--quick", "--out", str(out))
+    r = load(out)
+    [row] = r["rows"]
+    assert row["mode"] == "compiled" and row["clock"] == "thread-cpu" and 0 < row["measured"] <= 8
+    assert row["frontier"] and row["lowest"]["peak_bytes"] < row["baseline"]["peak_bytes"]
+    assert r["command_compiled"].endswith("--compile --compile-scope units") and r["wall_ratio_median"] is None
+    from bench.views import VIEWS
+    assert VIEWS["compiled_search"].summary(r)[0].startswith("`--compile` measured")
+
+
+@pytest.mark.slow
 def test_peers_quick(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     run_bench("peers.py", "--quick", "--out", str(out))

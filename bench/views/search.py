@@ -51,6 +51,52 @@ def default_run_headlines(r: Result) -> list[Headline]:
                      f"step time; {r['wall_seconds']:.0f} s, {r['measured']} plans measured", measured(r))]
 
 
+# --------------------------------------------------------------------------------------------- compiled_search
+
+def compiled_search_table(r: Result) -> str:
+    rows = []
+    for row in r["rows"]:
+        low, b = row["lowest"], row["baseline"]
+        phases = row.get("phase_seconds") or {}
+        rows.append((row["mode"], row["round"], row["inductor_cache"] or "-", f"{row['wall_seconds']:.0f}",
+                     f"{phases.get('rules', 0.0):.0f}", row["measured"], f"{row['hypervolume']:.3f}",
+                     f"{b['step_seconds'] * 1e3:.0f}", f"{mib(low['peak_bytes']):.1f}",
+                     f"{low['step_seconds'] / b['step_seconds'] - 1:+.0%}", f"{row['load_average_before'][0]:.1f}"))
+    out = [f"Eager: `{r['command_eager']}`; compiled: `{r['command_compiled']}`. Wall seconds by the wall clock "
+           f"around the CLI; step times by the {r['rows'][0]['clock']} clock; load: the 1-minute load average "
+           "before each run.", "",
+           table(["search", "round", "inductor cache", "wall s", "rules s", "plans measured", "hypervolume",
+                  "baseline ms", "lowest MiB", "its slowdown", "load"], [list(map(str, x)) for x in rows],
+                 "lrlrrrrrrrr")]
+    compiled = [row for row in r["rows"] if row["mode"] == "compiled" and row.get("peers")]
+    if compiled:
+        out += ["", f"Peers beside the last compiled search (compiled whole, as their users compile them):", "",
+                *peers_markdown(compiled[-1]["peers"])]
+    return "\n".join(out)
+
+
+def compiled_search_summary(r: Result) -> list[str]:
+    eager = [row for row in r["rows"] if row["mode"] == "eager"]
+    compiled = [row for row in r["rows"] if row["mode"] == "compiled"]
+    lines = [f"`--compile` measured {span([c['measured'] for c in compiled], '{:.0f}')} plans in "
+             f"{span([c['wall_seconds'] for c in compiled], '{:.0f}')} s"]
+    if eager:
+        lines[0] += (f"; the eager search beside it {span([e['measured'] for e in eager], '{:.0f}')} plans in "
+                     f"{span([e['wall_seconds'] for e in eager], '{:.0f}')} s: compiled / eager wall time "
+                     f"{span(r['wall_ratio_per_round'], '{:.2f}')} (median {r['wall_ratio_median']:.2f}).")
+    return lines
+
+
+def compiled_search_headlines(r: Result) -> list[Headline]:
+    if r.get("wall_ratio_median") is None:
+        return []
+    compiled = [row for row in r["rows"] if row["mode"] == "compiled"]
+    return [Headline(f"A compiled search (`--compile`, `{r['workload']}`) against the eager one",
+                     f"{r['wall_ratio_median']:.2f}x the wall time (rounds {span(r['wall_ratio_per_round'], '{:.2f}')}), "
+                     f"{span([c['measured'] for c in compiled], '{:.0f}')} plans measured",
+                     measured(r, "wall"))]
+
+
 # --------------------------------------------------------------------------------------------- search_quality
 
 AGENTS, AGENTS_OWN, SEARCHES = "agents (search run)", "agents' own plans", ("random", "NSGA-II", "rules")
@@ -191,6 +237,10 @@ VIEWS = [
     View("default_run", "The default run", "The README's first command, defaults only, with the peers it measures "
          "beside the search.", "python bench/default_run.py", default_run_table, default_run_summary,
          default_run_headlines),
+    View("compiled_search", "A compiled search", "`python -m search.run --compile` (each unit's variant compiled "
+         "once and reused by every plan, `--compile-scope units`) beside the eager search, one after the other in "
+         "each round; the first compiled run compiles into an empty inductor cache.",
+         "python bench/compiled_search.py", compiled_search_table, compiled_search_summary, compiled_search_headlines),
     View("search_quality", "Search quality at equal measurement budgets",
          "Hypervolume (search.records.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
          "measured frontier each method finds with the same number of measured plans, every plan measured through "
