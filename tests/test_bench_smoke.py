@@ -171,6 +171,20 @@ def test_compiled_search_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_reported_vs_quote_quick(tmp_path: Path) -> None:
+    out = tmp_path / "reported_vs_quote.json"
+    run_bench("reported_vs_quote.py", "--quick", "--out", str(out))
+    r = load(out)
+    assert r["clock"] == "thread-cpu" and r["rounds"] == 2 and r["rows"]
+    for row in r["rows"]:
+        assert len(row["quoted_ratio_rounds"]) == 2 and row["quoted_peak_bytes"] == row["peak_bytes"]
+        assert row["error"] == pytest.approx(row["reported_ratio"] / row["quoted_ratio"] - 1)
+        assert set(row["plan"].values()) != {"keep"}  # the baseline is the yardstick, not a row
+    from bench.views import VIEWS
+    assert "frontier plans reported within 5%" in VIEWS["reported_vs_quote"].summary(r)[0]
+
+
+@pytest.mark.slow
 def test_peers_quick(tmp_path: Path) -> None:
     out = tmp_path / "peers.json"
     run_bench("peers.py", "--quick", "--out", str(out))

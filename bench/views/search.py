@@ -97,6 +97,38 @@ def compiled_search_headlines(r: Result) -> list[Headline]:
                      measured(r, "wall"))]
 
 
+# --------------------------------------------------------------------------------------------- reported_vs_quote
+
+def _plan_words(plan: dict) -> str:
+    counts: dict[str, int] = {}
+    for a in plan.values():
+        counts[a] = counts.get(a, 0) + 1
+    return ", ".join(f"{a} {n}" for a, n in counts.items())
+
+
+def reported_vs_quote_table(r: Result) -> str:
+    rows = [(f"{mib(x['peak_bytes']):.2f}", _plan_words(x["plan"]), x["search_measurements"],
+             f"{x['reported_ratio']:.3f}", f"{x['quoted_ratio']:.3f}", span(x["quoted_ratio_rounds"]),
+             f"{x['error']:+.1%}") for x in r["rows"]]
+    return "\n".join([
+        f"`{r['command']}` ({r['units']} units, {r['search_wall_seconds']:.0f} s), then each frontier plan and the "
+        f"baseline quoted apart in {r['rounds']} side-by-side rounds; step times by the {r['clock']} clock; load "
+        f"{r['load_average_search'][0]:.1f} before the search, {r['load_average_quote'][0]:.1f} before the quote.",
+        "", table(["peak MiB", "plan", "search measurements", "reported / baseline", "quoted / baseline",
+                   "quote's rounds", "error"], [list(map(str, x)) for x in rows], "rlrrrrr")])
+
+
+def reported_vs_quote_summary(r: Result) -> list[str]:
+    return [f"{r['within_goal']} of {len(r['rows'])} frontier plans reported within {r['goal']:.0%} of their "
+            f"side-by-side quote; the largest error {r['max_abs_error']:.1%}."]
+
+
+def reported_vs_quote_headlines(r: Result) -> list[Headline]:
+    return [Headline(f"Reported time ratios against a quote apart ({r['units']}-unit search)",
+                     f"{r['within_goal']} of {len(r['rows'])} frontier plans within {r['goal']:.0%}; "
+                     f"largest error {r['max_abs_error']:.1%}", measured(r, r["clock"], r["load_average_quote"][0]))]
+
+
 # --------------------------------------------------------------------------------------------- search_quality
 
 AGENTS, AGENTS_OWN, SEARCHES = "agents (search run)", "agents' own plans", ("random", "NSGA-II", "rules")
@@ -241,6 +273,10 @@ VIEWS = [
          "once and reused by every plan, `--compile-scope units`) beside the eager search, one after the other in "
          "each round; the first compiled run compiles into an empty inductor cache.",
          "python bench/compiled_search.py", compiled_search_table, compiled_search_summary, compiled_search_headlines),
+    View("reported_vs_quote", "Reported times against a quote", "Every frontier plan's time over the baseline's as "
+         "the search reports it, against the same plans and the baseline measured again apart from the search, "
+         "side by side.", "python bench/reported_vs_quote.py", reported_vs_quote_table, reported_vs_quote_summary,
+         reported_vs_quote_headlines),
     View("search_quality", "Search quality at equal measurement budgets",
          "Hypervolume (search.records.pareto: memory and time over the all-keep baseline, reference (1.1, 2.0)) of the "
          "measured frontier each method finds with the same number of measured plans, every plan measured through "
