@@ -92,7 +92,7 @@ def test_a_resumed_agent_never_trains_past_its_timesteps(tmp_path: Path, ray_ses
 
 BROKEN = "tests/data/broken_models.py"
 RUN = [sys.executable, "-m", "search.run"]
-SMALL = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chunk-timesteps", "128",
+SMALL = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
          "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--peers", "none"]
 
 
