@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.harness import Bench, Run, main  # noqa: E402
 from bench.measuring import run_search  # noqa: E402
 
-QUICK_FLAGS = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
+QUICK_FLAGS = ["--workload", "gpt/tiny", "--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128",
                "--max-measurements", "12", "--repeats", "1", "--no-batch-scaling"]
 KEPT = ("workload", "batch_shape", "device", "clock", "units", "evaluations", "measured", "baseline", "frontier",
         "hypervolume", "rules", "peers", "events", "measurement_mode", "unit_choice", "headroom", "phase_seconds",

@@ -106,7 +106,8 @@ def timed_rounds(w: Workload, inputs: dict[int, Any], order: Sequence[int], stat
 
 def measure_dynamic(run: Run) -> None:
     args, t_start = run.args, time.perf_counter()
-    flags = ["--agents", "2", "--timesteps", "256", "--max-measurements", "10"] if args.quick else []
+    flags = ["--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "10",
+             "--repeats", "1"] if args.quick else []
     fronts, walls = search_shapes(args.workload, args.lengths, flags)
     longest = max(args.lengths)
     lf = fronts[longest]

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import random_plans, run_search  # noqa: E402
+from bench.measuring import random_plans, rotated, run_search  # noqa: E402
 from search.engine import ray_session  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 
@@ -52,7 +52,7 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
 
     rows = []
     for r in range(rounds):
-        for k in (1, 2) if r % 2 == 0 else (2, 1):
+        for k in rotated((1, 2), r):
             cfg = SearchConfig(workload=workload, evaluators=k, repeats=repeats, seed=seed, progress=False).validate()
             pool = EvaluatorPool(cfg)
             n_units = len(pool.slots[0].info["units"])
@@ -110,7 +110,7 @@ def ceiling(workload: str, count: int, repeats: int, rounds: int, seed: int, n_u
     rows = []
     for r in range(rounds):
         plans = named_plans(n_units, count, seed + r)
-        for k in (1, 2) if r % 2 == 0 else (2, 1):
+        for k in rotated((1, 2), r):
             barrier, out = ctx.Barrier(k), ctx.Queue()
             procs = [ctx.Process(target=_plain_worker, args=(workload, plans[i::k], repeats, barrier, out)) for i in range(k)]
             for p in procs:
@@ -170,7 +170,7 @@ def options(ap: argparse.ArgumentParser) -> None:
 
 
 BENCH = Bench("evaluator_pool", __doc__, options,
-              quick={"workload": "gpt/tiny", "plans": 4, "repeats": 1, "rounds": 2, "no_search": True})
+              quick={"workload": "gpt/tiny", "plans": 4, "repeats": 1, "rounds": 1, "no_search": True})
 
 if __name__ == "__main__":
     main(BENCH, measure)

@@ -82,6 +82,8 @@ def picks(one: dict[str, Any], fsdp: dict[str, Any], fsdp_store: Path) -> list[d
 
 def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=WORKLOADS, help="workload specs")
+    ap.add_argument("--keep", type=Path,
+                    help="keep each search's run folder under this folder (one_<i>/run, fsdp_<i>/run) to inspect it")
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[], help="further search.run flags, for both")
 
 
@@ -93,10 +95,11 @@ def measure(run: Run) -> None:
     flags = [*(QUICK if run.args.quick else []), *run.args.search]
     run.result.update({"ranks": RANKS, "flags": flags})
     with tempfile.TemporaryDirectory(prefix="bench_fsdp_") as tmp:
+        folder = run.args.keep or Path(tmp)
         for i, workload in enumerate(run.args.workloads):
             load = os.getloadavg()
-            one, one_wall = run_search(["--workload", workload, *flags], out=Path(tmp) / f"one_{i}")
-            fsdp_dir = Path(tmp) / f"fsdp_{i}"
+            one, one_wall = run_search(["--workload", workload, *flags], out=folder / f"one_{i}")
+            fsdp_dir = folder / f"fsdp_{i}"
             fsdp, fsdp_wall = run_search(["--workload", workload, *flags, "--fsdp", str(RANKS)], out=fsdp_dir)
             rows = picks(one, fsdp, fsdp_dir / "run" / "store.sqlite")
             run.add_row({"workload": workload, "load_average_before": list(load),

@@ -123,7 +123,7 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
 def measure(run: Run) -> None:
     args = run.args
     if args.quick:
-        args.search = ["--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128", "--max-measurements", "10",
+        args.search = ["--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "10",
                        "--repeats", "1"]
     if args.quote_only:  # the file's searches, quoted again; the result then names this run's machine and time
         run.result = read_result(run.path)

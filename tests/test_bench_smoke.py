@@ -121,14 +121,15 @@ def test_evaluator_pool_quick(tmp_path: Path) -> None:
     out = tmp_path / "evaluator_pool.json"
     run_bench("evaluator_pool.py", "--quick", "--out", str(out))
     r = load(out)
-    assert [row["evaluators"] for row in r["rounds"]] == [1, 2, 2, 1]
+    # one round: 1 Evaluator, then 2 (later rounds turn the order by bench.measuring.rotated, tested below)
+    assert [row["evaluators"] for row in r["rounds"]] == [1, 2]
     for row in r["rounds"]:
         assert row["plans"] == 4 and row["measurements_per_minute"] > 0
         assert sum(row["per_evaluator"].values()) == 4 and len(row["per_evaluator"]) == row["evaluators"]
     assert r["speedup_2_over_1"] == pytest.approx(r["measurements_per_minute_median"]["2"]
                                                   / r["measurements_per_minute_median"]["1"])
     assert all(len(row["warm_up_steps"]) == row["evaluators"] and min(row["warm_up_steps"]) >= 4 for row in r["rounds"])
-    assert [row["processes"] for row in r["plain_processes"]] == [1, 2, 2, 1]  # the ceiling, without Ray
+    assert [row["processes"] for row in r["plain_processes"]] == [1, 2]  # the ceiling, without Ray
     assert all(row["mean_timed_step_seconds"] < row["mean_measurement_seconds"] for row in r["plain_processes"])
 
 

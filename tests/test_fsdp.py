@@ -2,7 +2,8 @@
 
 The rank-level checks run in two processes started once for the module (``torch.multiprocessing``):
 gradients of planned and unplanned sharded models, the plan installed before and after sharding, and
-per-rank peaks and profiles. The search-level checks run ``python -m search.run --fsdp 2``.
+per-rank peaks and profiles. The search-level checks run ``bench/fsdp.py --quick``, whose two-rank search
+(``python -m search.run --fsdp 2``) has a rank killed mid-run.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from tests.fsdp_ranks import GRAD_CASES, STEP_SEED, UNIFORM, rank_checks
 from tests.profiles import synthetic_profile
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
-        "--max-measurements", "12", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
 
 
 def _record(peak: int, samples: list[float], live: int = 100, oom: bool = False, digest: str = "d") -> MeasuredPlan:
@@ -199,15 +198,19 @@ def _every_measurement_once(store_path: Path) -> list[MeasuredPlan]:
 class KilledRun:
     run: Path
     first: dict  # the group as it started (EvaluatorInfo)
+    bench: Path  # bench/fsdp.py's result file
 
 
 @pytest.fixture(scope="module")
 def killed_run(tmp_path_factory) -> KilledRun:
-    """One two-rank search of gpt/tiny, whose rank 1 is killed once the run has measured three plans: the
-    search end to end, and the group's restart, from one run (each costs minutes on two cores)."""
+    """``bench/fsdp.py --quick`` (a one-device search of gpt/tiny, then a two-rank one), whose rank 1 is killed
+    once the two-rank search has measured three plans: the bench, the search end to end and the group's restart,
+    from one run (each costs minutes on two cores)."""
     out = tmp_path_factory.mktemp("fsdp_runs")
-    proc = _run([*TINY, "--fsdp", "2", "--out", str(out), "--name", "k"])
-    store_path = out / "k" / "store.sqlite"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "fsdp.py"), "--quick", "--keep", str(out),
+                             "--out", str(out / "fsdp.json")], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    store_path = out / "fsdp_0" / "run" / "store.sqlite"
     deadline = time.time() + 600
     while time.time() < deadline and _measured(store_path) < 3 and proc.poll() is None:
         time.sleep(0.5)
@@ -216,7 +219,7 @@ def killed_run(tmp_path_factory) -> KilledRun:
     os.kill(first["rank_pids"][1], signal.SIGKILL)  # rank 1 of the group, mid-run
     _, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-3000:]
-    return KilledRun(out / "k", first)
+    return KilledRun(out / "fsdp_0" / "run", first, out / "fsdp.json")
 
 
 @pytest.mark.slow
@@ -282,13 +285,9 @@ def test_a_workload_that_cannot_be_sharded_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_fsdp_quick(tmp_path):
+def test_bench_fsdp_quick(killed_run):
     """``bench/fsdp.py --quick``: gpt/tiny on one device and on two ranks; the numbers every machine gives."""
-    out = tmp_path / "fsdp.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "fsdp.py"), "--quick", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = json.loads(killed_run.bench.read_text())
     assert result["ranks"] == 2 and result["machine"]["torch_version"] == torch.__version__
     (w,) = result["workloads"]
     one, ranks = w["one_device"], w["fsdp_2_ranks"]

@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,9 @@ TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chun
         "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
 
 
-def _run_cli(args: list[str], **kw) -> subprocess.CompletedProcess:
+def _run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "search.run", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, **kw)
+                          timeout=timeout, **kw)
 
 
 @pytest.mark.slow
@@ -169,8 +170,9 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
 
 @pytest.mark.slow
 def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
-    # timesteps: enough rounds after the 4th measurement that the interrupt lands mid-run even on a busy machine
-    args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "4096", "--chunk-timesteps", "256",
+    # the 4th measurement falls among the rules (gpt/tiny has 7), so the agents' start and training are still
+    # ahead when the interrupt lands, however busy the machine
+    args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "1024", "--chunk-timesteps", "256",
             "--max-measurements", "16", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--reward", "hybrid",
             "--out", str(tmp_path), "--name", "r"]
     proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.PIPE,
@@ -317,21 +319,53 @@ def test_two_node_cluster_two_evaluators_one_killed(tmp_path):
         cluster.wait(timeout=60)
 
 
-@pytest.mark.slow
-def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(tmp_path):
-    from dashboard.data import load_run
+@dataclass
+class KilledDriver:
+    run: Path
+    pid: int  # the killed driver's
+    refused: subprocess.CompletedProcess  # a --resume while that driver lived
+    driver: dict  # the store's driver record after the kill
 
-    args = [*TINY, "--timesteps", "2048", "--chunk-timesteps", "256", "--max-measurements", "16",
-            "--out", str(tmp_path), "--name", "k"]
+
+@pytest.fixture(scope="module")
+def killed_driver(tmp_path_factory) -> KilledDriver:
+    """One search of gpt/tiny: once it has measured a plan, a --resume of it while its driver lives; once it has
+    measured four, kill -9 of its whole process group (the search, its Ray, its Evaluator)."""
+    out = tmp_path_factory.mktemp("killed_driver")
+    args = [*TINY, "--timesteps", "1024", "--chunk-timesteps", "256", "--max-measurements", "16",
+            "--out", str(out), "--name", "k"]
     proc = subprocess.Popen([sys.executable, "-m", "search.run", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    store_path = tmp_path / "k" / "store.sqlite"
-    assert _wait_for(lambda: _measured_count(store_path) >= 4), "the run measured plans before the kill"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert load_run(tmp_path / "k").status == "stopped", "a killed run is not shown as running forever"
+    store_path = out / "k" / "store.sqlite"
+    try:
+        assert _wait_for(lambda: _measured_count(store_path) >= 1), "the run measured a plan"
+        refused = _run_cli(["--resume", str(out / "k"), "--no-progress"], timeout=120)
+        assert _wait_for(lambda: _measured_count(store_path) >= 4), "the run measured plans before the kill"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    with RunStore(store_path, readonly=True) as s:
+        driver = s.read(meta.DRIVER)
+    return KilledDriver(out / "k", proc.pid, refused, driver)
+
+
+@pytest.mark.slow
+def test_resuming_a_run_whose_driver_lives_is_refused_in_one_line(killed_driver):
+    done = killed_driver.refused
+    assert done.returncode == 2, done.stderr[-2000:]
+    line = done.stderr.strip()
+    assert "\n" not in line and "is being searched by a live driver" in line and f"pid {killed_driver.pid}" in line
+    assert killed_driver.driver["pid"] == killed_driver.pid, "the refused driver wrote nothing into the store"
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(killed_driver):
+    from dashboard.data import load_run
+
+    run, store_path = killed_driver.run, killed_driver.run / "store.sqlite"
+    assert load_run(run).status == "stopped", "a killed run is not shown as running forever"
     before = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
-    done = _run_cli(["--resume", str(tmp_path / "k"), "--no-progress"])
+    done = _run_cli(["--resume", str(run), "--no-progress"])
     assert done.returncode == 0, done.stderr[-2000:]
     after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
     with RunStore(store_path, readonly=True) as s:
