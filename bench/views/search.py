@@ -70,7 +70,7 @@ def compiled_search_table(r: Result) -> str:
                  "lrlrrrrrrrr")]
     compiled = [row for row in r["rows"] if row["mode"] == "compiled" and row.get("peers")]
     if compiled:
-        out += ["", f"Peers beside the last compiled search (compiled whole, as their users compile them):", "",
+        out += ["", "Peers beside the last compiled search (compiled whole, as their users compile them):", "",
                 *peers_markdown(compiled[-1]["peers"])]
     return "\n".join(out)
 
