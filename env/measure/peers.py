@@ -49,7 +49,7 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import Action
 from env.data.segments import checkpoint_sequential_actions
 from env.measure.compiled import CompileOptions
-from env.measure.measurement import measure_prepared
+from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
 from env.workloads.workload import Workload
 
@@ -318,7 +318,7 @@ def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int =
     """Measure ``peer`` as a plan is measured, filed under ``peer.digest``. ``compile`` compiles the
     eager peers too (a ``compile_budget`` peer is always compiled, with its budget), always the whole model
     (scope ``model``): a peer is measured as its users run it."""
-    asked = CompileOptions() if compile is True else (compile or None)
+    asked = compile_options(compile)
     if asked is not None:  # a peer is compiled as its users compile it: the whole model
         asked = dataclasses.replace(asked, scope="model")
     with prepared(workload, peer) as options:
