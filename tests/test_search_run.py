@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from search.engine.phases.rounds import ANSWER_ROUNDS
-from search.engine.phases.rules import FRONTIER_MEASUREMENTS
 from search.records import meta
 from search.records.config import parse_config
 from search.records.ranking import measurements_of
@@ -66,7 +65,10 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             m.n_measurements for m in s.measured())
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"]) + len(rule["left_out"])
         assert set(s.read(meta.RULES)) >= {"none", "all", "every_2", "sqrt_n"}
-        assert all(s.get(d).measurement.n_measurements >= FRONTIER_MEASUREMENTS for d in s.read(meta.RULES).values())
+        # every rule measured once; the baseline (rule none) again in the deciding passes
+        assert all(s.get(d).measurement.n_measurements == 1 + s.read(meta.REMEASURED).count(d)
+                   for d in s.read(meta.RULES).values() if d != s.read(meta.BASELINE_DIGEST))
+        assert s.read(meta.BASELINE_DIGEST) in s.read(meta.REMEASURED)
         # measurements were left after training (7-10 of 14 are spent): the agents answered the last ones
         answers, spent = s.read(meta.ANSWER_ROUNDS), s.count(measured_only=True)
         assert answers or spent >= 14, "the agents never saw the last round's measurements"
@@ -207,15 +209,12 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
         assert s.read(meta.STATUS) == "finished"
         remeasured = s.read(meta.REMEASURED)  # the final passes over frontier points, near misses, the baseline
         base = s.read(meta.BASELINE_DIGEST)
-        rules = set(s.read(meta.RULES).values())
         assert base in remeasured
     for digest, samples in before.items():
         assert len(set(samples)) == len(samples), "a measurement was recorded twice"
         assert after[digest][:len(samples)] == samples, "samples measured before the interrupt were lost"
         if digest == base:  # the final pass, and the resumed Evaluator's reference before its first plan
             assert len(after[digest]) >= len(samples) + 4 and len(after[digest]) % 2 == 0
-        elif digest in rules:  # a rule: measured until it had FRONTIER_MEASUREMENTS, then as the final passes took it
-            assert len(after[digest]) == max(len(samples), 2 * FRONTIER_MEASUREMENTS) + 2 * remeasured.count(digest)
         elif digest in remeasured:  # each final pass that took it adds one more measurement
             assert len(after[digest]) == len(samples) + 2 * remeasured.count(digest)
         else:
@@ -370,11 +369,10 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(killed_driv
     after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
     with RunStore(store_path, readonly=True) as s:
         remeasured = set(s.read(meta.REMEASURED))
-        rules = set(s.read(meta.RULES).values())  # measured until each has FRONTIER_MEASUREMENTS
         assert s.read(meta.STATUS) == "finished"
     for digest, samples in before.items():
         assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"
-        if digest not in remeasured | rules:
+        if digest not in remeasured:
             assert after[digest] == samples, "a plan measured before the kill was measured again"
 
 

@@ -54,16 +54,20 @@ class AgentPool:
     def running(self) -> list[AgentSlot]:
         return [s for s in self.slots if s.status == "running"]
 
-    def start(self, budgets: list[int]) -> None:
+    def spawn(self) -> None:
+        """The agents' actors started, one per ``cfg.agents``, without waiting for them: they import
+        and build their policies while the Evaluator measures the rules, the peers and the warm start
+        (on gpt/small, 4 actors took 10 s of wall time to start when the search waited for them).
+        An agent needs the profile, not its budget, to start: ``start`` gives the budgets later."""
+        if self.slots:
+            return
         (self.run_dir / "agents").mkdir(exist_ok=True)
-        store = self.ledger.store
-        done = {p["agent"]: p for p in store.progress()}
-        store.write(meta.AGENTS, [{"name": PlanSource.agent(i), "budget_bytes": b} for i, b in enumerate(budgets)])
+        done = {p["agent"]: p for p in self.ledger.store.progress()}
         from agents.ppo import budget_slices
 
-        shares = budget_slices(len(budgets))  # one budget-conditioned agent per slice of the frontier
-        for i, b in enumerate(budgets):
-            slot = AgentSlot(PlanSource.agent(i), b, self.cfg.seed + i, shares[i])
+        shares = budget_slices(self.cfg.agents)  # one budget-conditioned agent per slice of the frontier
+        for i in range(self.cfg.agents):
+            slot = AgentSlot(PlanSource.agent(i), 0, self.cfg.seed + i, shares[i])
             prev = done.get(slot.name)
             if prev:
                 slot.timesteps, slot.restarts, slot.episodes = prev["timesteps"], prev["restarts"], prev["episodes"]
@@ -71,7 +75,16 @@ class AgentPool:
             self.slots.append(slot)
             if slot.status == "running":
                 self._spawn(slot)
-        for slot in self.slots:  # the actors start side by side: each waits for its own only now
+
+    def start(self, budgets: list[int]) -> None:
+        """The agents ready to train, each with its memory budget (one per agent, in order): spawned
+        here unless ``spawn`` ran before, then waited for."""
+        self.spawn()
+        if len(budgets) != len(self.slots):
+            raise ValueError(f"{len(budgets)} budgets for {len(self.slots)} agents: give one budget per agent")
+        self.ledger.store.write(meta.AGENTS, [{"name": s.name, "budget_bytes": b} for s, b in zip(self.slots, budgets)])
+        for slot, b in zip(self.slots, budgets):  # the actors start side by side: each waits for its own only now
+            slot.budget_bytes = b
             if slot.handle is not None:
                 self._catch_up(slot)
             self._save_progress(slot)

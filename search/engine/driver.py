@@ -3,8 +3,9 @@
 ``prepare`` profiles the workload on the Evaluator (or reads the profile a resumed run stored)
 and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` then takes the
 phases in order: the baseline rules, the peers, the exact frontier (and its warm start), the
-agents' rounds, their answer rounds, the deciding passes and the closing references. Ctrl-C
-drains the Evaluators into the store (``Driver.drain``) and leaves it resumable.
+agents' rounds (their actors start beside the rules), their answer rounds, the deciding passes
+and the closing references. Ctrl-C drains the Evaluators into the store (``Driver.drain``) and
+leaves it resumable.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ class Driver:
         if self.cfg.throughput_mode:
             with phase("throughput probe"):  # a cap nothing fits fails here
                 throughput = probe_throughput(ctx)
+        self.agents.spawn()  # they start while the Evaluators measure; "agents' start" waits for them
         with phase("rules"):
             measure_rules(ctx)
         with phase("peers"):

@@ -2,8 +2,8 @@
 
 1. ``prepare``: the workload profiled on an Evaluator (or read back from a resumed run's store),
    and the typed ``SearchSetup`` made from it.
-2. ``rules``: the baseline rules measured until each has ``FRONTIER_MEASUREMENTS``; the
-   baseline (all keep) set, and measured on every Evaluator when there are several.
+2. ``rules``: the baseline rules measured once each; the baseline (all keep) set, and measured
+   on every Evaluator when there are several.
 3. ``peers``: what users pick instead, measured by the same Evaluators.
 4. ``exact``: the exact frontier on the cost model, its plans measured too with warm start; the
    agents' budgets spread from its lowest peak to the baseline's.

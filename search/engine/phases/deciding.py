@@ -1,9 +1,12 @@
 """The deciding passes at the end of a search, and the references closed after them.
 
-The plans that decide the frontier and the agents' own frontier (``deciding``) are measured once
-each, in peak order, then again in reverse order, and from then on each plan those passes took or
-let in is measured until it has ``DECIDING_MEASUREMENTS`` of them (at most ``FINAL_PASSES``
-passes). Every plan measured in them is ranked on those measurements alone
+The plans that decide the frontier and the agents' own frontier (``deciding``: those frontiers and
+the frontier's near misses) are measured once each, in peak order, then again in reverse order, and from
+then on each plan those passes took or let onto a frontier is measured until it has
+``DECIDING_MEASUREMENTS`` of them (at most ``FINAL_PASSES`` passes). Near misses are taken in the
+first pass only: taken again after each pass, as the new measurements moved the frontiers, they
+doubled the passes (gpt/small: 22 plans measured twice where 12 were taken first) for plans that
+had missed the frontier once already. Every plan measured in them is ranked on those measurements alone
 (``search.records.ranking.Ranking``, from ``Ledger.decide_from_here``): side by side, the order the
 passes give is the order a quote gives, where a frontier selected on one noisy median is its
 luckiest plans and plans measured minutes apart are ranked through a drift that pairing removes
@@ -31,7 +34,8 @@ def deciding_passes(ctx: RunContext) -> None:
     done: list[str] = []
     passes: list[list[str]] = []
     for k in range(FINAL_PASSES):
-        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise)]) if done.count(d) < DECIDING_MEASUREMENTS]
+        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=k == 0)])
+                if done.count(d) < DECIDING_MEASUREMENTS]
         if not todo:
             break
         before = len(done)
@@ -40,13 +44,15 @@ def deciding_passes(ctx: RunContext) -> None:
         ctx.ledger.store.write(meta.DECIDING_PASSES, passes)
 
 
-def deciding(ctx: RunContext, noise: float) -> list[str]:
-    """The plans that decide the frontiers as ranked now: the frontier of all plans and the agents'
-    own frontier, the plans that missed either by less than ``noise`` (``ParetoArchive.contenders``;
-    the rules near the agents' frontier among them), and the baseline; by frontier, then peak."""
+def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:
+    """The plans that decide the frontiers as ranked now: the frontier of all plans, with ``near``
+    the plans that missed it by less than ``noise`` (``ParetoArchive.contenders``; the rules
+    among them), the agents' own frontier, and the baseline; by frontier, then peak. The agents'
+    near misses are left out: they decide only how the agents are judged (their own frontier's
+    hypervolume), not what a user is shown."""
     ledger = ctx.ledger
-    plans = [r.digest for kinds in (None, (SourceKind.AGENT,))
-             for r in ledger.frontier(kinds) + ledger.contenders(noise, kinds)]
+    plans = [r.digest for r in ledger.frontier() + (ledger.contenders(noise) if near else [])
+             + ledger.frontier((SourceKind.AGENT,))]
     return list(dict.fromkeys([*plans, ledger.store.read(meta.BASELINE_DIGEST)]))
 
 
