@@ -40,6 +40,7 @@ from bench.measuring import check_equal_samples, interleaved, run_search  # noqa
 from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
+from env.measure.compiled import CompileOptions  # noqa: E402
 from env.measure.peers import PeerKind  # noqa: E402
 from search.engine.evaluator import Evaluator  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
@@ -47,7 +48,7 @@ from search.records.pareto import fastest_within  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]
-SEARCH_SETTINGS = ("seed", "repeats", "measure_threads")  # what the quote's Evaluator takes from the search
+SEARCH_SETTINGS = ("seed", "repeats", "measure_threads", "compile_scope")  # what the quote's Evaluator takes from it
 
 
 def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
@@ -85,9 +86,11 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     units = list(row["frontier"][0]["plan"])
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
     defaults = SearchConfig()  # rows written before the search's settings were recorded ran with these
-    search = row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS})
+    search = row.get("search", {k: getattr(defaults, k) for k in ("seed", "repeats", "measure_threads")})
+    scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
-                   int(search["measure_threads"]) or None, name="quote", compile=bool(row["compiled"]))
+                   int(search["measure_threads"]) or None, name="quote",
+                   compile=CompileOptions(scope=scope) if row["compiled"] else False)  # our plans as the search measured
     budgets = [b for b, _ in compile_budgets(row["peers"])]
     peers = {p.name: p for p in ev.peers(ALL_KINDS, budgets) if p.name in picks}
     if set(peers) != set(picks):
