@@ -13,6 +13,7 @@ import pytest
 
 from env.data.measured import MeasuredPlan, median_seconds
 from env.data.plan import Action
+from env.data.types import SourceKind
 from search.engine.evaluator import Evaluator
 from search.engine.ledger import Ledger, SearchSetup
 from search.records.ranking import (
@@ -253,3 +254,52 @@ def test_the_deciding_passes_rank_the_plans_they_measured_side_by_side(tmp_path)
     from dashboard.data import load_run
 
     assert list(load_run(tmp_path).frontier.digest) == [d_a, d_b, d_keep]
+
+
+def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passes_only_what_moved_onto_one(
+        tmp_path) -> None:
+    """Seven plans of a 3-unit search, measured once each (raw times, no references; noise 2%). The
+    first pass takes the frontier (A, R1, the baseline), its near miss N (1.4% off), the agents'
+    own frontier (A, Z, B) and not Q, which missed only the agents' frontier (1.5%), nor Y (2.7%
+    off the frontier). Measured in the passes, B is slow (1.6): Q moves onto the agents' frontier
+    and is measured twice from the second pass on; R1 slows to 1.14, which leaves Y 1.3% off the
+    frontier, a near miss now, but near misses are the first pass's alone, so Y is never measured
+    again. The Evaluator's part (step times) is played by ``Timed``: the times are the test's."""
+    from search.engine.phases.context import RunContext
+    from search.engine.phases.deciding import DECIDING_MEASUREMENTS, deciding_passes
+    from search.records import meta
+
+    setup = SearchSetup.from_profile(synthetic_profile(3, 2, seed=0))
+    names = {"K": Action.KEEP.value, "R": Action.RECOMPUTE.value}
+    # plan: (source, peak, time in the search, time in the deciding passes)
+    plans = {"KKK": ("rule:none", 100, 1.0, 1.0), "RRR": ("agent_0", 50, 1.5, 1.5), "RKK": ("rule:r1", 60, 1.1, 1.14),
+             "RRK": ("rule:n", 62, 1.115, 1.115), "RKR": ("agent_1", 64, 1.45, 1.45),
+             "KRR": ("rule:y", 66, 1.13, 1.13), "KRK": ("agent_2", 70, 1.3, 1.6), "KKR": ("agent_3", 72, 1.32, 1.32)}
+    acts = {p: [names[c] for c in p] for p in plans}
+    digest = {p: setup.codec.digest(setup.codec.indices(a)) for p, a in acts.items()}
+    plan_of = {d: p for p, d in digest.items()}
+    led = Ledger(setup, RunStore(tmp_path))
+    ids = iter(range(1, 1000))
+
+    def record(p: str, passes: bool) -> MeasuredPlan:
+        source, peak, early, late = plans[p]
+        return led.record(_m(digest[p], acts[p], [late if passes else early], [], f"e:{next(ids)}", peak=peak,
+                             source=source))
+
+    for p in plans:
+        record(p, passes=False)
+    led.set_baseline(digest["KKK"])
+
+    class Timed:  # the Measurer's part the passes use: each plan measured once more, at its time in the passes
+        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
+            assert again
+            return [record(plan_of[setup.codec.digest(idx)], passes=True) for idx, _ in jobs]
+
+    deciding_passes(RunContext(None, led, Timed(), None, 0, None))  # type: ignore[arg-type]
+    passes = [[plan_of[d] for d in p] for p in led.store.read(meta.DECIDING_PASSES)]
+    assert set(passes[0]) == {"RRR", "RKK", "KKK", "RRK", "RKR", "KRK"}
+    done = [p for one in passes for p in one]
+    assert all(done.count(p) == DECIDING_MEASUREMENTS for p in set(done))
+    assert "KKR" in passes[1] and "KKR" not in passes[0]  # moved onto the agents' frontier by B's pass times
+    assert "KRR" not in done  # a near miss only after the first pass
+    assert [plan_of[r.digest] for r in led.frontier((SourceKind.AGENT,))] == ["RRR", "RKR", "KKR"]
