@@ -155,15 +155,15 @@ def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> Result
             "slowdown": r.step_seconds / base.step_seconds - 1}
 
 
-def run_search(flags: Sequence[str], out: Path | None = None) -> tuple[Result, float]:
-    """``python -m search.run`` with ``flags`` into ``out/run`` (a temporary folder when None): its
-    report.json and the wall seconds it took (the clock a user waits by). A failed run raises
-    ``BenchError`` with the CLI's last lines."""
+def run_search(flags: Sequence[str], out: Path | None = None, cwd: Path | None = None) -> tuple[Result, float]:
+    """``python -m search.run`` with ``flags`` into ``out/run`` (a temporary folder when None), run in
+    ``cwd`` (this repository when None): its report.json and the wall seconds it took (the clock a user
+    waits by). A failed run raises ``BenchError`` with the CLI's last lines."""
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
         folder = str(out or tmp)
         cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", folder, "--name", "run", *flags]
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
             raise BenchError(f"search.run {' '.join(flags)} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")

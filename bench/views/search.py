@@ -29,7 +29,26 @@ def default_run_table(r: Result) -> str:
     # the run's own phase clock (``time.perf_counter`` in the driver), as its report.md shows it
     out += [line.replace("## ", "#### ") for line in time_lines(r.get("phase_seconds") or {},
                                                              r.get("evaluator_seconds") or {})]
+    if r.get("against"):
+        out += ["", *_against_table(r["against"])]
     return "\n".join(out)
+
+
+def _against_table(a: Result) -> list[str]:
+    """This tree's default search beside an earlier revision's, run by run, with where the time went."""
+    runs = a["runs"]
+    phases = list(dict.fromkeys(k for x in runs for k in (x["phase_seconds"] or {})))
+    rows = [[x["tree"], x["round"], f"{x['load_average_before'][0]:.1f}", f"{x['wall_seconds']:.0f}", x["measured"],
+             int((x["evaluator_seconds"] or {}).get("plan_measurements", 0)), f"{x['hypervolume']['frontier']:.3f}",
+             *(f"{(x['phase_seconds'] or {}).get(k, 0.0):.1f}" for k in phases)] for x in runs]
+    med = a["median_wall_seconds"]
+    return [f"#### Side by side with {a['revision']}", "",
+            f"The same default search from this tree and from revision `{a['revision']}`, {a['rounds']} rounds "
+            "alternating which goes first (wall clock; the phases by the driver's phase clock; load: the 1-minute "
+            "load average before each run). Median wall seconds: " +
+            ", ".join(f"{k} {v:.0f}" for k, v in med.items()) + ".", "",
+            table(["tree", "round", "load", "wall s", "plans measured", "measurements", "hypervolume", *phases],
+                  [list(map(str, row)) for row in rows], "lrrrrrr" + "r" * len(phases))]
 
 
 def _lowest(r: Result) -> tuple[Result, Result]:
@@ -38,10 +57,15 @@ def _lowest(r: Result) -> tuple[Result, Result]:
 
 def default_run_summary(r: Result) -> list[str]:
     low, b = _lowest(r)
-    return [f"The default `python -m search.run` took {r['wall_seconds']:.0f} s: {r['evaluations']} plans evaluated, "
-            f"{r['measured']} measured, a {len(r['frontier'])}-point frontier from {mib(b['peak_bytes']):.1f} MiB "
-            f"({b['step_seconds'] * 1e3:.0f} ms a step) down to {mib(low['peak_bytes']):.1f} MiB "
-            f"({low['peak_bytes'] / b['peak_bytes'] - 1:+.0%} memory, {low['step_seconds'] / b['step_seconds'] - 1:+.0%} time)."]
+    out = [f"The default `python -m search.run` took {r['wall_seconds']:.0f} s: {r['evaluations']} plans evaluated, "
+           f"{r['measured']} measured, a {len(r['frontier'])}-point frontier from {mib(b['peak_bytes']):.1f} MiB "
+           f"({b['step_seconds'] * 1e3:.0f} ms a step) down to {mib(low['peak_bytes']):.1f} MiB "
+           f"({low['peak_bytes'] / b['peak_bytes'] - 1:+.0%} memory, {low['step_seconds'] / b['step_seconds'] - 1:+.0%} time)."]
+    if r.get("against"):
+        a, med = r["against"], r["against"]["median_wall_seconds"]
+        out.append(f"Side by side with revision `{a['revision']}` ({a['rounds']} rounds, alternating): median "
+                   f"{med['this']:.0f} s against {med[a['revision']]:.0f} s ({med['this'] / med[a['revision']]:.2f}x).")
+    return out
 
 
 def default_run_headlines(r: Result) -> list[Headline]:
