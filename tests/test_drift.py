@@ -268,6 +268,7 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     from search.engine.phases.context import RunContext
     from search.engine.phases.deciding import DECIDING_MEASUREMENTS, deciding_passes
     from search.records import meta
+    from search.records.config import SearchConfig
 
     setup = SearchSetup.from_profile(synthetic_profile(3, 2, seed=0))
     names = {"K": Action.KEEP.value, "R": Action.RECOMPUTE.value}
@@ -295,7 +296,8 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
             assert again
             return [record(plan_of[setup.codec.digest(idx)], passes=True) for idx, _ in jobs]
 
-    deciding_passes(RunContext(None, led, Timed(), None, 0, None))  # type: ignore[arg-type]
+    no_references = SearchConfig(reference_every=0.0)  # nothing closes the passes: the test's times are raw
+    deciding_passes(RunContext(no_references, led, Timed(), None, 0, None))  # type: ignore[arg-type]
     passes = [[plan_of[d] for d in p] for p in led.store.read(meta.DECIDING_PASSES)]
     assert set(passes[0]) == {"RRR", "RKK", "KKK", "RRK", "RKR", "KRK"}
     done = [p for one in passes for p in one]

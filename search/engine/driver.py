@@ -3,8 +3,8 @@
 ``prepare`` profiles the workload on the Evaluator (or reads the profile a resumed run stored)
 and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` then takes the
 phases in order: the baseline rules, the peers, the exact frontier (and its warm start), the
-agents' rounds (their actors start beside the rules), their answer rounds, the deciding passes
-and the closing references. Ctrl-C drains the Evaluators into the store (``Driver.drain``) and
+agents' rounds (their actors start beside the rules), their answer rounds, and the deciding passes
+with the closing references. Ctrl-C drains the Evaluators into the store (``Driver.drain``) and
 leaves it resumable.
 """
 
@@ -20,7 +20,7 @@ from search.engine.ledger import Ledger
 from search.engine.measurer import Measurer, agents_measure
 from search.engine.phase_clock import PhaseClock
 from search.engine.phases.context import RunContext
-from search.engine.phases.deciding import close_references, deciding_passes
+from search.engine.phases.deciding import deciding_passes
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact
 from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
@@ -76,9 +76,7 @@ class Driver:
         with phase("answer rounds"):
             answer_rounds(ctx)
         with phase("deciding passes"):
-            deciding_passes(ctx)
-        with phase("closing references"):
-            close_references(ctx)
+            deciding_passes(ctx)  # the closing references among them
         if throughput is not None:
             search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()

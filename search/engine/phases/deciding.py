@@ -3,7 +3,12 @@
 The plans that decide the frontier and the agents' own frontier (``deciding``: those frontiers and
 the frontier's near misses) are measured once each, in peak order, then again in reverse order, and from
 then on each plan those passes took or let onto a frontier is measured until it has
-``DECIDING_MEASUREMENTS`` of them (at most ``FINAL_PASSES`` passes). Near misses are taken in the
+``DECIDING_MEASUREMENTS`` of them, until every plan on either frontier has them: no plan is
+measured more often than that in the passes, so they end, and no frontier plan is left ranked on
+measurements the passes did not take (capped at four passes, a search on gpt/tiny ended with a plan
+the fourth pass moved onto the frontier ranked on its one measurement). The references closed after
+the passes move the last plans' ranks too, so the passes go on after them while a frontier plan lacks
+its measurements. Near misses are taken in the
 first pass only: taken again after each pass, as the new measurements moved the frontiers, they
 doubled the passes (gpt/small: 22 plans measured twice where 12 were taken first) for plans that
 had missed the frontier once already. Every plan measured in them is ranked on those measurements alone
@@ -15,6 +20,7 @@ only when it moves every plan alike (see docs/measurement.md#ranking-and-drift-w
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 from env.data.types import PlanSource, SourceKind
@@ -23,23 +29,28 @@ from search.records import meta
 from search.records.ranking import timing_noise
 
 DECIDING_MEASUREMENTS = 2  # the deciding passes measure each plan that decides a frontier this often, side by side
-FINAL_PASSES = 4
 
 
 def deciding_passes(ctx: RunContext) -> None:
-    """The passes, as the module says. Store meta ``remeasured``: the passes' digests, in order;
-    ``deciding_passes``: each pass's."""
+    """The passes, as the module says, and the closing references after them (``close_references``);
+    when those move a plan the passes did not take onto a frontier, more passes, then references
+    again. Store meta ``remeasured``: the passes' digests, in order; ``deciding_passes``: each pass's."""
     noise = timing_noise(ctx.ledger.points())
     ctx.ledger.decide_from_here()
     done: list[str] = []
     passes: list[list[str]] = []
-    for k in range(FINAL_PASSES):
+    closed = False
+    for k in itertools.count():  # ends: each pass measures a plan the passes measured less than DECIDING_MEASUREMENTS
         todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=k == 0)])
                 if done.count(d) < DECIDING_MEASUREMENTS]
         if not todo:
-            break
+            if closed or not close_references(ctx):
+                break
+            closed = True
+            continue
+        closed = False
         before = len(done)
-        done = _remeasure(ctx, todo[::-1] if k % 2 else todo, done)
+        done = _remeasure(ctx, todo[::-1] if len(passes) % 2 else todo, done)
         passes.append(done[before:])
         ctx.ledger.store.write(meta.DECIDING_PASSES, passes)
 
@@ -56,14 +67,16 @@ def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:
     return list(dict.fromkeys([*plans, ledger.store.read(meta.BASELINE_DIGEST)]))
 
 
-def close_references(ctx: RunContext) -> None:
+def close_references(ctx: RunContext) -> bool:
     """With references on, the baseline once more on every live Evaluator after the deciding passes,
     so that the plans those passes measured last have a reference after them as well as before
-    (``Ranking`` takes each measurement against the references nearest to it, on both sides)."""
+    (``Ranking`` takes each measurement against the references nearest to it, on both sides).
+    Whether it measured."""
     base = ctx.ledger.baseline()
     if not ctx.cfg.reference_every or ctx.cfg.compiles_per_plan or base is None:
-        return
+        return False
     ctx.measurer.on_each(base.actions, PlanSource.rule("none"))
+    return True
 
 
 def _remeasure(ctx: RunContext, digests: Sequence[str], done: list[str]) -> list[str]:
