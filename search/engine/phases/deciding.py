@@ -5,10 +5,10 @@ the frontier's near misses) are measured once each, in peak order, then again in
 then on each plan those passes took or let onto a frontier is measured until it has
 ``DECIDING_MEASUREMENTS`` of them, until every plan on either frontier has them: no plan is
 measured more often than that in the passes, so they end, and no frontier plan is left ranked on
-measurements the passes did not take (capped at four passes, a search on gpt/tiny ended with a plan
-the fourth pass moved onto the frontier ranked on its one measurement). The references closed after
-the passes move the last plans' ranks too, so the passes go on after them while a frontier plan lacks
-its measurements. Near misses are taken in the
+measurements the passes did not take (with at most four passes and the references closed after
+them, a gpt/tiny search ended with a frontier plan ranked on its one measurement from before the
+passes). The references closed after the passes move the last plans' ranks too, so the passes go on
+after them while a frontier plan lacks its measurements. Near misses are taken in the
 first pass only: taken again after each pass, as the new measurements moved the frontiers, they
 doubled the passes (gpt/small: 22 plans measured twice where 12 were taken first) for plans that
 had missed the frontier once already. Every plan measured in them is ranked on those measurements alone
