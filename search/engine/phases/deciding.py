@@ -20,7 +20,6 @@ only when it moves every plan alike (see docs/measurement.md#ranking-and-drift-w
 
 from __future__ import annotations
 
-import itertools
 from typing import Sequence
 
 from env.data.types import PlanSource, SourceKind
@@ -40,9 +39,10 @@ def deciding_passes(ctx: RunContext) -> None:
     done: list[str] = []
     passes: list[list[str]] = []
     closed = False
-    for k in itertools.count():  # ends: each pass measures a plan the passes measured less than DECIDING_MEASUREMENTS
-        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=k == 0)])
-                if done.count(d) < DECIDING_MEASUREMENTS]
+    while True:  # ends: each pass measures a measured plan that the passes measured less than DECIDING_MEASUREMENTS
+        known = ctx.ledger.archive.measured
+        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=not passes)])
+                if d in known and done.count(d) < DECIDING_MEASUREMENTS]
         if not todo:
             if closed or not close_references(ctx):
                 break
@@ -79,10 +79,10 @@ def close_references(ctx: RunContext) -> bool:
     return True
 
 
-def _remeasure(ctx: RunContext, digests: Sequence[str], done: list[str]) -> list[str]:
+def _remeasure(ctx: RunContext, todo: Sequence[str], done: list[str]) -> list[str]:
+    """``todo`` (digests of measured plans) measured once more each, in that order; ``done`` with them."""
     known = ctx.ledger.archive.measured
-    todo = [d for d in dict.fromkeys(digests) if d in known]
-    ctx.ledger.store.write(meta.REMEASURED, done + todo)
+    ctx.ledger.store.write(meta.REMEASURED, [*done, *todo])
     ctx.measurer.measure([(ctx.ledger.codec.indices(known[d].actions), PlanSource(known[d].source)) for d in todo],
                          again=True)
-    return done + todo
+    return [*done, *todo]
