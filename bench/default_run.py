@@ -60,17 +60,7 @@ def revision(rev: str) -> Iterator[Path]:
 def one_run(flags: list[str], tree: Path | None) -> dict[str, Any]:
     """One default search, from this tree or from ``tree``: its report's figures, wall seconds and load."""
     load_before = os.getloadavg()
-    env_before = os.environ.get("PYTHONPATH")
-    if tree is not None:
-        os.environ["PYTHONPATH"] = str(tree)
-    try:
-        report, wall = run_search(flags, cwd=tree)
-    finally:
-        if tree is not None:
-            if env_before is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = env_before
+    report, wall = run_search(flags, cwd=tree)
     return {"wall_seconds": wall, "load_average_before": load_before, **{k: report.get(k) for k in KEPT}}
 
 

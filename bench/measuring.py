@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -156,14 +157,16 @@ def point_row(ledger: Ledger, plan: Sequence[int], base: MeasuredPlan) -> Result
 
 
 def run_search(flags: Sequence[str], out: Path | None = None, cwd: Path | None = None) -> tuple[Result, float]:
-    """``python -m search.run`` with ``flags`` into ``out/run`` (a temporary folder when None), run in
-    ``cwd`` (this repository when None): its report.json and the wall seconds it took (the clock a user
+    """``python -m search.run`` with ``flags`` into ``out/run`` (a temporary folder when None), run from
+    the code in ``cwd`` (this repository when None; another tree goes on the child's ``PYTHONPATH`` too,
+    so that its Ray workers import it): its report.json and the wall seconds it took (the clock a user
     waits by). A failed run raises ``BenchError`` with the CLI's last lines."""
     with tempfile.TemporaryDirectory(prefix="bench_search_") as tmp:
         folder = str(out or tmp)
         cmd = [sys.executable, "-m", "search.run", "--no-progress", "--out", folder, "--name", "run", *flags]
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, cwd=cwd or ROOT, capture_output=True, text=True)
+        env = None if cwd is None else {**os.environ, "PYTHONPATH": str(cwd)}
+        done = subprocess.run(cmd, cwd=cwd or ROOT, env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
             raise BenchError(f"search.run {' '.join(flags)} failed (exit {done.returncode}): {done.stderr.strip()[-800:]}")

@@ -86,7 +86,7 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     units = list(row["frontier"][0]["plan"])
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
     defaults = SearchConfig()  # rows written before the search's settings were recorded ran with these
-    search = row.get("search", {k: getattr(defaults, k) for k in ("seed", "repeats", "measure_threads")})
+    search = row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS if k != "compile_scope"})
     scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
                    int(search["measure_threads"]) or None, name="quote",
