@@ -262,7 +262,7 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     first pass takes the frontier (A, R1, the baseline), its near miss N (1.4% off), the agents'
     own frontier (A, Z, B) and not Q, which missed only the agents' frontier (1.5%), nor Y (2.7%
     off the frontier). Measured in the passes, B is slow (1.6): Q moves onto the agents' frontier
-    and is measured twice from the second pass on; R1 slows to 1.14, which leaves Y 1.3% off the
+    and is measured in the second pass; R1 slows to 1.14, which leaves Y 1.3% off the
     frontier, a near miss now, but near misses are the first pass's alone, so Y is never measured
     again. The Evaluator's part (step times) is played by ``Timed``: the times are the test's."""
     from search.engine.phases.context import RunContext
@@ -305,3 +305,62 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     assert "KKR" in passes[1] and "KKR" not in passes[0]  # moved onto the agents' frontier by B's pass times
     assert "KRR" not in done  # a near miss only after the first pass
     assert [plan_of[r.digest] for r in led.frontier((SourceKind.AGENT,))] == ["RRR", "RKR", "KKR"]
+
+
+def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_push_off_is_not_shown(
+        tmp_path) -> None:
+    """A 3-unit search whose deciding passes chose lucky plans. A (60) measured 1.10 until it was
+    on the frontier; confirmed, it measures 1.60, above D (50, 1.50): it leaves the frontier after
+    one confirmation. C (65, 1.20), which A hid, is back on it and confirmed in turn, at 1.25. D is
+    confirmed at 1.52. The frontier is reported at the confirmed times, not the ones that chose it,
+    by the ledger, a resumed ledger and the dashboard alike; the store keeps every measurement. The
+    Evaluator's part is played by ``Timed`` (raw times, no references)."""
+    from search.engine.phases.context import RunContext
+    from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirming_passes, deciding_passes
+    from search.records import meta
+    from search.records.config import SearchConfig
+
+    # plan: (source, peak, time until the confirming passes, time in them)
+    plans = {"KKK": ("rule:none", 100, 1.0, 1.0), "RRR": ("agent_0", 50, 1.5, 1.52),
+             "RKK": ("agent_1", 60, 1.10, 1.60), "KRK": ("agent_2", 65, 1.20, 1.25)}
+    setup, acts, digests = _three_units(*plans)
+    act, digest = dict(zip(plans, acts)), dict(zip(plans, digests))
+    plan_of = {d: p for p, d in digest.items()}
+    led = Ledger(setup, RunStore(tmp_path))
+    ids = iter(range(1, 1000))
+    confirming = False
+
+    def record(p: str) -> MeasuredPlan:
+        source, peak, before, after = plans[p]
+        return led.record(_m(digest[p], act[p], [after if confirming else before], [], f"e:{next(ids)}",
+                             peak=peak, source=source))
+
+    for p in plans:
+        record(p)
+    led.set_baseline(digest["KKK"])
+
+    class Timed:  # the Measurer's part the passes use
+        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
+            return [record(plan_of[setup.codec.digest(idx)]) for idx, _ in jobs]
+
+    ctx = RunContext(SearchConfig(reference_every=0.0), led, Timed(), None, 0, None)  # type: ignore[arg-type]
+    deciding_passes(ctx)
+    assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "RKK", "KKK"]  # KRK hidden by A's 1.10
+    confirming = True
+    confirming_passes(ctx)
+    confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
+    assert confirmed.count("RKK") == 1  # pushed off by its first confirmation: not measured again
+    assert confirmed.count("RRR") == confirmed.count("KRK") == CONFIRMING_MEASUREMENTS
+    assert "KKK" not in confirmed  # the baseline's measurements are the references
+    for ledger in (led, Ledger(setup, RunStore(tmp_path))):
+        if ledger is not led:
+            ledger.load_store()
+        front = ledger.frontier()
+        assert [(plan_of[r.digest], r.step_seconds) for r in front] == [
+            ("RRR", pytest.approx(1.52)), ("KRK", pytest.approx(1.25)), ("KKK", pytest.approx(1.0))]
+        assert [r.n_measurements for r in front[:2]] == [CONFIRMING_MEASUREMENTS] * 2
+        assert ledger.archive.measured[digest["RKK"]].step_seconds == pytest.approx(1.60)
+    assert len(led.store.get(digest["RRR"]).measurement.measurement_ids) == 4  # search, deciding, 2 confirming
+    from dashboard.data import load_run
+
+    assert [plan_of[d] for d in load_run(tmp_path).frontier.digest] == ["RRR", "KRK", "KKK"]

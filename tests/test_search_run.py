@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, DECIDING_MEASUREMENTS
 from search.engine.phases.rounds import ANSWER_ROUNDS
 from search.records import meta
 from search.records.config import parse_config
@@ -65,10 +66,11 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             m.n_measurements for m in s.measured())
         assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"]) + len(rule["left_out"])
         assert set(s.read(meta.RULES)) >= {"none", "all", "every_2", "sqrt_n"}
-        # every rule measured once; the baseline (rule none) again in the deciding passes
-        assert all(s.get(d).measurement.n_measurements == 1 + s.read(meta.REMEASURED).count(d)
+        # every rule measured once; again in the deciding passes, and if on the frontier, in the confirming ones
+        remeasured, confirmed = s.read(meta.REMEASURED), s.read(meta.CONFIRMED) or []
+        assert all(s.get(d).measurement.n_measurements == 1 + remeasured.count(d) + confirmed.count(d)
                    for d in s.read(meta.RULES).values() if d != s.read(meta.BASELINE_DIGEST))
-        assert s.read(meta.BASELINE_DIGEST) in s.read(meta.REMEASURED)
+        assert s.read(meta.BASELINE_DIGEST) in remeasured
         # measurements were left after training (7-10 of 14 are spent): the agents answered the last ones
         answers, spent = s.read(meta.ANSWER_ROUNDS), s.count(measured_only=True)
         assert answers or spent >= 14, "the agents never saw the last round's measurements"
@@ -83,18 +85,20 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             last[who] = max(last.get(who, 0), n)
         who, n, _ = measurements_of(base)[-1]
         assert last[who] == n
-        # the deciding passes: every plan that decides the frontier measured twice side by side, and the
-        # frontier ranked on those measurements alone (the baseline on all of its)
-        remeasured, since = s.read(meta.REMEASURED), s.read(meta.DECIDED_FROM)
-        assert s.read(meta.BASELINE_DIGEST) in remeasured and since
-        assert any(remeasured.count(d) == 2 for d in remeasured), "the second pass measured the frontier again"
-        passes = s.read(meta.DECIDING_PASSES)
-        assert sum(passes, []) == remeasured and set(passes[0]) <= set(passes[1])  # what the first took, the second
+        # the deciding passes: every plan that decides the frontier measured once side by side; then every
+        # frontier plan confirmed, and reported on its confirming measurements alone (the baseline on all of its)
+        assert s.read(meta.DECIDED_FROM) and all(remeasured.count(d) == DECIDING_MEASUREMENTS for d in remeasured)
+        assert sum(s.read(meta.DECIDING_PASSES), []) == remeasured
+        since = s.read(meta.CONFIRMED_FROM)
         by_plan = {tuple(m.actions): m for m in s.measured()}
+        assert len(front["points"]) > 1 and since
         for p in front["points"]:
             m = by_plan[tuple(p["plan"][u] for u in front["units"])]
             late = [n for who, n, _ in measurements_of(m) if n >= since.get(who, 0)]
-            assert p["n_measurements"] == (m.n_measurements if m.digest == base.digest else len(late)) >= 2
+            if m.digest == base.digest:
+                assert p["n_measurements"] == m.n_measurements
+            else:
+                assert p["n_measurements"] == len(late) == confirmed.count(m.digest) == CONFIRMING_MEASUREMENTS
         scaling = s.read(meta.BATCH_SCALING)
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
         fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too
@@ -368,7 +372,7 @@ def test_sigkill_of_the_driver_then_resume_loses_and_repeats_nothing(killed_driv
     assert done.returncode == 0, done.stderr[-2000:]
     after = {m.digest: m.step_seconds_samples for m in _every_measurement_once(store_path)}
     with RunStore(store_path, readonly=True) as s:
-        remeasured = set(s.read(meta.REMEASURED))
+        remeasured = set(s.read(meta.REMEASURED)) | set(s.read(meta.CONFIRMED) or [])
         assert s.read(meta.STATUS) == "finished"
     for digest, samples in before.items():
         assert after[digest][:len(samples)] == samples, "samples measured before the kill were lost"

@@ -3,9 +3,9 @@
 ``prepare`` profiles the workload on the Evaluator (or reads the profile a resumed run stored)
 and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` then takes the
 phases in order: the baseline rules, the peers, the exact frontier (and its warm start), the
-agents' rounds (their actors start beside the rules), their answer rounds, and the deciding passes
-with the closing references. Ctrl-C drains the Evaluators into the store (``Driver.drain``) and
-leaves it resumable.
+agents' rounds (their actors start beside the rules), their answer rounds, the deciding passes
+with the closing references, and the confirming passes that the frontier is reported from. Ctrl-C
+drains the Evaluators into the store (``Driver.drain``) and leaves it resumable.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from search.engine.ledger import Ledger
 from search.engine.measurer import Measurer, agents_measure
 from search.engine.phase_clock import PhaseClock
 from search.engine.phases.context import RunContext
-from search.engine.phases.deciding import deciding_passes
+from search.engine.phases.deciding import confirming_passes, deciding_passes
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact
 from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
@@ -77,6 +77,8 @@ class Driver:
             answer_rounds(ctx)
         with phase("deciding passes"):
             deciding_passes(ctx)  # the closing references among them
+        with phase("confirming passes"):
+            confirming_passes(ctx)
         if throughput is not None:
             search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()

@@ -79,13 +79,13 @@ class Ledger:
             self.baseline_digest = digest
             self._rescale()
 
-    def decide_from_here(self) -> dict[str, int]:
+    def decide_from_here(self, key: meta.MetaKey[dict[str, int] | None] = meta.DECIDED_FROM) -> dict[str, int]:
         """From now on, a plan measured again is ranked on its measurements from here alone
-        (``search.records.ranking.decided_from`` of what the store has, store meta ``decided_from``);
-        returns the mapping."""
+        (``search.records.ranking.decided_from`` of what the store has, into store meta ``key``:
+        ``decided_from``, or ``confirmed_from`` for the confirming passes); returns the mapping."""
         with self.lock:
             since = decided_from(self.store.measured())
-            self.store.write(meta.DECIDED_FROM, since)
+            self.store.write(key, since)
             self._rescale()
             return since
 

@@ -211,6 +211,12 @@ DECIDING_PASSES: MetaKey[list[list[str]] | None] = _key(
     "deciding_passes", list[list[str]] | None, "The digests each deciding pass measured, pass by pass.")
 REMEASURED: MetaKey[list[str] | None] = _key(
     "remeasured", list[str] | None, "The digests the deciding passes measured, in order.")
+CONFIRMED_FROM: MetaKey[dict[str, int] | None] = _key(
+    "confirmed_from", dict[str, int] | None,
+    "Per Evaluator label, the place in its order where the confirming passes began: a frontier plan measured "
+    "in them is ranked and reported on those measurements alone (``search.records.ranking.Ranking``).")
+CONFIRMED: MetaKey[list[str] | None] = _key(
+    "confirmed", list[str] | None, "The digests the confirming passes measured, in order.")
 PHASE_SECONDS: MetaKey[dict[str, float]] = _key(
     "phase_seconds", dict[str, float],
     "Wall seconds the run spent in each phase, in the order first met (a resumed run adds to them).", dict)

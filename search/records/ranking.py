@@ -11,6 +11,9 @@
 - Floor: no plan ranks faster than the baseline (``no_faster_than``).
 - Deciding passes: from the place where they began (``decided_from``), a plan measured in them is
   ranked on those measurements alone (``Ranking.decided``).
+- Confirming passes: from the place where they began (``confirmed_from``), after the deciding
+  passes, a frontier plan measured in them is ranked and reported on those measurements alone:
+  measurements that chose a plan for the frontier are its luckiest, and are not the time it is shown at.
 - Noise: a run's timing noise (``timing_noise``) is the margin within which a plan off the frontier
   still contends for it.
 
@@ -111,13 +114,17 @@ class Ranking:
     began; ``search.engine.phases.deciding``), a plan measured in those passes is ranked on those
     measurements alone, taken side by side with the other plans that decide the frontier, since
     pairing removes a drift that moves every plan alike but not one that changes the plans' ratios
-    to each other; an Evaluator the mapping does not name started after they began. The baseline
-    keeps all its measurements: they are the references. See docs/measurement.md#ranking-and-drift-why."""
+    to each other; an Evaluator the mapping does not name started after they began. With
+    ``confirmed_from`` (where the confirming passes began, after the deciding ones), a plan measured
+    in those is ranked on them alone, in the same way. The baseline keeps all its measurements: they
+    are the references. See docs/measurement.md#ranking-and-drift-why."""
 
-    def __init__(self, baseline: MeasuredPlan | None, decided_from: Mapping[str, int] | None = None) -> None:
+    def __init__(self, baseline: MeasuredPlan | None, decided_from: Mapping[str, int] | None = None,
+                 confirmed_from: Mapping[str, int] | None = None) -> None:
         ran = baseline is not None and not baseline.oom
         self.baseline_digest = baseline.digest if ran else None
-        self.decided_from = dict(decided_from) if decided_from is not None else None
+        # the windows, latest first: a record is cut to its measurements in the latest one it has any in
+        self.windows = [dict(w) for w in (confirmed_from, decided_from) if w is not None]
         self.scale = baseline.step_seconds if ran else None
         self._references: dict[str, list[tuple[int, list[float]]]] = {}
         for who, n, samples in (measurements_of(baseline) or []) if ran and baseline.has_references else []:
@@ -138,12 +145,15 @@ class Ranking:
                                          "reference_seconds": [self.scale] * len(samples)})
 
     def decided(self, record: MeasuredPlan) -> MeasuredPlan:
-        """The record cut to its measurements of the deciding passes, when it has any (and is not
-        the baseline); else as it is."""
-        parts = measurements_of(record) if self.decided_from is not None else None
+        """The record cut to its measurements of the latest passes it was measured in (confirming, else
+        deciding), when it has any (and is not the baseline); else as it is."""
+        parts = measurements_of(record) if self.windows else None
         if not parts or record.digest == self.baseline_digest:
             return record
-        late = [k for k, (who, n, _) in enumerate(parts) if n >= self.decided_from.get(who, 0)]
+        for since in self.windows:
+            late = [k for k, (who, n, _) in enumerate(parts) if n >= since.get(who, 0)]
+            if late:
+                break
         if not late or len(late) == len(parts):
             return record
         per = len(record.step_seconds_samples) // len(parts)
@@ -163,8 +173,8 @@ class Ranking:
 
 
 def decided_from(records: Sequence[MeasuredPlan]) -> dict[str, int]:
-    """Where deciding passes that begin now begin: per Evaluator, the place in its order after the
-    last of its measurements in ``records`` (``Ranking``'s ``decided_from``)."""
+    """Where passes that begin now begin: per Evaluator, the place in its order after the last of its
+    measurements in ``records`` (``Ranking``'s ``decided_from`` and ``confirmed_from``)."""
     since: dict[str, int] = {}
     for m in records:
         for who, n, _ in measurements_of(m) or []:

@@ -253,7 +253,7 @@ class RunStore:
 
     def ranking(self) -> Ranking:
         """How the search ranks the plans this store holds (``search.records.ranking.Ranking``), from the store alone."""
-        return Ranking(self.baseline(), self.read(meta.DECIDED_FROM))
+        return Ranking(self.baseline(), self.read(meta.DECIDED_FROM), self.read(meta.CONFIRMED_FROM))
 
     def count(self, measured_only: bool = False) -> int:
         q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
