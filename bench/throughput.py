@@ -93,7 +93,8 @@ def search(spec: str, caps: dict[str, int], device: str, flags: Sequence[str], f
     return {"command": "python -m search.run " + " ".join(["--workload", spec, *cap_flags, *flags]),
             "wall_seconds": wall, "clock": report["clock"], "micro_batches": curve["micro_batches"],
             "default_micro_batch": curve["default_micro_batch"], "fit_checks": curve["fit_checks"],
-            "quote_rounds": curve["quote_rounds"], "caps": rows, "load_average_1": os.getloadavg()[0]}
+            "quote_rounds": curve["quote_rounds"], "caps": rows, "load_average_1": os.getloadavg()[0],
+            "phase_seconds": report.get("phase_seconds", {})}
 
 
 def _over_best(answer: dict[str, Any] | None, quote: list[dict[str, Any]]) -> float | None:

@@ -52,6 +52,9 @@ def throughput_table(r: Result) -> str:
                 "",
                 table(["cap", "ours: plan at micro-batch: samples/s", "best peer", "ours / best peer",
                        "within the spreads", "model-optimal (predicted samples/s)"], rows, "lllrlr"), ""]
+        if s.get("phase_seconds"):
+            out += ["Where the search's wall time went (the driver's phase clock, seconds): " + ", ".join(
+                f"{name} {sec:.0f}" for name, sec in s["phase_seconds"].items() if sec >= 0.5) + ".", ""]
         g = w.get("grid")
         if g:
             grows = [(f"{mib(row['cap_bytes']):.1f} MiB", f"{row['ours_over_grid']:.2f}x"
