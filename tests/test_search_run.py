@@ -211,16 +211,17 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     with RunStore(store_path, readonly=True) as s:
         after = {m.digest: m.step_seconds_samples for m in s.measured()}
         assert s.read(meta.STATUS) == "finished"
-        remeasured = s.read(meta.REMEASURED)  # the final passes over frontier points, near misses, the baseline
+        # the deciding passes over frontier points, near misses, the baseline; the confirming passes over the frontier
+        again = s.read(meta.REMEASURED) + (s.read(meta.CONFIRMED) or [])
         base = s.read(meta.BASELINE_DIGEST)
-        assert base in remeasured
+        assert base in again
     for digest, samples in before.items():
         assert len(set(samples)) == len(samples), "a measurement was recorded twice"
         assert after[digest][:len(samples)] == samples, "samples measured before the interrupt were lost"
         if digest == base:  # the final pass, and the resumed Evaluator's reference before its first plan
             assert len(after[digest]) >= len(samples) + 4 and len(after[digest]) % 2 == 0
-        elif digest in remeasured:  # each final pass that took it adds one more measurement
-            assert len(after[digest]) == len(samples) + 2 * remeasured.count(digest)
+        elif digest in again:  # each pass that took it adds one more measurement (of two samples)
+            assert len(after[digest]) == len(samples) + 2 * again.count(digest)
         else:
             assert after[digest] == samples, "a plan measured before the interrupt was measured again"
     assert len(after) <= 16
