@@ -23,6 +23,7 @@ from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.batching import batching_for, resize_inputs, tokens_per_sample
 from env.workloads.workload import load_workload
+from search.engine.phases.throughput import FIT_SPAN, fit_batch
 from search.engine.throughput.caps import ThroughputError, find_ladder, resolve_caps
 from search.engine.throughput.peers import Contender, FitSearch, largest_fitting, largest_under
 from search.export import export
@@ -120,6 +121,16 @@ def test_the_fit_goes_through_its_profiles_and_refuses_another_model():
     other = at6.model_copy(update={"fingerprint": "another"})
     with pytest.raises(MeasurementError, match="other units, actions or model"):
         BatchFit({2: at2, 6: other})
+
+
+def test_the_fits_second_profile_is_a_few_times_the_own_batch_not_the_ladders_top():
+    """A profile at micro-batch 81 of hf/llama ran for 26 CPU-minutes; the fit's far profile is taken at the
+    smallest ladder size at least FIT_SPAN times the own batch, the top only when the ladder ends before."""
+    assert FIT_SPAN == 4
+    assert fit_batch([1, 2, 8, 16, 32, 46], 4) == 16  # gpt/small: the ladder went to 46
+    assert fit_batch([1, 2, 8, 16, 32, 64, 81], 1) == 8
+    assert fit_batch([1, 2, 8], 4) == 8 and fit_batch([1, 2], 4) == 2  # a short ladder: its top
+    assert fit_batch([], 4) == 2 and fit_batch([], 1) == 2  # all keep ran nowhere else: below the own batch
 
 
 FIT_PEAK_TOLERANCE = 0.03  # the fit's peak at a batch it was not fitted on, against the peak measured there

@@ -4,7 +4,7 @@
 workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``).
 ``search_throughput`` runs after the run's own search, in this order:
 
-1. all keep measured at every ladder size, the profile at the largest where it runs, and the per-unit
+1. all keep measured at every ladder size, the profile at a few times the own batch where it runs, and the per-unit
    fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
    lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
 2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
@@ -44,6 +44,7 @@ from search.records import meta
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
 CANDIDATE_ROUNDS = 2
+FIT_SPAN = 4  # the fit's second profile: at the smallest ladder size this many times the own batch (``fit_batch``)
 SLOPE_SPAN = 3  # samples between the two sizes the lowest plan per sample is judged at
 DECIDING = 3  # per cap, the best measured (plan, micro-batch)s measured again side by side before the answer
 DECIDING_ROUNDS = 2
@@ -111,14 +112,13 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
 
 
 def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
-    """The fit through the workload's own profile and one at the far end of the ladder where all keep still
+    """The fit through the workload's own profile and one at ``fit_batch`` of the ladder sizes where all keep
     runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
     the lowest-memory plan does); profiled now, or as a resumed run stored it."""
     base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
     keep = codec.names(codec.uniform(Action.KEEP))
     kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
-    runs = [b for b, m in zip(ladder, kept) if not m.oom and b != base]
-    far = max(runs) if runs else (base // 2 if base > 1 else 2)
+    far = fit_batch([b for b, m in zip(ladder, kept) if not m.oom and b != base], base)
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
     if far not in profiles:
@@ -126,6 +126,19 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
         profiles[far] = ModelProfile.model_validate(got)
         store.write(meta.THROUGHPUT_PROFILES, profiles)
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
+
+
+def fit_batch(runs: list[int], base: int) -> int:
+    """The micro-batch of the fit's second profile: of ``runs`` (the ladder sizes but the workload's own batch
+    ``base`` where all keep runs), the smallest at least ``FIT_SPAN`` times ``base``, else the largest; with
+    none, half of ``base`` (2 for a batch of 1). Not the far end of the ladder: a profile times every action
+    of every unit, so it costs far more than a measurement there, and on hf/llama (CPU) the one at the
+    ladder's top, micro-batch 81, had run for 26 CPU-minutes when it was stopped. The fit is a line per unit
+    through the two profiles; its predictions at the other ladder sizes are checked against the plans
+    measured there (``ThroughputCurve.fit_checks``)."""
+    if not runs:
+        return base // 2 if base > 1 else 2
+    return min((b for b in runs if b >= FIT_SPAN * base), default=max(runs))
 
 
 def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> None:
