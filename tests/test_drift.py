@@ -364,3 +364,5 @@ def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_p
     from dashboard.data import load_run
 
     assert [plan_of[d] for d in load_run(tmp_path).frontier.digest] == ["RRR", "KRK", "KKK"]
+    deciding_passes(ctx)  # as a resumed run takes them: the last confirmation is over, a new one follows
+    assert led.store.read(meta.CONFIRMED) is None and led.store.read(meta.CONFIRMED_FROM) is None

@@ -43,7 +43,8 @@ def deciding_passes(ctx: RunContext) -> None:
     when those move a plan the passes did not take onto a frontier, more passes, then references
     again. Store meta ``remeasured``: the passes' digests, in order; ``deciding_passes``: each pass's."""
     noise = timing_noise(ctx.ledger.points())
-    ctx.ledger.store.write(meta.CONFIRMED_FROM, None)  # a resumed run confirms again, after these passes
+    for key in (meta.CONFIRMED_FROM, meta.CONFIRMED):  # a resumed run confirms again, after these passes
+        ctx.ledger.store.write(key, None)
     ctx.ledger.decide_from_here()
     done: list[str] = []
     passes: list[list[str]] = []
