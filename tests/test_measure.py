@@ -53,6 +53,20 @@ def test_a_plan_measured_again_on_cpu_takes_its_known_peak_without_profiling_aga
     assert measure(w, plan, units, repeats=1, known=oom).peak_bytes == first.peak_bytes  # nothing to lend
 
 
+def test_a_peer_measured_again_on_cpu_takes_its_known_peak_as_a_plan_does(gpt) -> None:
+    """checkpoint_sequential in eager steps allocates alike every step: measured again, it reads the peak it
+    read before; lent a peak (the throughput search lends the one measured at that micro-batch), it takes it."""
+    from env.measure.peers import checkpoint_sequential_peer, find_chain, measure_peer
+
+    w, _ = gpt
+    peer = checkpoint_sequential_peer(2, find_chain(w))
+    first, second = (measure_peer(w, peer, repeats=1, warmup=2) for _ in range(2))
+    assert first.peak_bytes == second.peak_bytes and first.live_before_bytes == second.live_before_bytes
+    lent = first.model_copy(update={"peak_bytes": first.peak_bytes + 12345})
+    again = measure_peer(w, peer, repeats=2, warmup=2, known=lent)
+    assert again.peak_bytes == first.peak_bytes + 12345 and len(again.step_seconds_samples) == 2
+
+
 def test_peak_parts_and_savings(gpt) -> None:
     w, units = gpt
     n = len(units)

@@ -85,5 +85,5 @@ class BatchMeasurer:
         return self.pool.run_jobs(list(jobs), self._call, lambda got: got["record"])
 
     def _call(self, handle: Any, job: BatchJob) -> Any:
-        known = None if isinstance(job.item, Peer) else self.known(job)  # its peak is lent on CPU
+        known = self.known(job)  # its peak is lent on CPU
         return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known)
