@@ -1,8 +1,8 @@
 """The throughput search's cost-model side: the fit in the micro-batch, its checks, and the plans to measure.
 
 ``ThroughputModel`` is made once the profiles are in (the workload's own one and one a few times its
-batch: ``search.engine.phases.throughput.fit_batch``, ``env.cost.batch_fit.BatchFit``). It prices any plan at any micro-batch the search
-considers (``batches``: every size up to the ladder's top, or up to where the fit puts the lowest peak
+batch: ``search.engine.phases.throughput.fit_batch``, ``env.cost.batch_fit.BatchFit``). It prices any
+plan at any micro-batch the search considers (``batches``: every size up to the ladder's top, or up to where the fit puts the lowest peak
 over the largest cap when that is further (``extend``); a geometric grid of ``GRID_POINTS`` beyond
 ``ALL_SIZES_UP_TO``; only the ladder when ``--micro-batches`` gave it), scaled by what the plans
 measured at each micro-batch showed (``peak_scale``: measured over predicted peak at the nearest
