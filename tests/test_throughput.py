@@ -90,13 +90,14 @@ def test_a_factory_that_cannot_change_its_batch_is_refused_in_one_line():
 
 # -- the fit in the micro-batch ----------------------------------------------------------------------------------
 
-def _scaled(profile: ModelProfile, factor: float) -> ModelProfile:
-    """``profile`` with every byte count and time grown as a batch ``factor`` times larger would, on a line."""
+def _scaled(profile: ModelProfile, factor: float, seconds_factor: float | None = None) -> ModelProfile:
+    """``profile`` with every byte count and time grown as a batch ``factor`` times larger would, on a line
+    (its times ``seconds_factor`` times when given)."""
     data = profile.model_dump(mode="json")
 
     def grow(seg: dict) -> None:
         seg.update(delta_bytes=int(seg["delta_bytes"] * factor), rise_bytes=int(seg["rise_bytes"] * factor),
-                   seconds=seg["seconds"] * factor)
+                   seconds=seg["seconds"] * (factor if seconds_factor is None else seconds_factor))
 
     for seg in [data["pre"], data["post"], data["tail"]] + [c[k] for cs in data["costs"].values() for c in cs
                                                              for k in ("fwd", "bwd")]:
@@ -131,6 +132,28 @@ def test_the_fits_second_profile_is_a_few_times_the_own_batch_not_the_ladders_to
     assert fit_batch([1, 2, 8, 16, 32, 64, 81], 1) == 8
     assert fit_batch([1, 2, 8], 4) == 8 and fit_batch([1, 2], 4) == 2  # a short ladder: its top
     assert fit_batch([], 4) == 2 and fit_batch([], 1) == 2  # all keep ran nowhere else: below the own batch
+
+
+def test_a_fitted_time_keeps_a_fixed_cost_and_a_cost_per_sample_at_zero_or_above():
+    """Profiles at 4 and 16 timed on a drifting machine, the one at 16 more than 4 times slower: the free line
+    through them would price micro-batch 1 at nothing (it crosses 0 at 1.6). The fitted time at 1 is the line
+    through 0's, a quarter of the time at 4, and no micro-batch costs less per sample than a larger one."""
+    at4 = PROFILE
+    at16 = _scaled(PROFILE, 4.0, seconds_factor=5.0)  # bytes 4x the ones at 4, seconds 5x: superlinear
+    fit = BatchFit({4: at4, 16: at16})
+    keep = [PROFILE.actions.index(Action.KEEP)] * len(PROFILE.units)
+    t4, t16 = CostModel(at4).predict(keep).step_seconds, CostModel(at16).predict(keep).step_seconds
+    assert t16 > 4 * t4
+    free_intercept = t4 - 4 * (t16 - t4) / 12
+    assert free_intercept < 0  # the line through both points is below 0 at micro-batch 1
+    t1 = CostModel(fit.profile_at(1)).predict(keep).step_seconds
+    assert t1 == pytest.approx(t4 * (4 + 16 * 5) / (16 + 256), rel=0.02)  # least squares through 0
+    per_sample = [CostModel(fit.profile_at(b)).predict(keep).step_seconds / b for b in (1, 2, 3, 5, 8, 12)]
+    assert all(a >= b - 1e-12 for a, b in zip(per_sample, per_sample[1:]))
+    # a line that has a fixed cost and a cost per sample is the free one, through both profiles
+    fair = BatchFit({4: at4, 16: _scaled(PROFILE, 4.0, seconds_factor=3.0)})
+    t1_fair = CostModel(fair.profile_at(1)).predict(keep).step_seconds
+    assert t1_fair == pytest.approx(t4 - 3 * (3 * t4 - t4) / 12, rel=0.02)
 
 
 FIT_PEAK_TOLERANCE = 0.03  # the fit's peak at a batch it was not fitted on, against the peak measured there
@@ -396,3 +419,42 @@ def test_the_answer_weighs_the_best_rule_at_its_largest_fitting_micro_batch():
     b, m = best_rule([*searches, peer])
     assert (b, m.digest) == (40, "rule:all")
     assert best_rule([peer]) is None and best_rule([]) is None
+
+
+def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_rule(tmp_path: Path):
+    """The book's samples were taken minutes apart: besides its DECIDING best, every (plan, micro-batch) within
+    NEAR of the best's samples per second is measured again side by side (DECIDING_MOST in all), and the best
+    rule at its largest fitting micro-batch; what does not fit the cap, peers and out-of-memory records never."""
+    from search.engine.phases.throughput import (DECIDING, DECIDING_MOST, NEAR, ThroughputRun, best_rule,
+                                                 finalists)
+    from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
+    from search.engine.throughput.caps import ThroughputSetup
+    from search.records.store import RunStore
+
+    assert DECIDING == 3 and DECIDING_MOST == 6 and NEAR == 0.85
+    cap = 100 * MIB
+    setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
+    with RunStore(tmp_path / "store.sqlite") as store:
+        book = BatchBook(store)
+        run = ThroughputRun(setup, BatchMeasurer(None, book, None, lambda names: "".join(names)))  # type: ignore[arg-type]
+
+        def measured(digest: str, micro_batch: int, rate: float, peak_mib: float = 50.0, oom: bool = False) -> None:
+            book.record({"micro_batch": micro_batch, "record": _record(peak_mib, micro_batch / rate, digest, oom)})
+
+        measured("best", 8, 40.0)
+        for k, rate in enumerate([39.0, 38.0, 35.0, 34.5, 34.1, 34.05]):  # 3 best, then 4 within 0.85 of 40 (34)
+            measured(f"p{k}", 4, rate)
+        measured("slow", 2, 33.0)  # below 0.85 of the best: out
+        measured("slower-rule", 1, 20.0)
+        measured("big", 8, 90.0, peak_mib=120.0)  # does not fit
+        measured("peer:fast", 8, 99.0)
+        measured("oom", 8, 99.0, oom=True)
+        got = [(b, m.digest) for b, m in finalists(run, cap, [])]
+        assert got == [(8, "best"), (4, "p0"), (4, "p1"), (4, "p2"), (4, "p3"), (4, "p4")]
+
+        rule = FitSearch(Contender("rule:every_4", "every 4th", plan=(1,)), cap)
+        rule.fits = (1, book.records[(1, "slower-rule")])
+        assert best_rule([rule]) is not None
+        with_rule = [(b, m.digest) for b, m in finalists(run, cap, [rule])]
+        assert with_rule == got + [(1, "slower-rule")]
+        assert finalists(run, 10 * MIB, []) == []  # nothing measured fits

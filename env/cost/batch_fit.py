@@ -5,7 +5,12 @@ Every number of a ``ModelProfile`` (``env.data.model_profile``) is fitted as a l
 ``pre``/``post``/``tail`` segments and the bytes live before the step. Activations, their gradients
 and the batch itself grow in proportion to ``b`` over a constant (weights, gradients, optimizer
 state); a step's time grows as ``b`` times the work per sample over a fixed cost (kernel launches,
-the optimizer). With two profiles the line goes through both; with more it is least squares.
+the optimizer). With two profiles the line goes through both; with more it is least squares. A time's
+line keeps both its fixed cost and its cost per sample at 0 or above (``_time_line``): two profiles
+timed minutes apart on a drifting machine can put the larger one more than proportionally slower, and
+the line through them then crosses 0 above micro-batch 1, pricing small micro-batches at almost nothing
+(gpt/small profiled at 4 and 16: recompute everything predicted at 14 ms at micro-batch 1, measured
+75 ms, so the search measured micro-batch 1 first under every cap).
 ``BatchFit.profile_at(b)`` returns the profile the cost model, the exact solver and the agents read
 at ``b`` (the measured one where ``b`` was profiled); bytes are rounded and rises and seconds kept at
 0 or above. Torch-free.
@@ -56,6 +61,17 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(intercept), float(slope)
 
 
+def _time_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line with both at 0 or above (a fixed cost and a cost per
+    sample): the free line where it has them, else the better of the line through 0 and the constant,
+    each kept at 0 or above (the two-parameter non-negative least squares, in closed form)."""
+    intercept, slope = _line(x, y)
+    if intercept >= 0 and slope >= 0:
+        return intercept, slope
+    bounded = [(0.0, max(0.0, float(x @ y / (x @ x)))), (max(0.0, float(y.mean())), 0.0)]
+    return min(bounded, key=lambda line: float(((line[0] + line[1] * x - y) ** 2).sum()))
+
+
 class BatchFit:
     """Per-unit lines in the micro-batch through the profiles of ``profiles`` (batch size -> profile)."""
 
@@ -72,7 +88,9 @@ class BatchFit:
         self.template = first
         x = np.array(list(self.profiles), dtype=float)
         table = np.array([_numbers(p) for p in self.profiles.values()], dtype=float)  # (batches, numbers)
-        self.lines = np.array([_line(x, table[:, k]) for k in range(table.shape[1])])  # (numbers, 2)
+        seconds = _seconds_columns(first)
+        self.lines = np.array([(_time_line if k in seconds else _line)(x, table[:, k])
+                               for k in range(table.shape[1])])  # (numbers, 2)
 
     @property
     def batches(self) -> list[int]:
@@ -109,6 +127,11 @@ def _segments(p: ModelProfile) -> list[Segment]:
 def _numbers(p: ModelProfile) -> list[float]:
     """The profile's numbers in ``_segments`` order, three per segment, then the bytes live before the step."""
     return [v for s in _segments(p) for v in (s.delta_bytes, s.rise_bytes, s.seconds)] + [p.base_bytes]
+
+
+def _seconds_columns(p: ModelProfile) -> set[int]:
+    """Where ``_numbers`` puts the segments' seconds."""
+    return {3 * k + 2 for k in range(len(_segments(p)))}
 
 
 def _rebuilt(template: ModelProfile, values: np.ndarray, micro_batch: int) -> ModelProfile:
