@@ -10,7 +10,7 @@ line keeps both its fixed cost and its cost per sample at 0 or above (``_time_li
 timed minutes apart on a drifting machine can put the larger one more than proportionally slower, and
 the line through them then crosses 0 above micro-batch 1, pricing small micro-batches at almost nothing
 (gpt/small profiled at 4 and 16: recompute everything predicted at 14 ms at micro-batch 1, measured
-75 ms, so the search measured micro-batch 1 first under every cap).
+75 ms, and every candidate the search measured under the lowest cap was at micro-batch 1).
 ``BatchFit.profile_at(b)`` returns the profile the cost model, the exact solver and the agents read
 at ``b`` (the measured one where ``b`` was profiled); bytes are rounded and rises and seconds kept at
 0 or above. Torch-free.
