@@ -136,8 +136,8 @@ def test_the_fits_second_profile_is_a_few_times_the_own_batch_not_the_ladders_to
 
 def test_a_fitted_time_keeps_a_fixed_cost_and_a_cost_per_sample_at_zero_or_above():
     """Profiles at 4 and 16 timed on a drifting machine, the one at 16 more than 4 times slower: the free line
-    through them would price micro-batch 1 at nothing (it crosses 0 at 1.6). The fitted time at 1 is the line
-    through 0's, a quarter of the time at 4, and no micro-batch costs less per sample than a larger one."""
+    through them would price micro-batch 1 at nothing (it crosses 0 at 1.6). The fitted time at 1 is the least-
+    squares line through 0's (0.31 of the time at 4), and no micro-batch costs less per sample than a larger one."""
     at4 = PROFILE
     at16 = _scaled(PROFILE, 4.0, seconds_factor=5.0)  # bytes 4x the ones at 4, seconds 5x: superlinear
     fit = BatchFit({4: at4, 16: at16})
@@ -436,7 +436,8 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_ru
     setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
     with RunStore(tmp_path / "store.sqlite") as store:
         book = BatchBook(store)
-        run = ThroughputRun(setup, BatchMeasurer(None, book, None, lambda names: "".join(names)))  # type: ignore[arg-type]
+        measurer = BatchMeasurer(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
+        run = ThroughputRun(setup, measurer)
 
         def measured(digest: str, micro_batch: int, rate: float, peak_mib: float = 50.0, oom: bool = False) -> None:
             book.record({"micro_batch": micro_batch, "record": _record(peak_mib, micro_batch / rate, digest, oom)})

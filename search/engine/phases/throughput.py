@@ -40,7 +40,7 @@ from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
 from search.engine.throughput.quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
-                                            quote_and_curve)
+                                            quote_and_curve, samples_per_second)
 from search.records import meta
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
@@ -201,7 +201,7 @@ def best_rule(searches: list[FitSearch]) -> Answer | None:
     of the most samples per second as measured while finding that micro-batch."""
     fits = [s.fits for s in searches if s.contender.plan is not None and s.fits is not None and not s.fits[1].oom
             and s.fits[1].step_seconds_samples]
-    return max(fits, key=lambda bm: bm[0] / bm[1].step_seconds, default=None)
+    return max(fits, key=samples_per_second, default=None)
 
 
 def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch]) -> list[Answer]:
@@ -212,9 +212,8 @@ def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch]) -> list[A
     book alone, that run left all keep at micro-batch 8 out of the largest cap's three (its samples 273, 252
     and 225 ms, falling as the machine changed: 31.8 samples/s against 36.4 for no checkpointing at 9)."""
     measured = measured_under(run, cap)
-    best = measured[0][0] / measured[0][1].step_seconds if measured else 0.0
-    group = [a for i, a in enumerate(measured)
-             if i < DECIDING or a[0] / a[1].step_seconds >= NEAR * best][:DECIDING_MOST]
+    best = samples_per_second(measured[0]) if measured else 0.0
+    group = [a for i, a in enumerate(measured) if i < DECIDING or samples_per_second(a) >= NEAR * best][:DECIDING_MOST]
     rule = best_rule(searches)
     if rule is not None and all((b, m.digest) != (rule[0], rule[1].digest) for b, m in group):
         group.append(rule)
@@ -236,7 +235,7 @@ def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]]) -> dict[int, A
     for cap, group in finalists_of.items():
         side = [(b, got[(m.digest, b)]) for b, m in group]
         fits = [(b, m) for b, m in side if not m.oom and run.setup.counted(m.peak_bytes, b) <= cap]
-        answers[cap] = max(fits, key=lambda bm: bm[0] / bm[1].step_seconds) if fits else None
+        answers[cap] = max(fits, key=samples_per_second) if fits else None
     return answers
 
 

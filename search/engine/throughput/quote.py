@@ -37,6 +37,11 @@ QUOTE_ROUNDS = 2
 Answer = tuple[int, MeasuredPlan]  # (micro-batch, the plan's record there)
 
 
+def samples_per_second(answer: Answer) -> float:
+    """A (micro-batch, record)'s samples per second at its median step."""
+    return answer[0] / answer[1].step_seconds
+
+
 def peer_label(peer: Peer) -> str:
     p = peer.params
     if peer.kind is PeerKind.HF_CHECKPOINTING:
@@ -88,7 +93,7 @@ def measured_under(run: "ThroughputRun", cap: int) -> list[Answer]:
     fits = [(b, m) for (b, digest), m in run.book.records.items()
             if not digest.startswith("peer:") and not m.oom and m.step_seconds_samples
             and run.setup.counted(m.peak_bytes, b) <= cap]
-    return sorted(fits, key=lambda bm: (-bm[0] / bm[1].step_seconds, bm[1].peak_bytes))
+    return sorted(fits, key=lambda bm: (-samples_per_second(bm), bm[1].peak_bytes))
 
 
 def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
