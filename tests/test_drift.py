@@ -366,3 +366,58 @@ def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_p
     assert [plan_of[d] for d in load_run(tmp_path).frontier.digest] == ["RRR", "KRK", "KKK"]
     deciding_passes(ctx)  # as a resumed run takes them: the last confirmation is over, a new one follows
     assert led.store.read(meta.CONFIRMED) is None and led.store.read(meta.CONFIRMED_FROM) is None
+
+
+def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither_confirmed_nor_shown(
+        tmp_path) -> None:
+    """A 3-unit search (raw times, no references; noise 2%). The deciding passes rank R (50) at 1.50,
+    which hides S (55, 1.535, off the frontier by more than the noise). Confirmed, R measures 1.55: S is
+    on the frontier again, but at most 2% faster than R at more memory, so it is not confirmed, and the
+    report shows R at its confirmed time in its place; the store's frontier keeps S."""
+    from search.engine.phases.context import RunContext
+    from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirmable, confirming_passes, deciding_passes
+    from search.engine.report import write_outputs
+    from search.records import meta
+    from search.records.config import SearchConfig
+    from search.records.frontier_file import load_frontier
+
+    # plan: (peak, time until the confirming passes, time in them)
+    plans = {"KKK": (100, 1.0, 1.0), "RRR": (50, 1.50, 1.55), "RRK": (55, 1.535, 1.535), "KRK": (65, 1.20, 1.20)}
+    setup, acts, digests = _three_units(*plans)
+    act, digest = dict(zip(plans, acts)), dict(zip(plans, digests))
+    plan_of = {d: p for p, d in digest.items()}
+    led = Ledger(setup, RunStore(tmp_path))
+    ids = iter(range(1, 1000))
+    confirming = False
+
+    def record(p: str) -> MeasuredPlan:
+        peak, before, after = plans[p]
+        return led.record(_m(digest[p], act[p], [after if confirming else before], [], f"e:{next(ids)}",
+                             peak=peak, source="rule:none" if p == "KKK" else "agent_0"))
+
+    for p in plans:
+        record(p)
+    led.set_baseline(digest["KKK"])
+
+    class Timed:  # the Measurer's part the passes use
+        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
+            return [record(plan_of[setup.codec.digest(idx)]) for idx, _ in jobs]
+
+    ctx = RunContext(SearchConfig(reference_every=0.0), led, Timed(), None, 0, None)  # type: ignore[arg-type]
+    deciding_passes(ctx)
+    assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "KRK", "KKK"]
+    confirming = True
+    confirming_passes(ctx)
+    confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
+    assert sorted(set(confirmed)) == ["KRK", "RRR"] and confirmed.count("RRR") == CONFIRMING_MEASUREMENTS
+    assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "RRK", "KRK", "KKK"]  # the store's frontier
+    shown = confirmable(led.points(), set(led.store.read(meta.CONFIRMED)), 0.02)
+    assert [(plan_of[r.digest], r.step_seconds) for r in shown] == [
+        ("RRR", pytest.approx(1.55)), ("KRK", pytest.approx(1.20)), ("KKK", pytest.approx(1.0))]
+    led.store.write(meta.RULES, {"none": digest["KKK"]})
+    report = write_outputs(SearchConfig(workload="gpt/tiny"), tmp_path, led)
+    assert report["left_out"]["unconfirmed"] == 1 and report["left_out"]["plans"] == 0
+    frontier_file = load_frontier(tmp_path)
+    assert [p.step_seconds for p in frontier_file.points] == pytest.approx([1.55, 1.20, 1.0])
+    assert frontier_file.readable and frontier_file.readable["left_out"] == [digest["RRK"]]
+    assert "not confirmed and left out" in (tmp_path / "report.md").read_text()

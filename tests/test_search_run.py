@@ -64,7 +64,11 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert all(v >= 0 for v in phases.values()) and busy["plans"] > 0 and busy["reference_measurements"] >= 2
         assert busy["plan_measurements"] + busy["reference_measurements"] == sum(
             m.n_measurements for m in s.measured())
-        assert s.snapshots() and s.snapshots()[-1]["frontier_size"] == len(front["points"]) + len(rule["left_out"])
+        # the store's frontier is shown or left out; a plan shown beside it is a confirmed one shown in place of
+        # a plan not confirmed
+        unconfirmed = json.loads((run_dir / "report.json").read_text())["left_out"]["unconfirmed"]
+        assert s.snapshots() and 0 <= len(front["points"]) + len(rule["left_out"]) - s.snapshots()[-1][
+            "frontier_size"] <= unconfirmed
         assert set(s.read(meta.RULES)) >= {"none", "all", "every_2", "sqrt_n"}
         # every rule measured once; again in the deciding passes, and if on the frontier, in the confirming ones
         remeasured, confirmed = s.read(meta.REMEASURED), s.read(meta.CONFIRMED) or []

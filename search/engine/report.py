@@ -15,6 +15,7 @@ from env.data.plan import action_summary
 from env.data.ranks import split_rank_clock
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
+from search.engine.phases.deciding import confirmable
 from search.engine.throughput.report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig
@@ -33,8 +34,13 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     strict = ledger.frontier()  # the store keeps every measurement; the frontier the user sees is readable
     tolerance = MEMORY_TOLERANCE * base.activation_bytes
     noise = timing_noise(ledger.points())
-    shown = readable([r.peak_bytes for r in strict], [r.step_seconds for r in strict], tolerance, noise)
-    front = [r for r, keep in zip(strict, shown) if keep]
+    confirmed = store.read(meta.CONFIRMED)  # what the confirming passes confirmed is shown in place of its near misses
+    candidates = confirmable(ledger.points(), set(confirmed), noise) if confirmed else strict
+    shown = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
+    front = [r for r, keep in zip(candidates, shown) if keep]
+    on_front = {r.digest for r in front}
+    left_out = [r.digest for r in strict + candidates if r.digest not in on_front]
+    unconfirmed = len({r.digest for r in strict} - {r.digest for r in candidates})
     agents_front = ledger.frontier((SourceKind.AGENT,))
     exact_digests = set(store.read(meta.EXACT))
     exact_measured = [r for r in ledger.points() if r.digest in exact_digests]
@@ -51,7 +57,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
                                          baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
                                          points=points, readable={
                                              "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
-                                             "left_out": [r.digest for r, keep in zip(strict, shown) if not keep]},
+                                             "left_out": list(dict.fromkeys(left_out))},
                                          throughput=curve))
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
@@ -60,7 +66,6 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         if best is not None:
             codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json")
 
-    on_front = {r.digest for r in front}
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}
                  for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
@@ -73,8 +78,8 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "baseline": {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
         "baseline_live_before_bytes": base.live_before_bytes,
         "frontier": [{**p.model_dump(mode="json"), "found_by": r.sources} for p, r in zip(points, front)],
-        "left_out": {"plans": len(strict) - len(front), "memory_tolerance_bytes": int(tolerance),
-                     "timing_noise": noise},
+        "left_out": {"plans": len(candidates) - len(front), "unconfirmed": unconfirmed,
+                     "memory_tolerance_bytes": int(tolerance), "timing_noise": noise},
         "hypervolume": {"frontier": hv_all, "agents_only": hv_agents, "exact_measured": hv_exact,
                         "agents_over_exact": (hv_agents / hv_exact) if exact_front else None},
         "exact_plans_measured": len(exact_measured), "rules": rule_rows, "peers": peer_rows, "events": ledger.events,
@@ -149,6 +154,10 @@ def to_markdown(rep: dict[str, Any]) -> str:
         lines += [f"{out['plans']} measured frontier plan(s) left out: each has a plan beside it at most "
                   f"{out['memory_tolerance_bytes'] / MIB:.2f} MiB higher that is faster by more than the run's timing "
                   f"noise ({out['timing_noise']:.1%}).", ""]
+    if out.get("unconfirmed"):
+        lines += [f"{out['unconfirmed']} plan(s) of the measured frontier not confirmed and left out: each is at "
+                  f"most the run's timing noise ({out['timing_noise']:.1%}) faster than a confirmed plan at no more "
+                  "memory, shown in its place.", ""]
     lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
