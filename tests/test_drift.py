@@ -411,9 +411,12 @@ def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither
     confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
     assert sorted(set(confirmed)) == ["KRK", "RRR"] and confirmed.count("RRR") == CONFIRMING_MEASUREMENTS
     assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "RRK", "KRK", "KKK"]  # the store's frontier
-    shown = confirmable(led.points(), set(led.store.read(meta.CONFIRMED)), 0.02)
+    shown = confirmable(led.points(), set(led.store.read(meta.CONFIRMED)), 0.02, digest["KKK"])
     assert [(plan_of[r.digest], r.step_seconds) for r in shown] == [
         ("RRR", pytest.approx(1.55)), ("KRK", pytest.approx(1.20)), ("KKK", pytest.approx(1.0))]
+    # the baseline is never left out, though a confirmed plan at less memory be within the noise of it
+    near_base = confirmable(led.points(), set(led.store.read(meta.CONFIRMED)), 0.3, digest["KKK"])
+    assert [plan_of[r.digest] for r in near_base] == ["RRR", "KRK", "KKK"]
     led.store.write(meta.RULES, {"none": digest["KKK"]})
     report = write_outputs(SearchConfig(workload="gpt/tiny"), tmp_path, led)
     assert report["left_out"]["unconfirmed"] == 1 and report["left_out"]["plans"] == 0

@@ -35,7 +35,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     tolerance = MEMORY_TOLERANCE * base.activation_bytes
     noise = timing_noise(ledger.points())
     confirmed = store.read(meta.CONFIRMED)  # what the confirming passes confirmed is shown in place of its near misses
-    candidates = confirmable(ledger.points(), set(confirmed), noise) if confirmed else strict
+    candidates = confirmable(ledger.points(), set(confirmed), noise, base.digest) if confirmed else strict
     shown = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
     front = [r for r, keep in zip(candidates, shown) if keep]
     on_front = {r.digest for r in front}

@@ -83,7 +83,7 @@ def confirming_passes(ctx: RunContext) -> None:
     noise = timing_noise(ledger.points())
     done: list[str] = []
     passes = 0
-    while todo := [r.digest for r in confirmable(ledger.points(), set(done), noise)
+    while todo := [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
                    if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS]:
         order = todo[::-1] if passes % 2 else todo
         for k in range(0, len(order), CONFIRMING_STRETCH):
@@ -92,12 +92,13 @@ def confirming_passes(ctx: RunContext) -> None:
         passes += 1
 
 
-def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: float) -> list[MeasuredPlan]:
+def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: float, baseline: str) -> list[MeasuredPlan]:
     """The frontier that the confirming passes confirm and a user is shown, by peak: that of ``points`` once
     every plan not in ``confirmed`` is left out for which a confirmed plan at no more memory is at most
-    ``noise`` (a share) slower. With nothing confirmed, the frontier of ``points``."""
+    ``noise`` (a share) slower. The ``baseline`` (digest) counts as confirmed: its measurements are the
+    references. With nothing confirmed, the frontier of ``points``."""
     sure = [r for r in points if r.digest in confirmed]
-    return frontier_of([r for r in points if r.digest in confirmed or not any(
+    return frontier_of([r for r in points if r.digest in confirmed or r.digest == baseline or not any(
         c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)])
 
 
