@@ -459,3 +459,40 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_ru
         with_rule = [(b, m.digest) for b, m in finalists(run, cap, [rule])]
         assert with_rule == got + [(1, "slower-rule")]
         assert finalists(run, 10 * MIB, []) == []  # nothing measured fits
+
+
+def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
+    """The first of the deciding rounds is the finalist whose measurements read luckiest: the first two are
+    measured again, in RUNOFF_ROUNDS rounds of their own, and the answer is the faster on those alone."""
+    from search.engine.phases.throughput import DECIDING_ROUNDS, RUNOFF_ROUNDS, ThroughputRun, decide
+    from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
+    from search.engine.throughput.caps import ThroughputSetup
+    from search.records.store import RunStore
+
+    cap = 100 * MIB
+    # samples per second at micro-batch 4: in the book, in the deciding rounds, in the run-off
+    rates = {"lucky": (40.0, 50.0, 40.0), "steady": (39.0, 45.0, 44.0), "third": (38.0, 30.0, 99.0)}
+
+    def record(digest: str, rate: float) -> MeasuredPlan:
+        return _record(50.0, 4 / rate, digest).model_copy(update={"actions": [digest]})
+
+    class Scripted(BatchMeasurer):  # the Evaluators' part: each round's measurements as scripted
+        rounds: list[list[str]] = []
+
+        def fresh(self, jobs):
+            self.rounds.append([job.item[0] for job in jobs])
+            late = 1 if len(self.rounds) <= DECIDING_ROUNDS else 2
+            return [record(job.item[0], rates[job.item[0]][late]) for job in jobs]
+
+    setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
+    with RunStore(tmp_path / "store.sqlite") as store:
+        book = BatchBook(store)
+        measurer = Scripted(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
+        for digest, (rate, _, _) in rates.items():
+            book.record({"micro_batch": 4, "record": record(digest, rate)})
+        answers = decide(ThroughputRun(setup, measurer), {})
+    assert len(measurer.rounds) == DECIDING_ROUNDS + RUNOFF_ROUNDS
+    assert all(sorted(r) == ["lucky", "steady", "third"] for r in measurer.rounds[:DECIDING_ROUNDS])
+    assert all(sorted(r) == ["lucky", "steady"] for r in measurer.rounds[DECIDING_ROUNDS:])
+    b, m = answers[cap]
+    assert (b, m.digest) == (4, "steady") and 4 / m.step_seconds == pytest.approx(44.0)
