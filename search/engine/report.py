@@ -7,6 +7,7 @@ per agent budget (the fastest measured frontier plan under it).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +26,41 @@ from search.records.ranking import timing_noise
 from search.records.throughput import ThroughputCurve
 
 
+@dataclass(frozen=True)
+class Shown:
+    """The frontier a user is shown (``front``), from the store's (``strict``): the confirming passes' plans in
+    place of the near misses they left unconfirmed (``candidates``; ``search.engine.phases.deciding.confirmable``),
+    then without a plan that one beside it, at most ``tolerance`` bytes higher, beats by more than the run's
+    timing ``noise`` (``search.records.pareto.readable``)."""
+
+    strict: list[MeasuredPlan]
+    candidates: list[MeasuredPlan]
+    front: list[MeasuredPlan]
+    tolerance: float
+    noise: float
+
+    @classmethod
+    def of(cls, ledger: Ledger) -> "Shown":
+        base = ledger.baseline()
+        if base is None:
+            raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
+        strict = ledger.frontier()  # the store keeps every measurement
+        tolerance = MEMORY_TOLERANCE * base.activation_bytes
+        noise = timing_noise(ledger.points())
+        confirmed = ledger.store.read(meta.CONFIRMED)
+        candidates = confirmable(ledger.points(), set(confirmed), noise, base.digest) if confirmed else strict
+        keep = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
+        return cls(strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise)
+
+
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
     """frontier.json, report.md/json and plans/ for a finished (or interrupted) search."""
     prof, codec, store = ledger.setup.profile, ledger.codec, ledger.store
+    shown = Shown.of(ledger)  # raises where the baseline is not measured yet
     base = ledger.baseline()
-    if base is None:
-        raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
-    strict = ledger.frontier()  # the store keeps every measurement; the frontier the user sees is readable
-    tolerance = MEMORY_TOLERANCE * base.activation_bytes
-    noise = timing_noise(ledger.points())
-    confirmed = store.read(meta.CONFIRMED)  # what the confirming passes confirmed is shown in place of its near misses
-    candidates = confirmable(ledger.points(), set(confirmed), noise, base.digest) if confirmed else strict
-    shown = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
-    front = [r for r, keep in zip(candidates, shown) if keep]
+    assert base is not None
+    strict, candidates, front = shown.strict, shown.candidates, shown.front
+    tolerance, noise = shown.tolerance, shown.noise
     on_front = {r.digest for r in front}
     left_out = [r.digest for r in strict + candidates if r.digest not in on_front]
     unconfirmed = len({r.digest for r in strict} - {r.digest for r in candidates})

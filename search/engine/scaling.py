@@ -7,6 +7,7 @@ from typing import Any
 from env.workloads.spec import WorkloadSpec, builtin_options
 from search.engine import ray_session
 from search.engine.ledger import Ledger
+from search.engine.report import Shown
 from search.records import meta
 from search.records.meta import BatchPoint
 
@@ -22,7 +23,9 @@ def measure_batch_scaling(workload: str, ledger: Ledger, evaluator: Any) -> dict
     batch = int(builtin_options(spec)["batch_size"])
     if batch < 2:
         return {}
-    front = ledger.frontier()  # by peak ascending: the last is the fastest (no checkpointing), priced beside the rest
+    # the frontier a user is shown, by peak ascending: the last is the fastest (no checkpointing), priced beside
+    # the rest
+    front = Shown.of(ledger).front
     picks = sorted({round(i * (len(front) - 1) / (MAX_PLANS - 1)) for i in range(MAX_PLANS)}) if front else []
     store = ledger.store
     scaling = store.read(meta.BATCH_SCALING)

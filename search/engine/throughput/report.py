@@ -31,9 +31,9 @@ def cap_markdown(row: CapRow, rounds: int) -> list[str]:
         lines += ["Fit nowhere under this cap: " + "; ".join(f"{k}: {v}" for k, v in row.unfit.items()) + ".", ""]
     sel, best = row.selected, row.model_optimal
     if sel is not None:
-        lines.append(f"Chosen beside the other finalists, side by side, on {sel.n_samples} timed steps at {_rate(sel)} "
-                     f"samples/s; the table's numbers are {rounds} later measurements of each configuration, in "
-                     "interleaved rounds.")
+        lines.append(f"Chosen on {sel.n_samples} timed steps at {_rate(sel)} samples/s, side by side with the "
+                     "other finalists and then in a run-off with the runner-up; the table's numbers are "
+                     f"{rounds} later measurements of each configuration, in interleaved rounds.")
     if best is not None:
         lines.append(f"Model-optimal (exact solver on the fitted cost model, predicted): {best.label} at micro-batch "
                      f"{best.micro_batch}, {best.samples_per_second:.1f} samples/s, peak "
