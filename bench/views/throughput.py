@@ -57,7 +57,8 @@ def throughput_table(r: Result) -> str:
                 f"{name} {sec:.0f}" for name, sec in s["phase_seconds"].items() if sec >= 0.5) + ".", ""]
         g = w.get("grid")
         if g:
-            grows = [(f"{mib(row['cap_bytes']):.1f} MiB", f"{row['ours_over_grid']:.2f}x"
+            grows = [(f"{mib(row['cap_bytes']):.1f} MiB", (f"{row['ours_over_grid']:.2f}x"
+                      + (" (the same configuration)" if row.get("same_configuration") else ""))
                       if row.get("ours_over_grid") else "-") for row in g["caps"]]
             out += [f"Against the measured grid ({g['wall_seconds']:.0f} s, load {g['load_average_1']:.1f}):", "",
                     table(["cap", "ours / grid's best"], grows), ""]
