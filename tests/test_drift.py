@@ -307,6 +307,39 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     assert [plan_of[r.digest] for r in led.frontier((SourceKind.AGENT,))] == ["RRR", "RKR", "KKR"]
 
 
+class _Passes:
+    """A 3-unit search whose plans read one time until the confirming passes and another in them, raw (no
+    references): ``plans`` maps a plan (``"RKK"``) to (source, peak, time before, time in them). It plays the
+    Measurer's part in the passes (``measure``); ``ctx`` runs them."""
+
+    def __init__(self, tmp_path, plans: dict[str, tuple[str, int, float, float]]) -> None:
+        from search.engine.phases.context import RunContext
+        from search.records.config import SearchConfig
+
+        self.plans, self.confirming = plans, False
+        self.setup, acts, digests = _three_units(*plans)
+        self.act, self.digest = dict(zip(plans, acts)), dict(zip(plans, digests))
+        self.plan_of = {d: p for p, d in self.digest.items()}
+        self.led = Ledger(self.setup, RunStore(tmp_path))
+        self.ids = iter(range(1, 1000))
+        for p in plans:
+            self.record(p)
+        self.led.set_baseline(self.digest["KKK"])
+        no_references = SearchConfig(reference_every=0.0)
+        self.ctx = RunContext(no_references, self.led, self, None, 0, None)  # type: ignore[arg-type]
+
+    def record(self, p: str) -> MeasuredPlan:
+        source, peak, before, after = self.plans[p]
+        return self.led.record(_m(self.digest[p], self.act[p], [after if self.confirming else before], [],
+                                  f"e:{next(self.ids)}", peak=peak, source=source))
+
+    def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
+        return [self.record(self.plan_of[self.setup.codec.digest(idx)]) for idx, _ in jobs]
+
+    def names(self, records) -> list[str]:
+        return [self.plan_of[r.digest] for r in records]
+
+
 def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_push_off_is_not_shown(
         tmp_path) -> None:
     """A 3-unit search whose deciding passes chose lucky plans. A (60) measured 1.10 until it was
@@ -314,39 +347,17 @@ def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_p
     one confirmation. C (65, 1.20), which A hid, is back on it and confirmed in turn, at 1.25. D is
     confirmed at 1.52. The frontier is reported at the confirmed times, not the ones that chose it,
     by the ledger, a resumed ledger and the dashboard alike; the store keeps every measurement. The
-    Evaluator's part is played by ``Timed`` (raw times, no references)."""
-    from search.engine.phases.context import RunContext
+    Evaluator's part is played by ``_Passes`` (raw times, no references)."""
     from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirming_passes, deciding_passes
     from search.records import meta
-    from search.records.config import SearchConfig
 
     # plan: (source, peak, time until the confirming passes, time in them)
-    plans = {"KKK": ("rule:none", 100, 1.0, 1.0), "RRR": ("agent_0", 50, 1.5, 1.52),
-             "RKK": ("agent_1", 60, 1.10, 1.60), "KRK": ("agent_2", 65, 1.20, 1.25)}
-    setup, acts, digests = _three_units(*plans)
-    act, digest = dict(zip(plans, acts)), dict(zip(plans, digests))
-    plan_of = {d: p for p, d in digest.items()}
-    led = Ledger(setup, RunStore(tmp_path))
-    ids = iter(range(1, 1000))
-    confirming = False
-
-    def record(p: str) -> MeasuredPlan:
-        source, peak, before, after = plans[p]
-        return led.record(_m(digest[p], act[p], [after if confirming else before], [], f"e:{next(ids)}",
-                             peak=peak, source=source))
-
-    for p in plans:
-        record(p)
-    led.set_baseline(digest["KKK"])
-
-    class Timed:  # the Measurer's part the passes use
-        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
-            return [record(plan_of[setup.codec.digest(idx)]) for idx, _ in jobs]
-
-    ctx = RunContext(SearchConfig(reference_every=0.0), led, Timed(), None, 0, None)  # type: ignore[arg-type]
+    run = _Passes(tmp_path, {"KKK": ("rule:none", 100, 1.0, 1.0), "RRR": ("agent_0", 50, 1.5, 1.52),
+                             "RKK": ("agent_1", 60, 1.10, 1.60), "KRK": ("agent_2", 65, 1.20, 1.25)})
+    setup, digest, plan_of, led, ctx = run.setup, run.digest, run.plan_of, run.led, run.ctx
     deciding_passes(ctx)
-    assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "RKK", "KKK"]  # KRK hidden by A's 1.10
-    confirming = True
+    assert run.names(led.frontier()) == ["RRR", "RKK", "KKK"]  # KRK hidden by A's 1.10
+    run.confirming = True
     confirming_passes(ctx)
     confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
     assert confirmed.count("RKK") == 1  # pushed off by its first confirmation: not measured again
@@ -374,39 +385,19 @@ def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither
     which hides S (55, 1.535, off the frontier by more than the noise). Confirmed, R measures 1.55: S is
     on the frontier again, but at most 2% faster than R at more memory, so it is not confirmed, and the
     report shows R at its confirmed time in its place; the store's frontier keeps S."""
-    from search.engine.phases.context import RunContext
     from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirmable, confirming_passes, deciding_passes
     from search.engine.report import write_outputs
     from search.records import meta
     from search.records.config import SearchConfig
     from search.records.frontier_file import load_frontier
 
-    # plan: (peak, time until the confirming passes, time in them)
-    plans = {"KKK": (100, 1.0, 1.0), "RRR": (50, 1.50, 1.55), "RRK": (55, 1.535, 1.535), "KRK": (65, 1.20, 1.20)}
-    setup, acts, digests = _three_units(*plans)
-    act, digest = dict(zip(plans, acts)), dict(zip(plans, digests))
-    plan_of = {d: p for p, d in digest.items()}
-    led = Ledger(setup, RunStore(tmp_path))
-    ids = iter(range(1, 1000))
-    confirming = False
-
-    def record(p: str) -> MeasuredPlan:
-        peak, before, after = plans[p]
-        return led.record(_m(digest[p], act[p], [after if confirming else before], [], f"e:{next(ids)}",
-                             peak=peak, source="rule:none" if p == "KKK" else "agent_0"))
-
-    for p in plans:
-        record(p)
-    led.set_baseline(digest["KKK"])
-
-    class Timed:  # the Measurer's part the passes use
-        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
-            return [record(plan_of[setup.codec.digest(idx)]) for idx, _ in jobs]
-
-    ctx = RunContext(SearchConfig(reference_every=0.0), led, Timed(), None, 0, None)  # type: ignore[arg-type]
+    # plan: (source, peak, time until the confirming passes, time in them)
+    run = _Passes(tmp_path, {"KKK": ("rule:none", 100, 1.0, 1.0), "RRR": ("agent_0", 50, 1.50, 1.55),
+                             "RRK": ("agent_0", 55, 1.535, 1.535), "KRK": ("agent_0", 65, 1.20, 1.20)})
+    digest, plan_of, led, ctx = run.digest, run.plan_of, run.led, run.ctx
     deciding_passes(ctx)
-    assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "KRK", "KKK"]
-    confirming = True
+    assert run.names(led.frontier()) == ["RRR", "KRK", "KKK"]
+    run.confirming = True
     confirming_passes(ctx)
     confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
     assert sorted(set(confirmed)) == ["KRK", "RRR"] and confirmed.count("RRR") == CONFIRMING_MEASUREMENTS
