@@ -415,3 +415,21 @@ def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither
     assert [p.step_seconds for p in frontier_file.points] == pytest.approx([1.55, 1.20, 1.0])
     assert frontier_file.readable and frontier_file.readable["left_out"] == [digest["RRK"]]
     assert "not confirmed and left out" in (tmp_path / "report.md").read_text()
+
+
+def test_a_frontier_plan_within_noise_of_the_one_kept_at_less_memory_is_not_confirmed() -> None:
+    """Walking the frontier from the lowest peak up, a plan that is not confirmed is kept for confirmation only
+    where it is faster than the plan kept before it by more than the noise (10% here); a confirmed plan and the
+    baseline are always kept."""
+    from search.engine.phases.deciding import confirmable
+
+    def plan(digest: str, peak: int, seconds: float) -> MeasuredPlan:
+        return _m(digest, [], [seconds], [], f"e:{digest}", peak=peak)
+
+    a, b, c, d, base = (plan("a", 50, 1.50), plan("b", 55, 1.40), plan("c", 60, 1.30), plan("d", 65, 1.10),
+                        plan("base", 100, 1.0))
+    points = [a, b, c, d, base]
+    # b is within 10% of a; c is not within 10% of a, the plan kept before it; d is not within 10% of c
+    assert [r.digest for r in confirmable(points, set(), 0.10, "base")] == ["a", "c", "d", "base"]
+    assert [r.digest for r in confirmable(points, {"b"}, 0.10, "base")] == ["a", "b", "d", "base"]
+    assert [r.digest for r in confirmable(points, set(), 0.0, "base")] == ["a", "b", "c", "d", "base"]

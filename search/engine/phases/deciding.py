@@ -20,11 +20,13 @@ measurements were lucky, so the times that chose it are not the times a user get
 search reported every frontier plan 2-12% faster, relative to the baseline, than a quote apart gave
 it). The plans on the frontier are measured ``CONFIRMING_MEASUREMENTS`` times more, in peak order
 and then reversed, with a reference after every few plans, and ranked and reported on those
-measurements alone; a plan the new times push off the frontier is no longer shown, and one they let back on is
-confirmed in turn unless a confirmed plan at no more memory is within the run's timing noise as fast:
-such a plan adds nothing a user could tell apart, is not shown, and the confirmed one is (``confirmable``). Confirming every
-plan let back on chased that noise: in a default gpt/small search whose frontier had 11 plans when the
-passes began, 7 more were let on and measured 11 times, and none of them stayed on it.
+measurements alone; a plan the new times push off the frontier is no longer shown. A plan is confirmed
+only where it is faster by more than the run's timing noise than the plan kept beside it at less memory,
+and one the new times let back on only where no confirmed plan at no more memory is within that noise
+as fast (``confirmable``); the others add nothing a user could tell apart and are not shown. Confirming
+every frontier plan chased that noise: in default gpt/small searches the first pass took 8-17 plans,
+neighbours 3-4% apart, and in one whose first pass took 11, 7 more were let back on, measured 11 times,
+and none of them stayed on the frontier.
 """
 
 from __future__ import annotations
@@ -93,13 +95,19 @@ def confirming_passes(ctx: RunContext) -> None:
 
 
 def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: float, baseline: str) -> list[MeasuredPlan]:
-    """The frontier that the confirming passes confirm and a user is shown, by peak: that of ``points`` once
-    every plan not in ``confirmed`` is left out for which a confirmed plan at no more memory is at most
-    ``noise`` (a share) slower. The ``baseline`` (digest) counts as confirmed: its measurements are the
-    references. With nothing confirmed, the frontier of ``points``."""
+    """The frontier that the confirming passes confirm and a user is shown, by peak. A plan not in ``confirmed``
+    is left out where a confirmed plan at no more memory is at most ``noise`` (a share) slower; then, walking
+    the frontier of the rest from the lowest peak up, where the plan kept before it, at less memory, is at most
+    ``noise`` slower: a user could not tell the two apart, and the one at less memory serves. Confirmed plans
+    and the ``baseline`` (digest; its measurements are the references) are kept."""
     sure = [r for r in points if r.digest in confirmed]
-    return frontier_of([r for r in points if r.digest in confirmed or r.digest == baseline or not any(
-        c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)])
+    kept: list[MeasuredPlan] = []
+    for r in frontier_of([r for r in points if r.digest in confirmed or r.digest == baseline or not any(
+            c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)]):
+        if (r.digest in confirmed or r.digest == baseline or not kept
+                or r.step_seconds * (1 + noise) < kept[-1].step_seconds):
+            kept.append(r)
+    return kept
 
 
 def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:
