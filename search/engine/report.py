@@ -178,9 +178,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
                   f"{out['memory_tolerance_bytes'] / MIB:.2f} MiB higher that is faster by more than the run's timing "
                   f"noise ({out['timing_noise']:.1%}).", ""]
     if out.get("unconfirmed"):
-        lines += [f"{out['unconfirmed']} plan(s) of the measured frontier not confirmed and left out: each is at "
-                  f"most the run's timing noise ({out['timing_noise']:.1%}) faster than a confirmed plan at no more "
-                  "memory, shown in its place.", ""]
+        lines += [f"{out['unconfirmed']} plan(s) of the measured frontier not confirmed and left out: each is within "
+                  f"the run's timing noise ({out['timing_noise']:.1%}) of a plan at less memory.", ""]
     lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
