@@ -33,6 +33,7 @@ class Shown:
     then without a plan that one beside it, at most ``tolerance`` bytes higher, beats by more than the run's
     timing ``noise`` (``search.records.pareto.readable``)."""
 
+    baseline: MeasuredPlan
     strict: list[MeasuredPlan]
     candidates: list[MeasuredPlan]
     front: list[MeasuredPlan]
@@ -44,22 +45,20 @@ class Shown:
         base = ledger.baseline()
         if base is None:
             raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
-        strict = ledger.frontier()  # the store keeps every measurement
+        strict, points = ledger.frontier(), ledger.points()  # the store keeps every measurement
         tolerance = MEMORY_TOLERANCE * base.activation_bytes
-        noise = timing_noise(ledger.points())
+        noise = timing_noise(points)
         confirmed = ledger.store.read(meta.CONFIRMED)
-        candidates = confirmable(ledger.points(), set(confirmed), noise, base.digest) if confirmed else strict
+        candidates = confirmable(points, set(confirmed), noise, base.digest) if confirmed else strict
         keep = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
-        return cls(strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise)
+        return cls(base, strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise)
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
     """frontier.json, report.md/json and plans/ for a finished (or interrupted) search."""
     prof, codec, store = ledger.setup.profile, ledger.codec, ledger.store
     shown = Shown.of(ledger)  # raises where the baseline is not measured yet
-    base = ledger.baseline()
-    assert base is not None
-    strict, candidates, front = shown.strict, shown.candidates, shown.front
+    base, strict, candidates, front = shown.baseline, shown.strict, shown.candidates, shown.front
     tolerance, noise = shown.tolerance, shown.noise
     on_front = {r.digest for r in front}
     left_out = [r.digest for r in strict + candidates if r.digest not in on_front]

@@ -100,12 +100,12 @@ def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: floa
     the frontier of the rest from the lowest peak up, where the plan kept before it, at less memory, is at most
     ``noise`` slower: a user could not tell the two apart, and the one at less memory serves. Confirmed plans
     and the ``baseline`` (digest; its measurements are the references) are kept."""
-    sure = [r for r in points if r.digest in confirmed]
+    held = confirmed | {baseline}
+    sure = [r for r in points if r.digest in held]
     kept: list[MeasuredPlan] = []
-    for r in frontier_of([r for r in points if r.digest in confirmed or r.digest == baseline or not any(
+    for r in frontier_of([r for r in points if r.digest in held or not any(
             c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)]):
-        if (r.digest in confirmed or r.digest == baseline or not kept
-                or r.step_seconds * (1 + noise) < kept[-1].step_seconds):
+        if r.digest in held or not kept or r.step_seconds * (1 + noise) < kept[-1].step_seconds:
             kept.append(r)
     return kept
 
