@@ -377,6 +377,7 @@ def test_the_frontier_is_reported_on_its_confirming_measurements_and_what_they_p
     assert [plan_of[d] for d in load_run(tmp_path).frontier.digest] == ["RRR", "KRK", "KKK"]
     deciding_passes(ctx)  # as a resumed run takes them: the last confirmation is over, a new one follows
     assert led.store.read(meta.CONFIRMED) is None and led.store.read(meta.CONFIRMED_FROM) is None
+    assert led.store.read(meta.CONFIRMING_NOISE) is None
 
 
 def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither_confirmed_nor_shown(
@@ -402,6 +403,7 @@ def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither
     confirmed = [plan_of[d] for d in led.store.read(meta.CONFIRMED)]
     assert sorted(set(confirmed)) == ["KRK", "RRR"] and confirmed.count("RRR") == CONFIRMING_MEASUREMENTS
     assert [plan_of[r.digest] for r in led.frontier()] == ["RRR", "RRK", "KRK", "KKK"]  # the store's frontier
+    assert led.store.read(meta.CONFIRMING_NOISE) == pytest.approx(0.02)  # what the shown frontier is chosen by
     shown = confirmable(led.points(), set(led.store.read(meta.CONFIRMED)), 0.02, digest["KKK"])
     assert [(plan_of[r.digest], r.step_seconds) for r in shown] == [
         ("RRR", pytest.approx(1.55)), ("KRK", pytest.approx(1.20)), ("KKK", pytest.approx(1.0))]

@@ -61,6 +61,7 @@ SAMPLES = {  # one value of every declared key, as a run writes it
     "remeasured": ["d1", "d0", "d0", "d1"],
     "confirmed_from": {"evaluator_0-ab": 15},
     "confirmed": ["d1", "d1"],
+    "confirming_noise": 0.055,
     "batch_scaling": {"d1": [{"batch_size": 1, "peak_bytes": 500, "step_seconds": float("inf"), "oom": True,
                               "clock": "wall"},
                              {"batch_size": 2, "peak_bytes": 900, "step_seconds": 0.2}]},
@@ -79,7 +80,7 @@ SAMPLES = {  # one value of every declared key, as a run writes it
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 35
+    assert len(meta.KEYS) == 36
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 

@@ -48,8 +48,9 @@ class Shown:
         strict, points = ledger.frontier(), ledger.points()  # the store keeps every measurement
         tolerance = MEMORY_TOLERANCE * base.activation_bytes
         noise = timing_noise(points)
-        confirmed = ledger.store.read(meta.CONFIRMED)
-        candidates = confirmable(points, set(confirmed), noise, base.digest) if confirmed else strict
+        confirmed, chosen_by = ledger.store.read(meta.CONFIRMED), ledger.store.read(meta.CONFIRMING_NOISE)
+        candidates = (confirmable(points, set(confirmed), noise if chosen_by is None else chosen_by, base.digest)
+                      if confirmed else strict)
         keep = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
         return cls(base, strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise)
 

@@ -50,7 +50,7 @@ def deciding_passes(ctx: RunContext) -> None:
     when those move a plan the passes did not take onto a frontier, more passes, then references
     again. Store meta ``remeasured``: the passes' digests, in order; ``deciding_passes``: each pass's."""
     noise = timing_noise(ctx.ledger.points())
-    for key in (meta.CONFIRMED_FROM, meta.CONFIRMED):  # a resumed run confirms again, after these passes
+    for key in (meta.CONFIRMED_FROM, meta.CONFIRMED, meta.CONFIRMING_NOISE):  # a resumed run confirms again
         ctx.ledger.store.write(key, None)
     ctx.ledger.decide_from_here()
     done: list[str] = []
@@ -78,11 +78,14 @@ def confirming_passes(ctx: RunContext) -> None:
     at a time, alternating peak order and its reverse, with a reference after every ``CONFIRMING_STRETCH``
     plans (``close_references``): the machine's speed moved by 30% within 20 plans of a 48-unit search,
     and a plan is ranked against the references nearest to it. Store meta ``confirmed_from`` (where they
-    began) and ``confirmed`` (the digests they measured, in order)."""
+    began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
+    plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
+    and with it, a plan the passes left out within the old noise was shown unconfirmed)."""
     ledger = ctx.ledger
     ledger.decide_from_here(meta.CONFIRMED_FROM)
     base = ledger.store.read(meta.BASELINE_DIGEST)
     noise = timing_noise(ledger.points())
+    ledger.store.write(meta.CONFIRMING_NOISE, noise)
     done: list[str] = []
     passes = 0
     while todo := [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
