@@ -67,6 +67,24 @@ def test_a_peer_measured_again_on_cpu_takes_its_known_peak_as_a_plan_does(gpt) -
     assert again.peak_bytes == first.peak_bytes + 12345 and len(again.step_seconds_samples) == 2
 
 
+def test_a_measurement_whose_peak_is_above_stop_above_times_no_step(gpt) -> None:
+    """A throughput search asks where a configuration stops fitting its largest cap: above it, the peak is all
+    it needs, and no step is timed (the record's time is infinite); at or under it, the steps are timed."""
+    from env.measure.peers import checkpoint_sequential_peer, find_chain, measure_peer
+
+    w, units = gpt
+    plan = plan_for(w.model, units, MIXED)
+    timed = measure(w, plan, units, repeats=2)
+    above = measure(w, plan, units, repeats=2, stop_above=timed.peak_bytes - 1)
+    assert above.peak_bytes == timed.peak_bytes and above.step_seconds_samples == [] and not above.oom
+    assert above.step_seconds == float("inf")
+    assert len(measure(w, plan, units, repeats=2, stop_above=timed.peak_bytes).step_seconds_samples) == 2
+    lent = measure(w, plan, units, repeats=1, known=above, stop_above=above.peak_bytes - 1)  # a lent peak too
+    assert lent.peak_bytes == timed.peak_bytes and lent.step_seconds_samples == []
+    peer = measure_peer(w, checkpoint_sequential_peer(2, find_chain(w)), repeats=2, stop_above=1)
+    assert peer.peak_bytes > 1 and peer.step_seconds_samples == []
+
+
 def test_peak_parts_and_savings(gpt) -> None:
     w, units = gpt
     n = len(units)

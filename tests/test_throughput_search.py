@@ -61,6 +61,10 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
             larger = measured.get((p.micro_batch + 1, p.digest))
             assert larger is None or larger.peak_bytes > row.cap_bytes
         assert row.model_optimal is not None and row.model_optimal.peak_bytes <= row.cap_bytes
+    above = [m for m in measured.values() if not m.oom and m.peak_bytes > curve.caps[-1].cap_bytes]
+    assert above and not any(m.step_seconds_samples for m in above)  # only the peak, where no cap fits
+    assert all((c.measured_seconds is None) == (c.measured_peak_bytes > curve.caps[-1].cap_bytes)
+               for c in curve.fit_checks)
     unfitted = [c for c in curve.fit_checks if not c.fitted]
     assert unfitted and all(abs(c.predicted_peak_bytes / c.measured_peak_bytes - 1) < 0.05 for c in unfitted)
     assert curve.frontiers and all(pts for pts in curve.frontiers.values())

@@ -22,6 +22,7 @@ for every batch it measured on and never fitted on.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -44,15 +45,15 @@ class FitCheck:
     predicted_peak_bytes: int
     measured_peak_bytes: int
     predicted_seconds: float
-    measured_seconds: float
+    measured_seconds: float | None  # None: only the peak was measured (it is above every cap)
 
     @property
     def peak_error(self) -> float:
         return self.predicted_peak_bytes / self.measured_peak_bytes - 1
 
     @property
-    def time_error(self) -> float:
-        return self.predicted_seconds / self.measured_seconds - 1
+    def time_error(self) -> float | None:
+        return None if self.measured_seconds is None else self.predicted_seconds / self.measured_seconds - 1
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -109,10 +110,12 @@ class BatchFit:
 
     def check_at(self, micro_batch: int, plan: Sequence[int], label: str, measured_peak_bytes: int,
                  measured_seconds: float) -> FitCheck:
-        """The fit's prediction of ``plan`` (profile action indices) at ``micro_batch`` against its measurement."""
+        """The fit's prediction of ``plan`` (profile action indices) at ``micro_batch`` against its measurement
+        (``measured_seconds`` infinite: no step was timed)."""
         predicted = self.cost_model(micro_batch).predict(list(plan))
         return FitCheck(micro_batch, label, micro_batch in self.profiles, predicted.peak_bytes,
-                        int(measured_peak_bytes), predicted.step_seconds, float(measured_seconds))
+                        int(measured_peak_bytes), predicted.step_seconds,
+                        float(measured_seconds) if math.isfinite(measured_seconds) else None)
 
 
 def _segments(p: ModelProfile) -> list[Segment]:

@@ -79,7 +79,8 @@ def live_bytes(workload: Workload, optimizer: torch.optim.Optimizer) -> int:
 
 def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, repeats: int = 5,
             warmup: int = 1, source: str = "", measurement_id: str = "",
-            compile: bool | CompileOptions = False, known: MeasuredPlan | None = None) -> MeasuredPlan:
+            compile: bool | CompileOptions = False, known: MeasuredPlan | None = None,
+            stop_above: int | None = None) -> MeasuredPlan:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
     Model weights move with every step (the optimizer runs), as in training. An out-of-memory
@@ -87,14 +88,14 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
     proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
     ``compile``: measure compiled steps (the plan applied, then the model compiled; see
     :mod:`env.measure.compiled`). ``known``: an earlier measurement of the plan, whose peak
-    stands on CPU (``reuses_peak``).
+    stands on CPU (``reuses_peak``). ``stop_above``: as ``measure_prepared`` says.
     """
     names = [a.value for a in plan.action_list(units)] if units is not None else [a.value for a in plan.actions.values()]
     options = compile_options(compile)
     per_unit = unit_compiler(options) if options is not None and options.scope == "units" else None
     with apply_actions(workload.model, plan, units, compile_unit=per_unit):
         return measure_prepared(workload, plan.digest, names, repeats, warmup, compile, source, measurement_id,
-                                known)
+                                known, stop_above)
 
 
 def compile_options(compile: bool | CompileOptions) -> CompileOptions | None:
@@ -125,9 +126,12 @@ def warmup_before_timing(workload: Workload, known: MeasuredPlan | None, compile
 
 def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (), repeats: int = 5, warmup: int = 1,
                      compile: bool | CompileOptions = False, source: str = "",
-                     measurement_id: str = "", known: MeasuredPlan | None = None) -> MeasuredPlan:
+                     measurement_id: str = "", known: MeasuredPlan | None = None,
+                     stop_above: int | None = None) -> MeasuredPlan:
     """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``;
-    ``known``: as ``measure`` says."""
+    ``known``: as ``measure`` says. ``stop_above``: bytes; where the memory step's peak is above them, no step
+    is timed and the record has no samples (its time is infinite): a throughput search asks where a plan stops
+    fitting its largest cap, and on gpt/small the timed steps were half the seconds of such a measurement."""
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
@@ -151,7 +155,8 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
                 peak, live_before, reserved = known.peak_bytes, known.live_before_bytes, None  # type: ignore[union-attr]
             else:
                 peak, live_before, reserved = _peak(stepped, optimizer)
-            samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)]
+            timed = stop_above is None or peak <= stop_above
+            samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)] if timed else []
         except RuntimeError as e:
             if device.type != "cuda" or not is_oom(e):
                 raise

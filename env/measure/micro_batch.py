@@ -57,16 +57,18 @@ class AtMicroBatch:
                 if device.type == "cuda" else None}
 
     def measure(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
-                measurement_id: str, known: MeasuredPlan | None = None) -> MeasuredPlan:
+                measurement_id: str, known: MeasuredPlan | None = None, stop_above: int | None = None) -> MeasuredPlan:
         """A plan (action names per unit) or a peer measured at ``micro_batch``; ``known``: the plan or peer
-        measured there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``)."""
+        measured there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``);
+        ``stop_above``: no step timed where the peak is above these bytes (``measure_prepared``)."""
         with self.batches(batch_dim).use(micro_batch) as w:
             if isinstance(item, Peer):
                 return measure_peer(w, item, repeats=self.repeats, warmup=2, compile=self.compile,
-                                    measurement_id=measurement_id, known=known)
+                                    measurement_id=measurement_id, known=known, stop_above=stop_above)
             plan = plan_for(w.model, self.units, [Action(a) for a in item])
             return measure(w, plan, self.units, repeats=self.repeats, warmup=warmup_before_timing(w, known, self.compile),
-                           source=source, measurement_id=measurement_id, compile=self.compile, known=known)
+                           source=source, measurement_id=measurement_id, compile=self.compile, known=known,
+                           stop_above=stop_above)
 
     def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile:
         """The profile at ``micro_batch``; checked by the search against plans measured there, not here."""

@@ -315,11 +315,12 @@ def prepared(workload: Workload, peer: Peer) -> Iterator[CompileOptions | None]:
 
 def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int = 1,
                  compile: bool | CompileOptions = False, source: str = "", measurement_id: str = "",
-                 known: MeasuredPlan | None = None) -> MeasuredPlan:
+                 known: MeasuredPlan | None = None, stop_above: int | None = None) -> MeasuredPlan:
     """Measure ``peer`` as a plan is measured, filed under ``peer.digest``. ``compile`` compiles the
     eager peers too (a ``compile_budget`` peer is always compiled, with its budget), always the whole model
     (scope ``model``): a peer is measured as its users run it. ``known``: the peer measured before at this
-    batch, whose peak an eager peer takes on CPU as a plan does (``env.measure.measurement.reuses_peak``)."""
+    batch, whose peak an eager peer takes on CPU as a plan does (``env.measure.measurement.reuses_peak``);
+    ``stop_above``: as ``env.measure.measurement.measure_prepared`` says."""
     asked = compile_options(compile)
     if asked is not None:  # a peer is compiled as its users compile it: the whole model
         asked = dataclasses.replace(asked, scope="model")
@@ -329,4 +330,4 @@ def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int =
         elif asked is not None:  # the caller's compile options, with the peer's budget
             options = dataclasses.replace(asked, activation_memory_budget=options.activation_memory_budget)
         return measure_prepared(workload, peer.digest, [], repeats, warmup, options or False,
-                                source or peer.digest, measurement_id, known)
+                                source or peer.digest, measurement_id, known, stop_above)

@@ -205,14 +205,15 @@ class Evaluator:
         return self.at_batch.facts(batch_dim)
 
     def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
-                   source: str = "", known: MeasuredPlan | None = None) -> dict[str, Any]:
+                   source: str = "", known: MeasuredPlan | None = None,
+                   stop_above: int | None = None) -> dict[str, Any]:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
-        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` as
-        ``AtMicroBatch.measure`` takes it."""
+        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
+        ``stop_above`` as ``AtMicroBatch.measure`` takes them."""
         self.n_measured += 1
         with model_errors(f"a measurement at micro-batch {micro_batch}"):
             m = self.at_batch.measure(item, micro_batch, batch_dim, source, f"{self._id_prefix}:{self.n_measured}",
-                                      known)
+                                      known, stop_above)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any]:

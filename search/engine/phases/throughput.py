@@ -73,8 +73,9 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     facts = ray_session.get(pool.first.batch_facts.remote(batch_dim))
     caps = resolve_caps(cfg.memory_cap, facts["device_memory_bytes"])
     codec = ledger.codec
-    measurer = BatchMeasurer(pool, BatchBook(ledger.store), batch_dim, lambda names: codec.digest(codec.indices(names)))
     setup = ThroughputSetup.of(facts, caps, [], cfg.global_batch, ())
+    measurer = BatchMeasurer(pool, BatchBook(ledger.store), batch_dim, lambda names: codec.digest(codec.indices(names)),
+                             lambda b: max(caps) - setup.counted(0, b))
     limit = min(cfg.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH)
     smallest = min(cfg.micro_batches) if cfg.micro_batches else 1
     lowest = lowest_per_sample(ctx, measurer, setup, smallest, limit)
@@ -173,7 +174,7 @@ def plan_pool(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> di
         codec = ctx.ledger.codec
         for b in agent.env.envs:
             agent.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
-                              for m in run.book.at(b) if m.actions and not m.oom])
+                              for m in run.book.at(b) if m.actions and not m.oom and m.step_seconds_samples])
         agent.train(timesteps * len(agent.env.envs))
         for plans in agent.plans(budgets).values():
             for p in plans:

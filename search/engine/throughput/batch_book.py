@@ -6,8 +6,9 @@ measures nothing again. It is apart from the run's own records (``Ledger``), whi
 workload's own batch, keyed by digest alone.
 
 ``BatchMeasurer`` measures ``BatchJob``s on whichever Evaluator is free (``EvaluatorPool.run_jobs``):
-``measure`` skips what the book has (unless ``again``) and records each result; ``fresh`` returns new
-measurements without recording them, for a quote that must not reuse what selected its plans.
+``measure`` skips what the book has (unless ``again``) and records each result, timing no step where the
+peak is above every cap (``ceiling``); ``fresh`` returns new measurements without recording them, for a
+quote that must not reuse what selected its plans.
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ class BatchJob:
 
 
 class BatchMeasurer:
-    """Jobs measured through the pool at their micro-batches; ``digest_of(action names)`` is the run's codec's."""
+    """Jobs measured through the pool at their micro-batches; ``digest_of(action names)`` is the run's codec's;
+    ``ceiling(micro_batch)``: the peak bytes above which a configuration fits no cap there, so that ``measure``
+    times none of its steps (``env.measure.measurement.measure_prepared``: ``stop_above``)."""
 
     def __init__(self, pool: EvaluatorPool, book: BatchBook, batch_dim: int | None,
-                 digest_of: Callable[[tuple[str, ...]], str]) -> None:
-        self.pool, self.book, self.batch_dim, self.digest_of = pool, book, batch_dim, digest_of
+                 digest_of: Callable[[tuple[str, ...]], str], ceiling: Callable[[int], int] | None = None) -> None:
+        self.pool, self.book, self.batch_dim, self.digest_of, self.ceiling = pool, book, batch_dim, digest_of, ceiling
 
     def digest(self, job: BatchJob) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.digest_of(job.item)
@@ -77,13 +80,14 @@ class BatchMeasurer:
         """Each job's record in the book, after measuring those it lacks (all of them, once, with ``again``)."""
         unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
         todo = [j for j in unique if again or self.known(j) is None]
-        self.pool.run_jobs(todo, self._call, self.book.record)
+        self.pool.run_jobs(todo, lambda handle, job: self._call(handle, job, self.ceiling), self.book.record)
         return [self.known(j) for j in jobs]  # type: ignore[misc]
 
     def fresh(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
         """A new measurement of each job, in the jobs' order, not recorded in the book."""
         return self.pool.run_jobs(list(jobs), self._call, lambda got: got["record"])
 
-    def _call(self, handle: Any, job: BatchJob) -> Any:
+    def _call(self, handle: Any, job: BatchJob, ceiling: Callable[[int], int] | None = None) -> Any:
         known = self.known(job)  # its peak is lent on CPU
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known)
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known,
+                                        ceiling(job.micro_batch) if ceiling else None)

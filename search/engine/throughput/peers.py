@@ -8,7 +8,8 @@ largest micro-batch whose measured peak fits, which ``largest_fitting`` finds by
 
 1. an estimate of its peak at every micro-batch: a line through its measured peaks once it has two
    (peaks grow linearly in the micro-batch), else the fitted cost model's prediction scaled by its
-   one measurement (rules), or two anchor measurements first (peers, which the cost model cannot price);
+   one measurement (rules), or two anchor measurements first (peers, which the cost model cannot price: at
+   the workload's own micro-batch and twice it, where a step is cheap);
 2. the largest micro-batch the estimate fits is measured; with what it measured the estimate is
    redrawn and the next guess measured, until no size between the largest measured to fit and the
    smallest measured not to is left that the estimate puts under the cap, or ``MAX_TRIES`` guesses.

@@ -63,6 +63,7 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
             lines.append(f"| {c.micro_batch} | {c.plan} | {'yes' if c.fitted else 'no'} | "
                          f"{c.predicted_peak_bytes / MIB:.2f} | {c.measured_peak_bytes / MIB:.2f} | "
                          f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | "
-                         f"{c.predicted_seconds * 1e3:.1f} | {c.measured_seconds * 1e3:.1f} | "
-                         f"{c.predicted_seconds / c.measured_seconds - 1:+.1%} |")
+                         f"{c.predicted_seconds * 1e3:.1f} | " + (
+                             f"{c.measured_seconds * 1e3:.1f} | {c.predicted_seconds / c.measured_seconds - 1:+.1%} |"
+                             if c.measured_seconds is not None else "not timed (above every cap) | |"))
     return lines
