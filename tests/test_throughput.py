@@ -398,27 +398,42 @@ def test_both_agent_designs_find_the_model_optimal_plan_and_micro_batch_after_cl
                                                                                            rel=0.01)
 
 
+def _model(setup=None):
+    """A fitted model of gpt/tiny (4 units: keep, recompute, selective) from its profile at 2 and one 4 times larger."""
+    from search.engine.throughput.caps import ThroughputSetup
+    from search.engine.throughput.plans import ThroughputModel
+
+    setup = setup or ThroughputSetup([10 * MIB], [1, 2, 4, 8], 2, "x", None, 0, None, (1, 1, 1, 1))
+    return ThroughputModel(BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)}), setup)
+
+
 def test_the_answer_weighs_the_best_rule_at_its_largest_fitting_micro_batch():
     """A rule is a plan of the space: the best one at the largest micro-batch it fits joins the deciding
-    finalists, so the answer is never a plan measured slower, side by side, than a rule that fits."""
+    finalists, so the answer is never a plan measured slower, side by side, than a rule that fits. Finding that
+    micro-batch measures peaks only, so the fitted model prices them; the deciding rounds measure the best."""
     from search.engine.phases.throughput import best_rule
 
-    def searched(name: str, plan, micro_batch: int | None, seconds: float, oom: bool = False) -> FitSearch:
+    model = _model()
+
+    def searched(name: str, plan, micro_batch: int | None, oom: bool = False) -> FitSearch:
         s = FitSearch(Contender(name, name, plan=plan), cap=10 * MIB)
         if micro_batch is not None:
-            s.fits = (micro_batch, _record(1.0, seconds, digest=name, oom=oom))
+            s.fits = (micro_batch, _record(1.0, digest=name, oom=oom).model_copy(update={"step_seconds_samples": []}))
         return s
 
-    searches = [searched("rule:none", (0, 0), 7, 0.02),        # 350 samples/s
-                searched("rule:all", (1, 1), 40, 0.07),        # 571 samples/s: the best rule
-                searched("rule:every_2", (1, 0), 13, 0.036),   # 361 samples/s
-                searched("rule:oom", (1, 1), 64, 0.01, oom=True),
-                searched("rule:unfit", (0, 1), None, 0.01)]
+    def rate(s: FitSearch) -> float:
+        return s.fits[0] / model.predicted_seconds(s.contender.plan, s.fits[0])
+
+    searches = [searched("rule:none", (0, 0, 0, 0), 4), searched("rule:all", (1, 1, 1, 1), 4),
+                searched("rule:every_2", (1, 0, 1, 0), 4), searched("rule:oom", (0, 0, 0, 0), 64, oom=True),
+                searched("rule:unfit", (0, 1, 0, 1), None)]
+    assert rate(searches[0]) > rate(searches[2]) > rate(searches[1])  # recomputing costs time at equal batch
     peer = FitSearch(Contender("peer:fast", "a peer", peer=None), cap=10 * MIB)
     peer.fits = (99, _record(1.0, 0.01, digest="peer:fast"))  # not a plan of the space: never an answer
-    b, m = best_rule([*searches, peer])
-    assert (b, m.digest) == (40, "rule:all")
-    assert best_rule([peer]) is None and best_rule([]) is None
+    b, m = best_rule([*searches, peer], model)
+    assert (b, m.digest) == (4, "rule:none")
+    assert best_rule(searches[1:], model)[1].digest == "rule:every_2"
+    assert best_rule([peer], model) is None and best_rule([], model) is None
 
 
 def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_rule(tmp_path: Path):
@@ -450,15 +465,16 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_ru
         measured("big", 8, 90.0, peak_mib=120.0)  # does not fit
         measured("peer:fast", 8, 99.0)
         measured("oom", 8, 99.0, oom=True)
-        got = [(b, m.digest) for b, m in finalists(run, cap, [])]
+        model = _model(setup)
+        got = [(b, m.digest) for b, m in finalists(run, cap, [], model)]
         assert got == [(8, "best"), (4, "p0"), (4, "p1"), (4, "p2"), (4, "p3"), (4, "p4")]
 
-        rule = FitSearch(Contender("rule:every_4", "every 4th", plan=(1,)), cap)
+        rule = FitSearch(Contender("rule:every_4", "every 4th", plan=(1, 0, 0, 0)), cap)
         rule.fits = (1, book.records[(1, "slower-rule")])
-        assert best_rule([rule]) is not None
-        with_rule = [(b, m.digest) for b, m in finalists(run, cap, [rule])]
+        assert best_rule([rule], model) is not None
+        with_rule = [(b, m.digest) for b, m in finalists(run, cap, [rule], model)]
         assert with_rule == got + [(1, "slower-rule")]
-        assert finalists(run, 10 * MIB, []) == []  # nothing measured fits
+        assert finalists(run, 10 * MIB, [], model) == []  # nothing measured fits
 
 
 def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
@@ -490,7 +506,7 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
         measurer = Scripted(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
         for digest, (rate, _, _) in rates.items():
             book.record({"micro_batch": 4, "record": record(digest, rate)})
-        answers = decide(ThroughputRun(setup, measurer), {})
+        answers = decide(ThroughputRun(setup, measurer), {}, _model(setup))
     assert len(measurer.rounds) == DECIDING_ROUNDS + RUNOFF_ROUNDS
     assert all(sorted(r) == ["lucky", "steady", "third"] for r in measurer.rounds[:DECIDING_ROUNDS])
     assert all(sorted(r) == ["lucky", "steady"] for r in measurer.rounds[DECIDING_ROUNDS:])

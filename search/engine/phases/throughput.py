@@ -10,13 +10,14 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
 2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
-3. the peers, each at the largest micro-batch it fits under each cap (``search.engine.throughput.peers``);
+3. the peers, each at the largest micro-batch it fits under each cap, by their peaks alone
+   (``search.engine.throughput.peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the finalists (``finalists``: the ``DECIDING`` best measured
    that fit, rules and probes counted, as they are plans too, and any other within ``NEAR`` of the best, up
-   to ``DECIDING_MOST``; with the best rule at the largest micro-batch it fits) measured again side by side,
-   then the first two on those measured again (the run-off), and the answer is the one of the most samples per
-   second on the run-off's measurements whose measured peak fits (``decide``);
+   to ``DECIDING_MOST``; with the rule the model prices best at the largest micro-batch it fits) measured again
+   side by side, then the first two on those measured again (the run-off), and the answer is the one of the
+   most samples per second on the run-off's measurements whose measured peak fits (``decide``);
 5. the quote (``search.engine.throughput.quote``): every cap's answer and peers measured again,
    alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
 """
@@ -188,9 +189,9 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
     for _ in range(CANDIDATE_ROUNDS):
         jobs: list[BatchJob] = []
         for cap in run.setup.caps:
-            fresh = [c for c in model.candidates(list(pool), cap)
-                     if run.book.get(c.micro_batch, codec.digest(c.plan)) is None]
-            jobs += [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan]) for c in fresh[:CANDIDATES]]
+            ranked = [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan])
+                      for c in model.candidates(list(pool), cap)]
+            jobs += [j for j in ranked if run.measurer.known(j) is None or run.measurer.untimed(j)][:CANDIDATES]
         if not jobs:
             return
         for job, m in zip(jobs, run.measurer.measure(jobs)):
@@ -198,15 +199,16 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
 
-def best_rule(searches: list[FitSearch]) -> Answer | None:
+def best_rule(searches: list[FitSearch], model: ThroughputModel) -> Answer | None:
     """Of the rules (contenders that are plans of the run's space) at the largest micro-batch each fits, the one
-    of the most samples per second as measured while finding that micro-batch."""
-    fits = [s.fits for s in searches if s.contender.plan is not None and s.fits is not None and not s.fits[1].oom
-            and s.fits[1].step_seconds_samples]
-    return max(fits, key=samples_per_second, default=None)
+    the fitted model prices at the most samples per second (finding that micro-batch measured peaks only)."""
+    rules = [s for s in searches if s.contender.plan is not None and s.fits is not None and not s.fits[1].oom]
+    best = max(rules, key=lambda s: s.fits[0] / model.predicted_seconds(s.contender.plan, s.fits[0]),  # type: ignore
+               default=None)
+    return best.fits if best is not None else None
 
 
-def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch]) -> list[Answer]:
+def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:
     """The (plan, micro-batch)s ``decide`` measures again for ``cap``: the ``DECIDING`` best measured that fit,
     any other measured within ``NEAR`` of the best's samples per second (``DECIDING_MOST`` in all), and the best
     rule at the largest micro-batch it fits. The book's samples were taken minutes apart, and on this CPU the
@@ -216,13 +218,13 @@ def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch]) -> list[A
     measured = measured_under(run, cap)
     best = samples_per_second(measured[0]) if measured else 0.0
     group = [a for i, a in enumerate(measured) if i < DECIDING or samples_per_second(a) >= NEAR * best][:DECIDING_MOST]
-    rule = best_rule(searches)
+    rule = best_rule(searches, model)
     if rule is not None and all((b, m.digest) != (rule[0], rule[1].digest) for b, m in group):
         group.append(rule)
     return group
 
 
-def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]]) -> dict[int, Answer | None]:
+def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]], model: ThroughputModel) -> dict[int, Answer | None]:
     """Per cap, its ``finalists`` measured again side by side in ``DECIDING_ROUNDS`` interleaved rounds (each
     once a round, however many caps name it), then the run-off: the first two on those measurements measured
     again in ``RUNOFF_ROUNDS`` interleaved rounds, and the answer is the one of the most samples per second on
@@ -232,7 +234,7 @@ def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]]) -> dict[int, A
     all keep at micro-batch 1 first under the lowest cap, and the quote measured it at 0.80x
     ``checkpoint_sequential`` with 2 segments at micro-batch 2. The run-off's measurements chose nothing
     before, so they rank the two as a quote would."""
-    finalists_of = {cap: finalists(run, cap, peers.get(cap, [])) for cap in run.setup.caps}
+    finalists_of = {cap: finalists(run, cap, peers.get(cap, []), model) for cap in run.setup.caps}
     got = _measured_again(run, [m for group in finalists_of.values() for m in group], DECIDING_ROUNDS)
     first_two = {cap: sorted(_fitting(run, cap, [(b, got[(m.digest, b)]) for b, m in group]),
                              key=samples_per_second, reverse=True)[:2] for cap, group in finalists_of.items()}
@@ -279,6 +281,6 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
     with phase("throughput: candidates"):
         measure_candidates(ctx, run, model, pool)
     with phase("throughput: deciding"):
-        answers = decide(run, peers)
+        answers = decide(run, peers, model)
     with phase("throughput: quote"):
         quote_and_curve(ctx, run, model, answers, peers)

@@ -7,8 +7,8 @@ workload's own batch, keyed by digest alone.
 
 ``BatchMeasurer`` measures ``BatchJob``s on whichever Evaluator is free (``EvaluatorPool.run_jobs``):
 ``measure`` skips what the book has (unless ``again``) and records each result, timing no step where the
-peak is above every cap (``ceiling``); ``fresh`` returns new measurements without recording them, for a
-quote that must not reuse what selected its plans.
+peak is above every cap (``ceiling``), or none at all where only peaks are asked for; ``fresh`` returns new
+measurements without recording them, for a quote that must not reuse what selected its plans.
 """
 
 from __future__ import annotations
@@ -76,18 +76,32 @@ class BatchMeasurer:
     def known(self, job: BatchJob) -> MeasuredPlan | None:
         return self.book.get(job.micro_batch, self.digest(job))
 
-    def measure(self, jobs: Sequence[BatchJob], again: bool = False) -> list[MeasuredPlan]:
-        """Each job's record in the book, after measuring those it lacks (all of them, once, with ``again``)."""
+    def measure(self, jobs: Sequence[BatchJob], again: bool = False, timed: bool = True) -> list[MeasuredPlan]:
+        """Each job's record in the book, after measuring those it lacks (all of them, once, with ``again``);
+        ``timed=False``: the peaks only, no step timed (where a record holds only a peak that fits a cap, a timed
+        measurement adds the times)."""
         unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
-        todo = [j for j in unique if again or self.known(j) is None]
-        self.pool.run_jobs(todo, lambda handle, job: self._call(handle, job, self.ceiling), self.book.record)
+        todo = [j for j in unique if again or self.known(j) is None or (timed and self.untimed(j))]
+        self.pool.run_jobs(todo, lambda handle, job: self._call(handle, job, self._stop_above(job, timed)),
+                           self.book.record)
         return [self.known(j) for j in jobs]  # type: ignore[misc]
+
+    def untimed(self, job: BatchJob) -> bool:
+        """Whether the book holds only the job's peak, and that peak fits a cap (so its steps are worth timing)."""
+        known = self.known(job)
+        return (known is not None and not known.oom and not known.step_seconds_samples
+                and (self.ceiling is None or known.peak_bytes <= self.ceiling(job.micro_batch)))
 
     def fresh(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
         """A new measurement of each job, in the jobs' order, not recorded in the book."""
-        return self.pool.run_jobs(list(jobs), self._call, lambda got: got["record"])
+        return self.pool.run_jobs(list(jobs), lambda handle, job: self._call(handle, job, None),
+                                  lambda got: got["record"])
 
-    def _call(self, handle: Any, job: BatchJob, ceiling: Callable[[int], int] | None = None) -> Any:
+    def _stop_above(self, job: BatchJob, timed: bool) -> int | None:
+        if not timed:
+            return -1  # every peak is above it
+        return self.ceiling(job.micro_batch) if self.ceiling else None
+
+    def _call(self, handle: Any, job: BatchJob, stop_above: int | None) -> Any:
         known = self.known(job)  # its peak is lent on CPU
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known,
-                                        ceiling(job.micro_batch) if ceiling else None)
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, stop_above)

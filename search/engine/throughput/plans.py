@@ -108,6 +108,9 @@ class ThroughputModel:
     def predicted_peak(self, plan: Indices, micro_batch: int) -> int:
         return self.counted(self.cost_model(micro_batch).peak_bytes(list(plan)), micro_batch)
 
+    def predicted_seconds(self, plan: Indices, micro_batch: int) -> float:
+        return self.cost_model(micro_batch).predict(list(plan)).step_seconds
+
     @property
     def solved(self) -> list[int]:
         """Where the exact solver runs: the ladder and the largest micro-batch priced (a solve at every size
