@@ -477,6 +477,29 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_ru
         assert finalists(run, 10 * MIB, [], model) == []  # nothing measured fits
 
 
+def test_where_the_run_off_cannot_tell_two_apart_the_fit_decides():
+    """Within either's spread per sample, the run-off's order is noise: the one the fitted model prices faster
+    is the answer (all keep against a plan that recomputes a unit, at the same micro-batch); beyond it, the
+    measurements decide."""
+    from search.engine.phases.throughput import the_faster
+
+    model = _model()
+
+    def answer(actions: list[str], ms: list[float]) -> tuple[int, MeasuredPlan]:
+        m = _record(50.0, digest="-".join(actions)).model_copy(
+            update={"actions": actions, "step_seconds_samples": [t / 1e3 for t in ms]})
+        return 4, m
+
+    keep = answer(["keep"] * 4, [131, 106, 102, 135, 124, 115])  # median 119.5 ms, spread 22 ms
+    recompute_one = answer(["keep", "recompute", "keep", "keep"], [108, 117, 141, 111, 111, 119])  # 114 ms
+    assert model.predicted_rate(keep) > model.predicted_rate(recompute_one)
+    assert the_faster([recompute_one, keep], model) is keep
+    clearly = answer(["keep", "recompute", "keep", "keep"], [80, 81, 79, 80, 82, 80])  # 33% faster, beyond both
+    assert the_faster([keep, clearly], model) is clearly
+    three = [keep, recompute_one, clearly]
+    assert the_faster(three, model) is clearly and the_faster([keep], model) is keep
+
+
 def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
     """The first of the deciding rounds is the finalist whose measurements read luckiest: the first two are
     measured again, in RUNOFF_ROUNDS rounds of their own, and the answer is the faster on those alone."""

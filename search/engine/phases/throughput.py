@@ -17,7 +17,8 @@ workload's batch facts, the caps and the ladder of micro-batches (``search.engin
    that fit, rules and probes counted, as they are plans too, and any other within ``NEAR`` of the best, up
    to ``DECIDING_MOST``; with the rule the model prices best at the largest micro-batch it fits) measured again
    side by side, then the first two on those measured again (the run-off), and the answer is the one of the
-   most samples per second on the run-off's measurements whose measured peak fits (``decide``);
+   most samples per second on the run-off's measurements whose measured peak fits, or where those cannot tell
+   the two apart the one the fit prices faster (``decide``, ``the_faster``);
 5. the quote (``search.engine.throughput.quote``): every cap's answer and peers measured again,
    alike, in ``QUOTE_ROUNDS`` interleaved rounds; the curve (store meta ``throughput``) shows those.
 """
@@ -233,7 +234,8 @@ def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]], model: Through
     several finalists is the one whose measurements read luckiest: in a gpt/small run the deciding rounds put
     all keep at micro-batch 1 first under the lowest cap, and the quote measured it at 0.80x
     ``checkpoint_sequential`` with 2 segments at micro-batch 2. The run-off's measurements chose nothing
-    before, so they rank the two as a quote would."""
+    before, so they rank the two as a quote would; where they cannot tell the two apart, the fit does
+    (``the_faster``)."""
     finalists_of = {cap: finalists(run, cap, peers.get(cap, []), model) for cap in run.setup.caps}
     got = _measured_again(run, [m for group in finalists_of.values() for m in group], DECIDING_ROUNDS)
     first_two = {cap: sorted(_fitting(run, cap, [(b, got[(m.digest, b)]) for b, m in group]),
@@ -242,8 +244,24 @@ def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]], model: Through
     answers: dict[int, Answer | None] = {}
     for cap, pair in first_two.items():
         fits = _fitting(run, cap, [(b, again[(m.digest, b)]) for b, m in pair]) if len(pair) > 1 else pair
-        answers[cap] = max(fits, key=samples_per_second) if fits else (pair[0] if pair else None)
+        answers[cap] = the_faster(fits, model) if fits else (pair[0] if pair else None)
     return answers
+
+
+def the_faster(answers: list[Answer], model: ThroughputModel) -> Answer:
+    """The one of the most samples per second; of two whose seconds per sample differ by no more than either's
+    spread per sample (as the bench judges a quote), the one the fitted model prices faster. There the
+    measurements cannot tell the two apart and the model can: in a gpt/small run, keep 5/recompute 1 won the
+    run-off against all keep at the same micro-batch by 5%, inside a 20% spread, and the quote measured it 18%
+    slower. Recomputing a unit never makes a step cheaper, and the fit knows that."""
+    best = max(answers, key=samples_per_second)
+    if len(answers) != 2:
+        return best
+    other = next(a for a in answers if a is not best)
+    spread = max(a[1].spread_seconds / a[0] for a in answers)
+    if other[1].step_seconds / other[0] - best[1].step_seconds / best[0] > spread:
+        return best
+    return max(answers, key=model.predicted_rate)
 
 
 def _measured_again(run: ThroughputRun, answers: list[Answer], rounds: int) -> dict[tuple[str, int], MeasuredPlan]:

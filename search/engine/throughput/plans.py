@@ -28,6 +28,7 @@ from env.cost.batch_fit import BatchFit, FitCheck
 from env.cost.cost_model import CostModel
 from env.cost.headroom import lowest_and_keep_peak
 from env.data.measured import MeasuredPlan
+from env.data.plan import Action
 from env.data.types import Indices
 from search.engine.throughput.caps import ThroughputSetup
 from search.engine.throughput.peers import largest_under
@@ -110,6 +111,12 @@ class ThroughputModel:
 
     def predicted_seconds(self, plan: Indices, micro_batch: int) -> float:
         return self.cost_model(micro_batch).predict(list(plan)).step_seconds
+
+    def predicted_rate(self, answer: tuple[int, MeasuredPlan]) -> float:
+        """Samples per second the fit prices a measured (micro-batch, plan) at."""
+        b, m = answer
+        actions = list(self.fit.template.actions)
+        return b / self.predicted_seconds(tuple(actions.index(Action(a)) for a in m.actions), b)
 
     @property
     def solved(self) -> list[int]:
