@@ -212,10 +212,11 @@ def best_rule(searches: list[FitSearch], model: ThroughputModel) -> Answer | Non
 def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:
     """The (plan, micro-batch)s ``decide`` measures again for ``cap``: the ``DECIDING`` best measured that fit,
     any other measured within ``NEAR`` of the best's samples per second (``DECIDING_MOST`` in all), and the rule
-    the fitted model prices fastest at the largest micro-batch it fits (``best_rule``). The book's samples were taken minutes apart, and on this CPU the
-    same plan read 25-35% slower in the deciding rounds than in the book in one gpt/small run; ranked on the
-    book alone, that run left all keep at micro-batch 8 out of the largest cap's three (its samples 273, 252
-    and 225 ms, falling as the machine changed: 31.8 samples/s against 36.4 for no checkpointing at 9)."""
+    the fitted model prices fastest at the largest micro-batch it fits (``best_rule``). The book's samples were
+    taken minutes apart, and on this CPU the same plan read 25-35% slower in the deciding rounds than in the book
+    in one gpt/small run; ranked on the book alone, that run left all keep at micro-batch 8 out of the largest
+    cap's three (its samples 273, 252 and 225 ms, falling as the machine changed: 31.8 samples/s against 36.4 for
+    no checkpointing at 9)."""
     measured = measured_under(run, cap)
     best = samples_per_second(measured[0]) if measured else 0.0
     group = [a for i, a in enumerate(measured) if i < DECIDING or samples_per_second(a) >= NEAR * best][:DECIDING_MOST]
