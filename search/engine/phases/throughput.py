@@ -253,7 +253,7 @@ def the_faster(answers: list[Answer], model: ThroughputModel) -> Answer:
     """The one of the most samples per second; of two whose seconds per sample differ by no more than either's
     spread per sample (as the bench judges a quote), the one the fitted model prices faster. There the
     measurements cannot tell the two apart and the model can: in a gpt/small run, keep 5/recompute 1 won the
-    run-off against all keep at the same micro-batch by 5%, inside a 20% spread, and the quote measured it 18%
+    run-off against all keep at the same micro-batch by 5%, inside a 23% spread, and the quote measured it 18%
     slower. Recomputing a unit never makes a step cheaper, and the fit knows that."""
     best = max(answers, key=samples_per_second)
     if len(answers) != 2:

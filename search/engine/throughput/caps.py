@@ -9,10 +9,10 @@ peak shows. On CPU a cap must be given (``SearchConfig`` refuses the mode withou
 Ladder (``find_ladder``): the lowest-memory plan (the exact solver's at the workload's own batch) is
 measured at 1, 2, 4, ... samples until its measured peak no longer fits the largest cap; where a line
 through the last two measured peaks leaves the cap before the next power of two, the size right above
-that point is measured instead (on gpt/small, 41 samples instead of 64, whose measurement alone took
-17 s). Between the last size that fits and the first that does not, the largest that fits is found by
-a line through the two measured peaks and confirmed by measuring it. A cap that even micro-batch 1 of that plan
-does not fit is refused in one line naming the lowest measured peak (``ThroughputError``).
+that point is measured instead (on gpt/small, 47 samples, its peak only, instead of 64, whose measurement
+took 17 s). Between the last size that fits and the first that does not, the largest that fits is found
+by a line through the two measured peaks and confirmed by measuring it. A cap that even micro-batch 1 of
+that plan does not fit is refused in one line naming the lowest measured peak (``ThroughputError``).
 """
 
 from __future__ import annotations
