@@ -192,7 +192,7 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
         for cap in run.setup.caps:
             ranked = [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan])
                       for c in model.candidates(list(pool), cap)]
-            jobs += [j for j in ranked if run.measurer.known(j) is None or run.measurer.untimed(j)][:CANDIDATES]
+            jobs += [j for j in ranked if run.measurer.lacks(j)][:CANDIDATES]
         if not jobs:
             return
         for job, m in zip(jobs, run.measurer.measure(jobs)):

@@ -81,15 +81,18 @@ class BatchMeasurer:
         ``timed=False``: the peaks only, no step timed (where a record holds only a peak that fits a cap, a timed
         measurement adds the times)."""
         unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
-        todo = [j for j in unique if again or self.known(j) is None or (timed and self.untimed(j))]
+        todo = [j for j in unique if again or self.lacks(j, timed)]
         self.pool.run_jobs(todo, lambda handle, job: self._call(handle, job, self._stop_above(job, timed)),
                            self.book.record)
         return [self.known(j) for j in jobs]  # type: ignore[misc]
 
-    def untimed(self, job: BatchJob) -> bool:
-        """Whether the book holds only the job's peak, and that peak fits a cap (so its steps are worth timing)."""
+    def lacks(self, job: BatchJob, timed: bool = True) -> bool:
+        """Whether ``measure`` would measure the job: the book lacks it, or (``timed``) holds only its peak and
+        that peak fits a cap, so that its steps are worth timing."""
         known = self.known(job)
-        return (known is not None and not known.oom and not known.step_seconds_samples
+        if known is None:
+            return True
+        return (timed and not known.oom and not known.step_seconds_samples
                 and (self.ceiling is None or known.peak_bytes <= self.ceiling(job.micro_batch)))
 
     def fresh(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
