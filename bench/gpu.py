@@ -52,6 +52,7 @@ CLOCK = "wall time between torch.cuda.synchronize calls; peaks from torch.cuda.m
 FIDELITY_WORKLOADS = ["gpt", "cnn", "lstm", "mlp"]  # built-in default sizes
 PREMIUM_WORKLOADS = ["gpt=gpt", "cnn=cnn", "lstm=lstm"]
 OFFLOAD_WORKLOADS = ["gpt", "gpt?batch_size=32"]
+THROUGHPUT_WORKLOADS = ["gpt/small", "hf/llama"]  # the grid and the default search's wall time on gpt/small
 # seconds each step may take at most (the search gets what is left)
 CAPS = {"tests": 150, "fidelity": 120, "premium": 150, "offload": 90, "throughput": 150}
 MIN_SEARCH_SECONDS = 90
@@ -242,7 +243,7 @@ STEPS: dict[str, Callable[[str, float, Path], dict[str, Any]]] = {
     "fidelity": bench_step("fidelity.py", ["--workloads", *FIDELITY_WORKLOADS, "--plans", "20"]),
     "premium": bench_step("premium.py", ["--workloads", *PREMIUM_WORKLOADS]),
     "offload": offload_step,
-    "throughput": bench_step("throughput.py", ["--workloads", "gpt/small", "hf/llama", "--budget-seconds", "60"]),
+    "throughput": bench_step("throughput.py", ["--workloads", *THROUGHPUT_WORKLOADS, "--budget-seconds", "60"]),
     "search": search_step,
 }
 
@@ -260,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--skip-search", action="store_true", help="leave out the default search run")
     ap.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="folder for the gpu_*.json results")
+    ap.add_argument("--throughput-workloads", nargs="+", default=THROUGHPUT_WORKLOADS,
+                    help="workloads of the throughput step (hf/llama starts only if those before took under a minute)")
     ap.add_argument("--cap", nargs="+", default=[], metavar="STEP=SECONDS", help="another time cap for a step")
     args = ap.parse_args(argv)
     caps = dict(CAPS)
@@ -289,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                payload = STEPS[step](args.device, seconds, Path(tmp_name))
+                run_step = STEPS[step] if step != "throughput" or args.throughput_workloads == THROUGHPUT_WORKLOADS \
+                    else bench_step("throughput.py", ["--workloads", *args.throughput_workloads])
+                payload = run_step(args.device, seconds, Path(tmp_name))
             except StepFailed as e:
                 summary[step] = {"status": "failed", "why": str(e), "seconds": time.perf_counter() - t0}
                 ok = False

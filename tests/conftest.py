@@ -12,6 +12,9 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # Ray instances of the tests bind to loopback (127.0.0.1), never to the host's network address; the
 # two-node cluster test builds its nodes with ray.cluster_utils, which needs no multi-node CLI.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# cuBLAS runs deterministically only with a fixed workspace, set before its first handle: the CUDA gradient
+# tests (tests/test_apply.py: Case) turn deterministic algorithms on.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 @pytest.fixture(autouse=True, scope="session")
