@@ -14,11 +14,14 @@ from typing import Any, Iterator
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.checkpoint import CheckpointPolicy
 
 from env.data.errors import PlanError
 from env.data.plan import Action
+import env.runtime.apply as apply
 from env.runtime.apply import apply_actions, plan_for
 from env.units.find import find_units
 from env.workloads.workload import load_workload
@@ -144,6 +147,59 @@ def test_batchnorm_state_after_a_recompute_step_is_as_without_a_plan() -> None:
     assert tracked and all(int(c.ref_state[k]) == int(c.initial[k]) + 1 for k in tracked)
     moved = [k for k in c.ref_state if k.endswith("running_mean")]
     assert all(not torch.equal(c.ref_state[k], c.initial[k]) for k in moved)
+
+
+def test_selective_saves_attention_only_where_it_draws_no_dropout() -> None:
+    """On CUDA the fused attention kernels draw their own dropout mask: saved, the recompute would skip that
+    draw and every later dropout would get another mask (found on an H200: gpt/tiny's gradients 1% off)."""
+    aten = torch.ops.aten
+    q = torch.zeros(1, 1, 2, 2)
+    save, recompute = CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    efficient = aten._scaled_dot_product_efficient_attention.default
+    flash = aten._scaled_dot_product_flash_attention.default
+    assert apply._selective_policy(None, efficient, q, q, q, None, True, 0.1, True) == recompute
+    assert apply._selective_policy(None, efficient, q, q, q, None, True, 0.0, True) == save
+    assert apply._selective_policy(None, efficient, q, q, q, None, True) == save  # dropout_p's default, 0
+    assert apply._selective_policy(None, flash, q, q, q, 0.1) == recompute
+    assert apply._selective_policy(None, flash, q, q, q, dropout_p=0.1) == recompute
+    assert apply._selective_policy(None, flash, q, q, q, 0.0) == save
+    assert apply._selective_policy(None, aten.mm.default, q, q) == save
+    assert apply._selective_policy(None, aten.native_dropout.default, q, 0.5, True) == recompute
+    assert apply._selective_policy(None, aten.rand_like.default, q) == recompute
+
+
+class _Noisy(nn.Module):
+    """A draw (noise), then a dropout after it: the dropout's mask depends on the noise having drawn first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        return self.b(F.dropout(h * torch.rand_like(h), 0.5, self.training))
+
+
+def test_selective_recomputes_a_saved_op_that_draws_so_later_draws_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA case on CPU: an op 'selective' would save (here ``rand_like``, made one of SAVED_OPS) draws
+    random numbers, and a dropout follows it in the unit. Served from the saved outputs, the recompute would
+    give the dropout the noise's numbers, and ``b`` another input: b's gradient would differ."""
+    monkeypatch.setattr(apply, "SAVED_OPS", apply.SAVED_OPS | {torch.ops.aten.rand_like.default})
+    torch.manual_seed(0)
+    model = nn.Sequential(_Noisy(), _Noisy()).train()
+    x = torch.randn(4, 8)
+    units = ["0", "1"]
+
+    def grads(actions: list[Action] | None) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(STEP_SEED)
+        with apply_actions(model, plan_for(model, units, actions), units) if actions else contextlib.nullcontext():
+            model(x).square().sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    reference = grads(None)
+    for got, want in zip(grads([Action.SELECTIVE] * 2), reference):
+        assert torch.equal(got, want)
 
 
 def test_offload_without_cuda_is_refused_on_one_line() -> None:

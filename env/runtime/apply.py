@@ -37,7 +37,8 @@ from env.data.plan import Action, Plan, check_plan, fingerprint, regions
 from env.runtime.offload import offloaded_forward
 
 _aten = torch.ops.aten
-# Outputs that 'selective' saves: the expensive ops (matmuls, convolutions, attention).
+# Outputs that 'selective' saves: the expensive ops (matmuls, convolutions, attention), unless a call draws random
+# numbers (``draws_random``).
 SAVED_OPS: frozenset = frozenset(
     op for op in (
         _aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
@@ -63,8 +64,27 @@ def _restore_buffers(*modules: nn.Module) -> Iterator[None]:
                 buf.copy_(value)
 
 
+def draws_random(op: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether this call of ``op`` draws from the RNG: a seeded op (``torch.Tag.nondeterministic_seeded``), unless
+    it has a ``dropout_p`` argument and it is 0 here (attention without dropout draws nothing)."""
+    if torch.Tag.nondeterministic_seeded not in getattr(op, "tags", ()):
+        return False
+    names = [a.name for a in op._schema.arguments]
+    if "dropout_p" not in names:
+        return True
+    i = names.index("dropout_p")
+    p = kwargs.get("dropout_p", args[i] if i < len(args) else op._schema.arguments[i].default_value)
+    return bool(p)
+
+
 def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
-    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+    """Save the outputs of ``SAVED_OPS``, except a call that draws random numbers (attention with dropout on
+    CUDA, where the fused kernel draws its own mask): the recompute starts from the forward's RNG state and
+    replays the draws in order, so a draw served from the saved outputs would shift every later one (the
+    next dropout's mask) and change the gradients."""
+    if op in SAVED_OPS and not draws_random(op, args, kwargs):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def _eager_contexts(selective: bool, *modules: nn.Module) -> tuple[Any, Any]:

@@ -31,7 +31,7 @@ from env.data.plan import Plan
 
 # Top-level definitions of env/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
-    "_aten", "SAVED_OPS", "_restore_buffers", "_selective_policy", "_eager_contexts", "_restore_after",
+    "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
     "_on_cuda", "Compiler", "_wrap", "_region_forwards",
