@@ -28,7 +28,7 @@ def gpu_offload_table(r: Result) -> str:
 
 def gpu_search_table(r: Result) -> str:
     stopped = "stopped at the budget (resumable)" if r["stopped_at_budget"] else f"exit code {r['exit_code']}"
-    out = [f"`python -m {r['command']}`: {stopped} after {r['wall_seconds']:.0f} s; the run wrote "
+    out = [f"`python {r['command']}`: {stopped} after {r['wall_seconds']:.0f} s; the run wrote "
            + ", ".join(f"`{f}`" for f in r["run_files"]) + "."]
     if r.get("report_md"):  # the run's own report, its headings under this section's
         out += ["", *[("###" + line if line.startswith("#") else line) for line in r["report_md"].splitlines()]]
@@ -37,8 +37,10 @@ def gpu_search_table(r: Result) -> str:
 
 def gpu_summary_line(r: Result) -> str:
     """What ``bench/gpu.py`` did, step by step, on which device and when."""
-    steps = "; ".join(f"{k} {v['status']}" + (f" ({v['why']})" if v.get("why") else "") for k, v in r["steps"].items())
-    return f"`{GPU_COMMAND}` on {r['device']}, {r.get('written_at', '')}: {steps}."
+    steps = "; ".join(f"{k} {v['status']}" + (f" ({v['why']})" if v.get("why") else "")
+                      + (f" at {v['run'][11:16]}" if v.get("run") else "") for k, v in r["steps"].items())
+    calls = f" in {len(r['calls'])} calls" if len(r.get("calls", [])) > 1 else ""
+    return f"`{GPU_COMMAND}` on {r['device']}{calls}, {r.get('written_at', '')}: {steps}."
 
 
 VIEWS = [
