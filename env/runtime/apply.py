@@ -16,6 +16,9 @@ not is refused in one line naming the pair, when the step reaches them
 Correctness rules, all tested:
 - ``use_reentrant=False`` and ``preserve_rng_state=True``: dropout masks are replayed, so a
   plan never changes the gradients.
+- ``selective`` never serves a call that draws random numbers from its saved outputs (``draws_random``:
+  attention with dropout, whose fused CUDA kernels draw their own mask): the recompute replays the draws
+  in the forward's order, and one skipped draw would give every later dropout another mask.
 - Recomputing a unit runs its forward again, which would update BatchNorm's running
   statistics twice; every recompute restores the unit's buffers to what they were, so model
   state is as it would be without checkpointing.
