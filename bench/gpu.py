@@ -1,29 +1,32 @@
-"""Everything that needs a GPU, as one command: the gpu tests, fidelity, premium, offload, a search.
+"""Everything that needs a GPU, as one command: the gpu tests, fidelity, premium, offload, throughput, a search.
 
-    python bench/gpu.py                  # one NVIDIA GPU, a CUDA build of torch; about 8-10 min on an H200
+    python bench/gpu.py                  # one NVIDIA GPU, a CUDA build of torch; about 7 min on an H200
     python bench/gpu.py --skip-search    # without the default search run
+    python bench/gpu.py --steps throughput --throughput-workloads hf/llama --cap throughput=600
     python bench/gpu.py --device cuda:1 --budget-seconds 600
 
 Steps, in this order, each writing ``bench/results/gpu_<step>.json`` that names its clock and
 device (on CUDA a peak is ``max_memory_allocated``; a step time is wall time between
-``torch.cuda.synchronize`` calls):
+``torch.cuda.synchronize`` calls). The seconds are what each took on an H200 (2026-12-04):
 
-1. ``tests``: ``pytest -m gpu`` (tests/test_gpu.py and the gpu tests beside it): what passed.
-2. ``fidelity``: ``bench/fidelity.py --device cuda``, 20 random plans per workload, gpt, cnn,
+1. ``tests`` (33 s): ``pytest -m gpu`` over the test modules that hold gpu tests: what passed.
+2. ``fidelity`` (51 s): ``bench/fidelity.py --device cuda``, 20 random plans per workload, gpt, cnn,
    lstm and mlp at their built-in default sizes: predicted against measured peak and time.
-3. ``premium``: ``bench/premium.py --device cuda`` on gpt, cnn and lstm at their default sizes.
-4. ``offload``: on gpt, every unit kept, offloaded (``env.runtime.offload``: side stream, events, pooled
-   pinned buffers), offloaded the blocking way (``save_on_cpu``, what the action did before) and
+3. ``premium`` (47 s): ``bench/premium.py --device cuda`` on gpt, cnn and lstm at their default sizes.
+4. ``offload`` (16 s): on gpt, every unit kept, offloaded (``env.runtime.offload``: side stream, events,
+   pooled pinned buffers), offloaded the blocking way (``save_on_cpu``, what the action did before) and
    recomputed, in interleaved rounds: memory saved and step time paid.
-5. ``throughput``: ``bench/throughput.py --device cuda`` on gpt/small (and hf/llama when gpt/small took
-   under a minute): the throughput search at three memory caps against the peers, and the measured grid.
-6. ``search``: ``python -m search.run --device cuda``, stopped (SIGINT: the run stays resumable)
+5. ``throughput`` (194 s): ``bench/throughput.py --device cuda`` on gpt/small (``--throughput-workloads``
+   names others; hf/llama took over 120 s): the throughput search at three memory caps against the peers,
+   the same search without caps (its wall time) and the measured grid.
+6. ``search`` (55 s): ``python -m search.run --device cuda``, stopped (SIGINT: the run stays resumable)
    when the budget is spent; ``--skip-search`` leaves it out.
 
-Each step has a time cap within ``--budget-seconds`` (10.5 minutes by default); a step that fails
-or runs out of time is recorded in ``gpu_summary.json`` and the next one runs. Exit status 0 when
-every step ran and every gpu test passed, else 1. Without CUDA it prints one line saying why and
-exits with status 1, measuring nothing.
+Each step has a time cap within ``--budget-seconds`` (7.5 minutes by default; ``--cap STEP=SECONDS``
+changes one); a step that fails or runs out of time is recorded in ``gpu_summary.json`` and the next one
+runs (a bench over its cap is stopped with its whole process group, and what it had written by then is
+kept). Exit status 0 when every step ran and every gpu test passed, else 1. Without CUDA it prints one
+line saying why and exits with status 1, measuring nothing.
 """
 
 from __future__ import annotations
@@ -52,9 +55,9 @@ CLOCK = "wall time between torch.cuda.synchronize calls; peaks from torch.cuda.m
 FIDELITY_WORKLOADS = ["gpt", "cnn", "lstm", "mlp"]  # built-in default sizes
 PREMIUM_WORKLOADS = ["gpt=gpt", "cnn=cnn", "lstm=lstm"]
 OFFLOAD_WORKLOADS = ["gpt", "gpt?batch_size=32"]
-THROUGHPUT_WORKLOADS = ["gpt/small", "hf/llama"]  # the grid and the default search's wall time on gpt/small
-# seconds each step may take at most (the search gets what is left)
-CAPS = {"tests": 150, "fidelity": 120, "premium": 150, "offload": 90, "throughput": 150}
+THROUGHPUT_WORKLOADS = ["gpt/small"]  # with the grid and the wall time of the same search without caps
+# seconds each step may take at most (the search gets what is left): about twice what each took on an H200
+CAPS = {"tests": 90, "fidelity": 100, "premium": 100, "offload": 45, "throughput": 300}
 MIN_SEARCH_SECONDS = 90
 STOP_SECONDS = 40  # of the search's time, kept for stopping it: SIGINT, then SIGKILL 30 s later
 
@@ -243,7 +246,7 @@ STEPS: dict[str, Callable[[str, float, Path], dict[str, Any]]] = {
     "fidelity": bench_step("fidelity.py", ["--workloads", *FIDELITY_WORKLOADS, "--plans", "20"]),
     "premium": bench_step("premium.py", ["--workloads", *PREMIUM_WORKLOADS]),
     "offload": offload_step,
-    "throughput": bench_step("throughput.py", ["--workloads", *THROUGHPUT_WORKLOADS, "--budget-seconds", "60"]),
+    "throughput": bench_step("throughput.py", ["--workloads", *THROUGHPUT_WORKLOADS]),
     "search": search_step,
 }
 
@@ -257,12 +260,12 @@ def step_ok(step: str, payload: dict[str, Any]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="cuda or cuda:N")
-    ap.add_argument("--budget-seconds", type=float, default=630, help="wall time for every step together")
+    ap.add_argument("--budget-seconds", type=float, default=450, help="wall time for every step together")
     ap.add_argument("--skip-search", action="store_true", help="leave out the default search run")
     ap.add_argument("--steps", nargs="+", choices=list(STEPS), default=list(STEPS), help="run only these steps")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR, help="folder for the gpu_*.json results")
     ap.add_argument("--throughput-workloads", nargs="+", default=THROUGHPUT_WORKLOADS,
-                    help="workloads of the throughput step (hf/llama starts only if those before took under a minute)")
+                    help="workloads of the throughput step (the grid and the uncapped search's time on gpt/small)")
     ap.add_argument("--cap", nargs="+", default=[], metavar="STEP=SECONDS", help="another time cap for a step")
     args = ap.parse_args(argv)
     caps = dict(CAPS)
@@ -292,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                run_step = STEPS[step] if step != "throughput" or args.throughput_workloads == THROUGHPUT_WORKLOADS \
-                    else bench_step("throughput.py", ["--workloads", *args.throughput_workloads])
+                run_step = STEPS[step] if step != "throughput" else \
+                    bench_step("throughput.py", ["--workloads", *args.throughput_workloads])
                 payload = run_step(args.device, seconds, Path(tmp_name))
             except StepFailed as e:
                 summary[step] = {"status": "failed", "why": str(e), "seconds": time.perf_counter() - t0}
