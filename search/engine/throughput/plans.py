@@ -27,8 +27,8 @@ from agents.throughput import BatchChoice, exact_frontiers, model_optimal, ranke
 from env.cost.batch_fit import BatchFit, FitCheck
 from env.cost.cost_model import CostModel
 from env.cost.headroom import lowest_and_keep_peak
+from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
-from env.data.plan import Action
 from env.data.types import Indices
 from search.engine.throughput.caps import ThroughputSetup
 from search.engine.throughput.peers import largest_under
@@ -66,6 +66,8 @@ class ThroughputModel:
         self.checks: list[FitCheck] = []
         self._scales: dict[int, float] = {}
         self.cost_model = lru_cache(maxsize=None)(self._cost_model)
+        profile = fit.template
+        self.codec = PlanCodec(profile.units, profile.actions, profile.fingerprint)  # the fit's action indices
 
     def extend(self, cap: int, limit: int) -> list[int]:
         """Price micro-batches beyond the ladder up to the largest at which the fit puts some plan's peak under
@@ -115,8 +117,7 @@ class ThroughputModel:
     def predicted_rate(self, answer: tuple[int, MeasuredPlan]) -> float:
         """Samples per second the fit prices a measured (micro-batch, plan) at."""
         b, m = answer
-        actions = list(self.fit.template.actions)
-        return b / self.predicted_seconds(tuple(actions.index(Action(a)) for a in m.actions), b)
+        return b / self.predicted_seconds(self.codec.indices(m.actions), b)
 
     @property
     def solved(self) -> list[int]:
