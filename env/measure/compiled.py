@@ -33,9 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Iterator
 
 import torch
 import torch._dynamo
@@ -44,6 +45,7 @@ from torch._dynamo.utils import counters
 
 from env.data.errors import MeasurementError
 from env.measure.timeline import is_oom, train_step
+from env.runtime.apply import Compiler, compile_forward
 from env.workloads.workload import Workload
 
 
@@ -173,14 +175,13 @@ class CompiledWorkload:
                             fullgraph=self.fullgraph)
 
 
-def unit_compiler(options: CompileOptions) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """What compiles one unit's forward (or a selective unit's checkpointed forward) in the ``units`` scope.
+def unit_compiler(options: CompileOptions) -> Compiler:
+    """What compiles one unit's forward (or a recomputed unit's checkpointed forward) in the ``units`` scope:
+    ``env.runtime.apply.compile_forward``, as training code applies a plan with ``compile_units=True``.
 
     Not ``fullgraph``: a unit that breaks the graph runs in pieces (counted in ``graph_breaks``) rather than
     failing a plan that the model scope would measure with breaks too."""
-    def compile_unit(forward: Callable[..., Any]) -> Callable[..., Any]:
-        return torch.compile(forward, backend=options.backend, dynamic=False)
-    return compile_unit
+    return functools.partial(compile_forward, backend=options.backend, dynamic=False)
 
 
 @contextlib.contextmanager

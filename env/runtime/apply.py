@@ -52,7 +52,21 @@ SAVED_OPS: frozenset = frozenset(
     ) if op is not None
 )
 _MARK = "_ckpt_search_action"
-Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]  # compiles a unit's forward (regional compilation)
+Compiler = Callable[[Callable[..., Any], bool], Callable[..., Any]]  # (a unit's forward, recomputed?) -> compiled
+# Inductor's options for a recomputed unit compiled on its own: no layout optimization. With it, inductor copies a
+# convolution's input into channels-last order, and the unit's backward graph saves that copy beside the input,
+# which stays alive anyway (the batch, or the unit before's output): on the CNN (batch 16, 96 px) the recomputed
+# stem kept a second copy of the batch (1.7 MiB), and no compiled plan got as low as checkpoint_sequential's.
+RECOMPUTED_UNIT_OPTIONS: dict[str, Any] = {"layout_optimization": False}
+
+
+def compile_forward(forward: Callable[..., Any], recomputed: bool, backend: str = "inductor",
+                    dynamic: bool | None = None) -> Callable[..., Any]:
+    """A unit's forward compiled on its own (regional compilation), as ``--compile`` measures a plan and
+    ``compile_units=True`` applies it; ``recomputed``: the unit is recomputed (its checkpoint is inside
+    ``forward``, or a region recomputes it), so it gets ``RECOMPUTED_UNIT_OPTIONS``."""
+    options = RECOMPUTED_UNIT_OPTIONS if recomputed and backend == "inductor" else None
+    return torch.compile(forward, backend=backend, dynamic=dynamic, options=options)
 
 
 @contextlib.contextmanager
@@ -338,8 +352,8 @@ def _wrap(module: nn.Module, action: Action, compile_unit: Compiler | None) -> C
     if compile_unit is None:
         return policy.wrap(module, module.forward)
     if action in (Action.RECOMPUTE, Action.SELECTIVE):  # the compiler sees the checkpoint: it recomputes in
-        return compile_unit(policy.wrap(module, module.forward))  # its backward graph, and a policy sees the ops
-    compiled = compile_unit(module.forward)
+        return compile_unit(policy.wrap(module, module.forward), True)  # its backward graph; a policy sees the ops
+    compiled = compile_unit(module.forward, False)
     return policy.wrap(module, compiled) or compiled
 
 
@@ -357,7 +371,7 @@ def _region_forwards(model: nn.Module, actions: Mapping[str, Action], names: set
             raise PlanError(f"the chain region '{run[0]}' .. '{run[-1]}' names unit '{missing[0]}' which "
                             f"{type(model).__name__} does not have; make the plan for this model")
         modules = [model.get_submodule(u) for u in run]
-        forwards = [m.forward if compile_unit is None else compile_unit(m.forward) for m in modules]
+        forwards = [m.forward if compile_unit is None else compile_unit(m.forward, True) for m in modules]
         out.update(zip(run, Region(run, modules).wrap(forwards)))
     return out
 

@@ -43,12 +43,11 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import torch
 import torch.nn as nn
 
 from env.data.errors import PlanError
 from env.data.plan import Plan, fingerprint
-from env.runtime.apply import AppliedPlan, apply_actions
+from env.runtime.apply import AppliedPlan, apply_actions, compile_forward
 
 PlanSource = Plan | str | Path
 
@@ -79,7 +78,7 @@ def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True,
     measured it (``env.runtime.apply.apply_actions``' ``compile_unit``).
     """
     plan = read_plan(plan_or_path)
-    compile_unit = torch.compile if compile_units else None
+    compile_unit = compile_forward if compile_units else None
     if strict:
         return apply_actions(model, plan, strict=True, compile_unit=compile_unit)
     handle = apply_actions(model, plan, strict=False, compile_unit=compile_unit)

@@ -34,7 +34,7 @@ APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
-    "_on_cuda", "Compiler", "_wrap", "_region_forwards",
+    "_on_cuda", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
 )
 # Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
@@ -71,7 +71,7 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: 
                              "export the plan for this model, or pass strict=False")
     installed: list[nn.Module] = []
     actions = {{fqn: Action(name) for fqn, name in PLAN.items()}}
-    compile_unit = torch.compile if compile_units else None
+    compile_unit = compile_forward if compile_units else None
     in_regions = _region_forwards(model, actions, set(modules), compile_unit)  # chain regions: one checkpoint each
     for fqn, action in actions.items():
         if fqn not in modules:
