@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.views.base import Result, View, mib, table
+from bench.views.base import Headline, Result, View, measured, mib, table
 
 
 def _timed(p: dict[str, Any]) -> str:
@@ -67,6 +67,27 @@ def throughput_table(r: Result) -> str:
     return "\n".join(out)
 
 
+def throughput_headlines(r: Result) -> list[Headline]:
+    """Per workload: our answer over the best peer's samples per second at each cap, and the search's wall time
+    against the same search without caps; the device where it is a GPU."""
+    out = []
+    on = f" on {r['device'].split(' (')[0]}" if str(r.get("device", "")).endswith("(cuda)") else ""
+    for w in r["workloads"]:
+        s = w["search"]
+        rows = [row for row in s["caps"] if row.get("ours_over_best_peer")]
+        if not rows:
+            continue
+        ratios = [row["ours_over_best_peer"] for row in rows]
+        within = sum(_within(row) == "yes" for row in rows)
+        wall = (f"; the search took {s['wall_seconds'] / w['default_wall_seconds']:.2f}x the same search without caps"
+                if w.get("default_wall_seconds") else "")
+        out.append(Headline(f"Fastest (plan, micro-batch) per memory cap, `{w['workload']}`{on}: ours over the best "
+                            f"peer's samples/s at {len(rows)} caps",
+                            (f"{min(ratios):.2f}x to {max(ratios):.2f}x" if min(ratios) != max(ratios)
+                             else f"{ratios[0]:.2f}x") + f", {within} of {len(rows)} within the spreads"
+                            + wall, measured(r, s["clock"], s["load_average_1"])))
+    return out
+
 
 def fsdp_table(r: Result) -> str:
     out = []
@@ -96,9 +117,9 @@ VIEWS = [
          "`python -m search.run --memory-cap` at three caps per workload against the peers at the largest "
          "micro-batch each fits, samples per second as the run quoted them (interleaved rounds after the choice), "
          "and on gpt/small against the best of a measured grid of (plan, micro-batch).",
-         "python bench/throughput.py", throughput_table),
+         "python bench/throughput.py", throughput_table, headlines=throughput_headlines),
     View("gpu_throughput", "The throughput search on a GPU", "As on the CPU, with `--device cuda`.",
-         "python bench/gpu.py", throughput_table),
+         "python bench/gpu.py", throughput_table, headlines=throughput_headlines),
     View("fsdp", "One device against FSDP2 ranks", "The same search on one device and under FSDP2 with 2 gloo "
          "ranks (`--fsdp 2`): per-rank baseline, what a rank holds before its step, the lowest measured peak, and "
          "whether the fastest plan under a per-rank cap is the plan one device picks for the same activation "
