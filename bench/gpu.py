@@ -241,12 +241,16 @@ def search_step(device: str, seconds: float, tmp: Path) -> dict[str, Any]:
             "output_tail": (stdout + stderr)[-3000:]}
 
 
+def throughput_step(workloads: Sequence[str]) -> Callable[[str, float, Path], dict[str, Any]]:
+    return bench_step("throughput.py", ["--workloads", *workloads])
+
+
 STEPS: dict[str, Callable[[str, float, Path], dict[str, Any]]] = {
     "tests": tests_step,
     "fidelity": bench_step("fidelity.py", ["--workloads", *FIDELITY_WORKLOADS, "--plans", "20"]),
     "premium": bench_step("premium.py", ["--workloads", *PREMIUM_WORKLOADS]),
     "offload": offload_step,
-    "throughput": bench_step("throughput.py", ["--workloads", *THROUGHPUT_WORKLOADS]),
+    "throughput": throughput_step(THROUGHPUT_WORKLOADS),
     "search": search_step,
 }
 
@@ -283,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     steps = [s for s in args.steps if not (s == "search" and args.skip_search)]
     deadline = time.perf_counter() + args.budget_seconds
+    run_steps = {**STEPS, "throughput": throughput_step(args.throughput_workloads)}
     summary: dict[str, Any] = {}
     ok = True
     with tempfile.TemporaryDirectory(prefix="ckpt-gpu-") as tmp_name:
@@ -295,9 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             t0 = time.perf_counter()
             try:
-                run_step = STEPS[step] if step != "throughput" else \
-                    bench_step("throughput.py", ["--workloads", *args.throughput_workloads])
-                payload = run_step(args.device, seconds, Path(tmp_name))
+                payload = run_steps[step](args.device, seconds, Path(tmp_name))
             except StepFailed as e:
                 summary[step] = {"status": "failed", "why": str(e), "seconds": time.perf_counter() - t0}
                 ok = False
