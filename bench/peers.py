@@ -64,14 +64,16 @@ def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Seque
             "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
 
 
-def selected(row: dict[str, Any]) -> dict[str, dict[str, str] | None]:
-    """Per measured peer: our fastest frontier plan at no more memory, by the search's measurements."""
+def selected(row: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+    """Per measured peer: our fastest frontier point at no more memory, by the search's measurements: its
+    ``plan`` and ``compile_scope`` (how the search measured it; ``--compile-scope both`` shows either)."""
     front = row["frontier"]
-    out: dict[str, dict[str, str] | None] = {}
+    out: dict[str, dict[str, Any] | None] = {}
     for p in row["peers"]:
         if not p["oom"]:
             k = fastest_within([f["peak_bytes"] for f in front], [f["step_seconds"] for f in front], p["peak_bytes"])
-            out[p["peer"]] = None if k is None else front[k]["plan"]
+            out[p["peer"]] = None if k is None else {"plan": front[k]["plan"],
+                                                      "compile_scope": front[k].get("compile_scope")}
     return out
 
 
@@ -89,17 +91,24 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     search = row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS if k != "compile_scope"})
     scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
-                   int(search["measure_threads"]) or None, name="quote",
-                   compile=CompileOptions(scope=scope) if row["compiled"] else False)  # our plans as the search measured
+                   int(search["measure_threads"]) or None, name="quote",  # our plans as the search measured them:
+                   compile=CompileOptions(scope="model" if scope == "model" else "units") if row["compiled"] else False)
     budgets = [b for b, _ in compile_budgets(row["peers"])]
     peers = {p.name: p for p in ev.peers(ALL_KINDS, budgets) if p.name in picks}
     if set(peers) != set(picks):
         raise SystemExit(f"{row['workload']}: the quoting Evaluator offers other peers than the search measured "
                          f"({sorted(set(picks) ^ set(peers))})")
     ours = {json.dumps(p, sort_keys=True): p for p in picks.values() if p is not None}
+
+    def measure_ours(p: dict[str, Any]) -> MeasuredPlan:
+        actions = [p["plan"][u] for u in units]
+        if p.get("compile_scope") == "model" and scope == "both":  # found whole-model by --compile-scope both
+            return ev.evaluate_whole_model(actions, "quote")
+        return ev.evaluate(actions, "quote", again=True)
+
     jobs: dict[str, Callable[[], MeasuredPlan]] = {
         "baseline": lambda: ev.evaluate(["keep"] * len(units), "quote", again=True),
-        **{f"ours:{k}": lambda p=p: ev.evaluate([p[u] for u in units], "quote", again=True) for k, p in ours.items()},
+        **{f"ours:{k}": lambda p=p: measure_ours(p) for k, p in ours.items()},
         **{f"peer:{name}": lambda peer=peer: ev.evaluate_peer(peer) for name, peer in peers.items()}}
     t0 = time.perf_counter()
     ev.warm_up()
@@ -113,7 +122,9 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
                                  "note": peers[name].note, "ours": None}
         if mine is not None:
             diff = peer.step_seconds - mine.step_seconds
-            entry["ours"] = {**_figures(mine), "plan": action_summary(plan.values()),
+            entry["ours"] = {**_figures(mine), "plan": action_summary(plan["plan"].values())
+                             + (", whole model compiled" if plan["compile_scope"] == "model" and scope == "both" else ""),
+                             "compile_scope": plan["compile_scope"],
                              "fits": mine.peak_bytes <= peer.peak_bytes, "compile_seconds": mine.compile_seconds}
             entry["time_ratio_peer_over_ours"] = peer.step_seconds / mine.step_seconds
             entry["beyond_spread"] = abs(diff) > peer.spread_seconds + mine.spread_seconds

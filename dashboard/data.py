@@ -199,7 +199,7 @@ def _frontier_from_file(run_dir: Path, units: list[str]) -> pd.DataFrame:
         rows.append({"digest": plan.digest, "actions": [a.value for a in plan.action_list(units or ff.units)],
                      "summary": plan.summary(), "source": p.source, "peak_bytes": p.peak_bytes,
                      "step_seconds": p.step_seconds, "spread_seconds": p.spread_seconds,
-                     "activation_bytes": p.activation_bytes})
+                     "activation_bytes": p.activation_bytes, "compile_scope": p.compile_scope})
     return pd.DataFrame(rows)
 
 

@@ -15,6 +15,7 @@ import streamlit as st
 from dashboard import figures, fmt, selection
 from dashboard.data import RunData, nearest_rule, unit_table
 from env.data.types import MIB
+from search.records.frontier_file import COMPILE_HOW
 from search.training.snippet import plan_snippet
 
 LIVE_EVERY_S = 2.0
@@ -188,6 +189,10 @@ def export_section(run: RunData, digest: str) -> None:
                 f"1. `handle = search.apply_plan(model, \"{json_name}\")`; `handle.remove()` undoes it\n"
                 f"2. or, with only torch: `from {py_name[:-3]} import apply_checkpoint_plan; apply_checkpoint_plan(model)`\n"
                 "3. with `torch.compile`: apply the plan first, then compile")
+    scopes = run.frontier.loc[run.frontier.digest == digest, "compile_scope"].dropna().tolist() \
+        if "compile_scope" in run.frontier else []
+    for scope in dict.fromkeys(scopes):  # a compiled search's point: compile it as it was measured
+        c2.markdown(f"Measured compiled ({scope}): `{COMPILE_HOW[scope]}`")
     with st.expander("plan JSON"):
         st.code(text, language="json")
     with st.expander("Python snippet"):

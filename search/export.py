@@ -25,7 +25,7 @@ from typing import Literal, Sequence
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
-from search.records.frontier_file import FrontierError, FrontierFile, FrontierPoint, load_frontier
+from search.records.frontier_file import COMPILE_HOW, FrontierError, FrontierFile, FrontierPoint, load_frontier
 from search.records.throughput import ThroughputPoint
 from search.training.snippet import plan_snippet
 
@@ -56,11 +56,17 @@ def render(frontier: FrontierFile, point: FrontierPoint, fmt: str) -> str:
     if fmt not in FORMATS:
         raise CkptSearchError(f"unknown format '{fmt}'; choose one of {', '.join(FORMATS)}")
     plan = frontier.plan(point)
+    scope = point.compile_scope
     if fmt == "json":
-        return plan.to_json() + "\n"
+        if scope is None:
+            return plan.to_json() + "\n"
+        # a compiled plan says how it was compiled when measured (apply_plan reads the plan and ignores the rest)
+        return json.dumps({**json.loads(plan.to_json()), "compile_scope": scope,
+                           "apply": COMPILE_HOW[scope]}, indent=2) + "\n"
+    how = f", measured compiled ({scope}: {COMPILE_HOW[scope]})" if scope else ""
     return plan_snippet(plan, title=f"{frontier.workload} ({frontier.batch_shape}), measured peak "
                                     f"{point.peak_bytes / MIB:.2f} MB, step {point.step_seconds * 1e3:.1f} ms "
-                                    f"(clock {frontier.clock})")
+                                    f"(clock {frontier.clock}){how}")
 
 
 def choose_throughput(frontier: FrontierFile, cap_mb: float) -> ThroughputPoint:
@@ -159,8 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         p = done.point
         batch = f", micro-batch {p.micro_batch} x {p.accumulation} accumulation steps" if isinstance(
             p, ThroughputPoint) else ""
+        scope = getattr(p, "compile_scope", None)
+        how = f"; measured compiled: {COMPILE_HOW[scope]}" if scope else ""
         print(f"wrote {done.path}: {done.plan.summary()}{batch}; measured peak {p.peak_bytes / MIB:.2f} MB, "
-              f"step {p.step_seconds * 1e3:.1f} ms", file=sys.stderr)
+              f"step {p.step_seconds * 1e3:.1f} ms{how}", file=sys.stderr)
     return 0
 
 

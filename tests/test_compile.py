@@ -341,3 +341,45 @@ def test_an_unknown_compile_scope_is_refused() -> None:
     with pytest.raises(MeasurementError) as e:
         CompileOptions(scope="layers")
     one_line_error(e, "compile scope 'layers'", "'units'")
+
+
+@pytest.mark.slow
+def test_compile_scope_both_measures_the_shown_frontier_whole_model_and_shows_the_faster_way(tmp_path,
+                                                                                            ray_session) -> None:
+    import json
+
+    from env.data.plan import Plan as PlanFile
+    from search.export import export
+    from search.records import meta
+    from search.records.pareto import nondominated
+    from search.records.store import RunStore
+    from search.run import main
+
+    assert main(["--workload", "gpt/tiny", "--compile", "--compile-scope", "both", "--agents", "1",
+                 "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "8", "--repeats", "1",
+                 "--no-progress", "--no-batch-scaling", "--out", str(tmp_path), "--name", "both"]) == 0
+    run_dir = tmp_path / "both"
+    front = json.loads((run_dir / "frontier.json").read_text())
+    with RunStore(run_dir, readonly=True) as s:
+        whole, plans = s.read(meta.WHOLE_MODEL), {m.digest: m for m in s.measured()}
+        assert "whole-model pass" in s.read(meta.PHASE_SECONDS)
+    assert whole and set(whole) <= set(plans)  # plans the search measured, measured again whole
+    for m in whole.values():  # each compiled on its own, apart from the plan's regional record
+        assert m.compile_seconds is not None and m.measurement_ids[0] not in plans[m.digest].measurement_ids
+    scopes = [p["compile_scope"] for p in front["points"]]
+    assert scopes and set(scopes) <= {"units", "model"}
+    # one frontier over both ways: no point shown is dominated by another, whichever way either was compiled
+    assert nondominated([(p["peak_bytes"], p["step_seconds"]) for p in front["points"]]).all()
+    for p in front["points"]:  # a point shows the measurement of the way it names
+        plan = PlanFile(fingerprint=front["fingerprint"], actions=p["plan"])
+        record = whole[plan.digest] if p["compile_scope"] == "model" else plans[plan.digest]
+        assert p["peak_bytes"] == record.peak_bytes
+    report = (run_dir / "report.md").read_text()
+    assert ("| compiled |" in report) == (len(set(scopes)) > 1)
+    if "model" in scopes:  # exported with how to compile it; apply_plan reads the plan as ever
+        model_point = max((p for p in front["points"] if p["compile_scope"] == "model"), key=lambda p: p["peak_bytes"])
+        done = export(run_dir, model_point["peak_bytes"] / 2**20 + 1e-6)
+        data = json.loads(done.text)
+        if done.point.compile_scope == "model":
+            assert data["compile_scope"] == "model" and "torch.compile(model)" in data["apply"]
+        assert PlanFile.from_json(done.text).actions == done.plan.actions

@@ -53,6 +53,7 @@ SAMPLES = {  # one value of every declared key, as a run writes it
     "baseline_by_evaluator": {"evaluator_0@n": {"peak_bytes": 1000, "step_seconds": 0.1, "clock": "wall"}},
     "peers": {"hf-checkpointing": {"record": _record(), "note": ""},
               "compile-budget-0.0": {"record": _record("peer:compile-budget-0.0", oom=True), "note": "a bug"}},
+    "whole_model": {"d1": _record("d1")},
     "exact_relative": 0.005,
     "exact": ["d1", "d2"],
     "answer_rounds": [{"proposed": 3, "measured": 2}, {"proposed": 0, "measured": 0}],
@@ -80,7 +81,7 @@ SAMPLES = {  # one value of every declared key, as a run writes it
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 36
+    assert len(meta.KEYS) == 37
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 

@@ -4,7 +4,8 @@
 and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` then takes the
 phases in order: the baseline rules, the peers, the exact frontier (and its warm start), the
 agents' rounds (their actors start beside the rules), their answer rounds, the deciding passes
-with the closing references, and the confirming passes that the frontier is reported from. Ctrl-C
+with the closing references, the confirming passes that the frontier is reported from, and with
+``--compile-scope both`` the whole-model pass over that frontier. Ctrl-C
 drains the Evaluators into the store (``Driver.drain``) and leaves it resumable.
 """
 
@@ -27,6 +28,7 @@ from search.engine.phases.prepare import prepare
 from search.engine.phases.rounds import answer_rounds, train_rounds
 from search.engine.phases.rules import RULES_MEASURED, measure_rules
 from search.engine.phases.throughput import probe_throughput, search_throughput
+from search.engine.phases.whole_model import whole_model_pass
 from search.engine.progress import RoundStatus
 from search.records import meta
 from search.records.config import SearchConfig
@@ -79,6 +81,9 @@ class Driver:
             deciding_passes(ctx)  # the closing references among them
         with phase("confirming passes"):
             confirming_passes(ctx)
+        if self.cfg.whole_model_pass:
+            with phase("whole-model pass"):
+                whole_model_pass(ctx)
         if throughput is not None:
             search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()

@@ -18,6 +18,7 @@ from the measurement ids, which count everything one Evaluator measured in order
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import time
@@ -187,6 +188,28 @@ class Evaluator:
         with model_errors(f"the measurement of peer {peer.name}"):
             m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
                              measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        return self._labelled(m, is_reference=False)
+
+    def evaluate_whole_model(self, actions: Sequence[str], source: str) -> MeasuredPlan:
+        """Measure a plan with the plan applied and then the whole model compiled (``--compile-scope both``'s
+        pass over the frontier), as a user who calls ``torch.compile(model)`` runs it: a compile of its own,
+        never cached with the plan's regional measurements, its times paired with this Evaluator's references
+        as a plan's are."""
+        options = compile_options(self.compile)
+        if options is None:
+            raise CkptSearchError("a whole-model measurement needs a compiled search; run with --compile "
+                                  "--compile-scope both")
+        self._refresh_reference()
+        plan = self._plan(actions)
+        self.n_measured += 1
+        start = time.perf_counter()
+        with model_errors(f"the whole-model compiled measurement of plan {plan.digest} "
+                          f"({action_summary(plan.actions.values())})"):
+            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
+                        measurement_id=f"{self._id_prefix}:{self.n_measured}",
+                        compile=dataclasses.replace(options, scope="model"))
+        self.busy["plans"] += time.perf_counter() - start
+        self.busy["plan_measurements"] += 1
         return self._labelled(m, is_reference=False)
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:

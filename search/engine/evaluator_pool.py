@@ -45,7 +45,7 @@ class EvaluatorSlot:
 
 def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
     """What the Evaluators measure with: ``--compile`` in its ``--compile-scope``, or eager steps (False)."""
-    return CompileOptions(scope=cfg.compile_scope) if cfg.compile else False
+    return CompileOptions(scope=cfg.measure_scope) if cfg.compile else False
 
 
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:

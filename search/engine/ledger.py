@@ -140,6 +140,20 @@ class Ledger:
     def peers(self) -> dict[str, MeasuredPlan]:
         return {k: self._rank(v["record"]) for k, v in self.store.read(meta.PEERS).items()}
 
+    def record_whole_model(self, m: MeasuredPlan) -> MeasuredPlan:
+        """A plan's measurement with the whole model compiled (store meta ``whole_model``, by the plan's
+        digest): beside the plans, whose records hold their regional measurements."""
+        with self.lock:
+            done = self.store.read(meta.WHOLE_MODEL)
+            merged = done[m.digest].merged(m) if m.digest in done else m
+            done[m.digest] = merged
+            self.store.write(meta.WHOLE_MODEL, done)
+        return merged
+
+    def whole_model(self) -> list[MeasuredPlan]:
+        """The plans measured with the whole model compiled, ranked as the plans are."""
+        return [self._rank(m) for m in self.store.read(meta.WHOLE_MODEL).values()]
+
     def proposers(self, idx: Indices) -> list[PlanSource]:
         with self.lock:
             row = self.store.get(self.codec.digest(idx))

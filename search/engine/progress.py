@@ -66,9 +66,11 @@ class ProgressView:
         b = report["baseline"]
         self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MIB:.1f} MB, "
                            f"{b['step_seconds'] * 1e3:.0f} ms")
+        both = len({p.get("compile_scope") for p in report["frontier"]}) > 1  # --compile-scope both
         for p in report["frontier"]:
             self.console.print(f"  {p['peak_bytes'] / MIB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
-                               f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}")
+                               f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}"
+                               + ("  (whole model compiled)" if p.get("compile_scope") == "model" and both else ""))
         phases = report.get("phase_seconds") or {}
         if phases:
             self.console.print(f"time: {sum(phases.values()):.0f} s; " + ", ".join(

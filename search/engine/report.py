@@ -20,8 +20,8 @@ from search.engine.phases.deciding import confirmable
 from search.engine.throughput.report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig
-from search.records.frontier_file import FrontierFile, point_from, write_frontier
-from search.records.pareto import MEMORY_TOLERANCE, fastest_within, readable
+from search.records.frontier_file import COMPILE_HOW, FrontierFile, point_from, write_frontier
+from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
 from search.records.ranking import timing_noise
 from search.records.throughput import ThroughputCurve
 
@@ -31,7 +31,9 @@ class Shown:
     """The frontier a user is shown (``front``), from the store's (``strict``): the confirming passes' plans in
     place of the near misses they left unconfirmed (``candidates``; ``search.engine.phases.deciding.confirmable``),
     then without a plan that one beside it, at most ``tolerance`` bytes higher, beats by more than the run's
-    timing ``noise`` (``search.records.pareto.readable``)."""
+    timing ``noise`` (``search.records.pareto.readable``). With ``--compile-scope both`` the candidates are
+    the plans measured whole-model too (``search.engine.phases.whole_model``), the dominated ones of either
+    way left out first; ``scopes[i]`` says how ``front[i]`` was compiled (None: eager steps)."""
 
     baseline: MeasuredPlan
     strict: list[MeasuredPlan]
@@ -39,6 +41,7 @@ class Shown:
     front: list[MeasuredPlan]
     tolerance: float
     noise: float
+    scopes: list[str | None]
 
     @classmethod
     def of(cls, ledger: Ledger) -> "Shown":
@@ -51,8 +54,24 @@ class Shown:
         confirmed, chosen_by = ledger.store.read(meta.CONFIRMED), ledger.store.read(meta.CONFIRMING_NOISE)
         candidates = (confirmable(points, set(confirmed), noise if chosen_by is None else chosen_by, base.digest)
                       if confirmed else strict)
+        scopes: list[str | None] = [measured_scope(ledger.store.read(meta.CONFIG))] * len(candidates)
+        whole = [r for r in ledger.whole_model() if not r.oom]
+        if whole:  # both ways of compiling compete: the dominated points of either go first
+            both = candidates + whole
+            both_scopes = scopes + ["model"] * len(whole)
+            best = nondominated([(r.peak_bytes, r.step_seconds) for r in both])
+            candidates = [r for r, b in zip(both, best) if b]
+            scopes = [sc for sc, b in zip(both_scopes, best) if b]
         keep = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
-        return cls(base, strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise)
+        return cls(base, strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise,
+                   [sc for sc, k in zip(scopes, keep) if k])
+
+
+def measured_scope(config: dict[str, Any] | None) -> str | None:
+    """How a run's plans were compiled as it measured them: None (eager steps), ``units`` or ``model``."""
+    if not config or not config.get("compile"):
+        return None
+    return "model" if config.get("compile_scope") == "model" else "units"
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
@@ -72,7 +91,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     units = list(codec.units)
     curve = store.read(meta.THROUGHPUT)  # a throughput search's answers per memory cap, once it finished
 
-    points = [point_from(r, units) for r in front]
+    points = [point_from(r, units, scope) for r, scope in zip(front, shown.scopes)]
     fsdp = store.read(meta.FSDP)
     write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
                                          clock=base.clock, fingerprint=prof.fingerprint, units=units,
@@ -180,11 +199,17 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if out.get("unconfirmed"):
         lines += [f"{out['unconfirmed']} plan(s) of the measured frontier not confirmed and left out: each is within "
                   f"the run's timing noise ({out['timing_noise']:.1%}) of a plan at less memory.", ""]
-    lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |", "|---:|---:|---:|---:|---|---|"]
+    scopes = sorted({p["compile_scope"] for p in rep["frontier"] if p.get("compile_scope")})
+    if len(scopes) > 1:  # --compile-scope both: say how to compile each plan as it was measured
+        lines += ["Compiled two ways; apply each plan as its row says: " + "; ".join(
+            f"**{sc}**: {COMPILE_HOW[sc]}" for sc in scopes) + ".", ""]
+    lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |" + (" compiled |" if len(scopes) > 1 else ""),
+              "|---:|---:|---:|---:|---|---|" + ("---|" if len(scopes) > 1 else "")]
     for p in rep["frontier"]:
         summary = action_summary(p["plan"].values())
         lines.append(f"| {p['peak_bytes'] / MIB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
-                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | {', '.join(p['found_by'])} |")
+                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | "
+                     f"{', '.join(p['found_by'])} |" + (f" {p['compile_scope']} |" if len(scopes) > 1 else ""))
     lines += ["", "## Baseline rules", "", "| rule | peak MiB | step ms | on the frontier? |", "|---|---:|---:|---|"]
     for r in rep["rules"]:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | "

@@ -53,9 +53,12 @@ class SearchConfig:
                               "time is reported apart. The profile stays eager")
     compile_scope: str = _f("units", "with --compile: units (each unit's forward compiled once per action and reused "
                                      "by every plan, the plan's checkpoints around it, as when each block is compiled "
-                                     "on its own; a plan costs about an eager measurement) or model (the plan applied, "
-                                     "then the whole model compiled for each plan, fullgraph: a compile per plan)",
-                            choices=("units", "model"))
+                                     "on its own; a plan costs about an eager measurement), model (the plan applied, "
+                                     "then the whole model compiled for each plan, fullgraph: a compile per plan) or "
+                                     "both (searched as units, then each plan the frontier shows measured with the "
+                                     "whole model compiled too, a compile each; the frontier takes the faster way "
+                                     "of each plan, and each point says which)",
+                            choices=("units", "model", "both"))
     max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
                                   "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
                                   "has more points to measure)")
@@ -114,6 +117,16 @@ class SearchConfig:
     def throughput_mode(self) -> bool:
         """Whether the run searches (plan, micro-batch) for throughput under memory caps."""
         return bool(self.throughput or self.memory_cap or self.micro_batches or self.global_batch)
+
+    @property
+    def measure_scope(self) -> str:
+        """The ``env.measure.compiled.CompileOptions.scope`` the search measures in (``both`` searches as units)."""
+        return "model" if self.compile_scope == "model" else "units"
+
+    @property
+    def whole_model_pass(self) -> bool:
+        """Whether the frontier's plans are measured with the whole model compiled after the search (``both``)."""
+        return self.compile and self.compile_scope == "both"
 
     @property
     def compiles_per_plan(self) -> bool:

@@ -9,11 +9,13 @@ The search service writes it (``write_frontier``) and everything downstream read
      "baseline": {"peak_bytes": 123, "step_seconds": 0.01},
      "points": [{"plan": {"blocks.0": "recompute", ...}, "peak_bytes": 100, "step_seconds": 0.012,
                  "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
-                 "n_measurements": 2}]}
+                 "n_measurements": 2, "compile_scope": null}]}
 
 A throughput search (``--memory-cap``) adds ``"throughput"``: per memory cap the fastest (plan,
 micro-batch) measured and the peers beside it (``search.records.throughput.ThroughputCurve``).
-Points are kept sorted by ``peak_bytes``. A point's plan may omit units; they are ``keep``.
+Points are kept sorted by ``peak_bytes``. A compiled search's points say how they were compiled
+(``compile_scope``: ``units`` or ``model``; ``--compile-scope both`` shows plans of either, and a plan
+can appear once each way). A point's plan may omit units; they are ``keep``.
 ``clock`` names what every step time in the file was read from (``env.measure.timeline.step_clock``).
 ``fsdp_ranks`` is 0 for a search on one device; N when it measured under FSDP2 with N ranks (``--fsdp N``),
 where every peak is the largest rank's and every step time the slowest rank's.
@@ -61,13 +63,28 @@ class FrontierPoint(BaseModel):
     measured: bool = True
     source: str = ""  # who proposed it first: an agent name, rule:<name>, exact
     n_measurements: int = 1  # measurements its step times come from
+    # how its steps were compiled: None eager; "units" each unit compiled on its own (apply_plan(...,
+    # compile_units=True)); "model" the plan applied, then the whole model compiled (torch.compile(model))
+    compile_scope: str | None = None
+
+    @field_validator("compile_scope")
+    @classmethod
+    def _known_scope(cls, v: str | None) -> str | None:
+        if v not in (None, "units", "model"):
+            raise ValueError(f"compile_scope {v!r} is not units, model or null")
+        return v
 
 
-def point_from(m: MeasuredPlan, units: Sequence[str]) -> FrontierPoint:
-    """A frontier point from a measured plan (actions in ``units`` order)."""
+def point_from(m: MeasuredPlan, units: Sequence[str], compile_scope: str | None = None) -> FrontierPoint:
+    """A frontier point from a measured plan (actions in ``units`` order), compiled in ``compile_scope``."""
     return FrontierPoint(plan={u: Action(a) for u, a in zip(units, m.actions)}, peak_bytes=m.peak_bytes,
                          step_seconds=m.step_seconds, spread_seconds=m.spread_seconds,
-                         activation_bytes=m.activation_bytes, source=m.source, n_measurements=m.n_measurements)
+                         activation_bytes=m.activation_bytes, source=m.source, n_measurements=m.n_measurements,
+                         compile_scope=compile_scope)
+
+
+COMPILE_HOW = {"units": "apply_plan(model, plan, compile_units=True): each unit compiled on its own",
+               "model": "apply_plan(model, plan), then model = torch.compile(model): the whole model compiled"}
 
 
 class FrontierFile(BaseModel):

@@ -196,6 +196,9 @@ BASELINE_BY_EVALUATOR: MetaKey[dict[str, BaselineOnEvaluator]] = _key(
 PEERS: MetaKey[dict[str, PeerEntry]] = _key(
     "peers", dict[str, PeerEntry], "Each measured peer's name -> its record and note; never on the plans' frontier.",
     dict)
+WHOLE_MODEL: MetaKey[dict[str, MeasuredPlan]] = _key(
+    "whole_model", dict[str, MeasuredPlan],
+    "--compile-scope both: each frontier plan's digest -> its measurement with the whole model compiled.", dict)
 EXACT_RELATIVE: MetaKey[float | None] = _key(
     "exact_relative", float | None, "The exact solver's merge step (0: exact), by the number of units.")
 EXACT: MetaKey[list[str]] = _key(

@@ -11,6 +11,8 @@
    after each; then the answer rounds, in which they answer the last measurements.
 6. ``deciding``: the deciding passes, in which the plans that decide the frontiers are measured
    side by side and ranked on those measurements; the references closed after them.
+7. ``whole_model``: with ``--compile-scope both``, the frontier's plans measured with the whole
+   model compiled.
 
 Each phase is a function of the ``RunContext`` (``search.engine.phases.context``).
 """
