@@ -344,8 +344,8 @@ def test_an_unknown_compile_scope_is_refused() -> None:
 
 
 @pytest.mark.slow
-def test_compile_scope_both_measures_the_shown_frontier_whole_model_and_shows_the_faster_way(tmp_path,
-                                                                                            ray_session) -> None:
+def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_the_faster_way(tmp_path,
+                                                                                           ray_session) -> None:
     import json
 
     from env.data.plan import Plan as PlanFile
@@ -363,7 +363,9 @@ def test_compile_scope_both_measures_the_shown_frontier_whole_model_and_shows_th
     with RunStore(run_dir, readonly=True) as s:
         whole, plans = s.read(meta.WHOLE_MODEL), {m.digest: m for m in s.measured()}
         assert "whole-model pass" in s.read(meta.PHASE_SECONDS)
+        rules = set(s.read(meta.RULES).values())
     assert whole and set(whole) <= set(plans)  # plans the search measured, measured again whole
+    assert rules <= set(whole)  # the rules among them: compiled whole, the plans' order changes
     for m in whole.values():  # each compiled on its own, apart from the plan's regional record
         assert m.compile_seconds is not None and m.measurement_ids[0] not in plans[m.digest].measurement_ids
     scopes = [p["compile_scope"] for p in front["points"]]
