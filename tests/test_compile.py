@@ -364,6 +364,7 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
         whole, plans = s.read(meta.WHOLE_MODEL), {m.digest: m for m in s.measured()}
         assert "whole-model pass" in s.read(meta.PHASE_SECONDS)
         rules = set(s.read(meta.RULES).values())
+        rank = s.ranking()
     assert whole and set(whole) <= set(plans)  # plans the search measured, measured again whole
     assert rules <= set(whole)  # the rules among them: compiled whole, the plans' order changes
     for m in whole.values():  # each compiled on its own, apart from the plan's regional record
@@ -376,6 +377,8 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
         plan = PlanFile(fingerprint=front["fingerprint"], actions=p["plan"])
         record = whole[plan.digest] if p["compile_scope"] == "model" else plans[plan.digest]
         assert p["peak_bytes"] == record.peak_bytes
+        if p["compile_scope"] == "model":  # its own time as ranked, not held to the regional baseline's
+            assert p["step_seconds"] == pytest.approx(rank(record, floor=False).step_seconds)
     report = (run_dir / "report.md").read_text()
     assert ("| compiled |" in report) == (len(set(scopes)) > 1)
     if "model" in scopes:  # exported with how to compile it; apply_plan reads the plan as ever

@@ -19,6 +19,7 @@ from search.engine.ledger import Ledger, SearchSetup
 from search.records.ranking import (
     REFERENCE_MIN_PLANS,
     REFERENCE_WINDOW,
+    Ranking,
     decided_from,
     paired,
     pooled_reference,
@@ -243,8 +244,6 @@ def test_the_deciding_passes_rank_the_plans_they_measured_side_by_side(tmp_path)
     assert front[0].step_seconds / led.scale == pytest.approx(1.4, rel=0.01)
     assert front[1].step_seconds / led.scale == pytest.approx(1.3, rel=0.01)
     # ranked on every measurement (no deciding passes), A still dominates B
-    from search.records.ranking import Ranking
-
     every = [Ranking(led.store.baseline())(m) for m in led.store.measured()]
     assert {m.digest: m.step_seconds for m in every}[d_a] < {m.digest: m.step_seconds for m in every}[d_b]
     assert len(led.store.get(d_a).measurement.measurement_ids) == 5  # the store keeps every measurement
@@ -435,3 +434,11 @@ def test_a_frontier_plan_within_noise_of_the_one_kept_at_less_memory_is_not_conf
     assert [r.digest for r in confirmable(points, set(), 0.10, "base")] == ["a", "c", "d", "base"]
     assert [r.digest for r in confirmable(points, {"b"}, 0.10, "base")] == ["a", "b", "d", "base"]
     assert [r.digest for r in confirmable(points, set(), 0.0, "base")] == ["a", "b", "c", "d", "base"]
+
+
+def test_a_plan_is_ranked_no_faster_than_the_baseline_unless_it_ran_another_step() -> None:
+    base = _m("base", ["keep"], [0.10, 0.10, 0.10], [0.10] * 3, "e-1:1")
+    faster = _m("p", ["recompute"], [0.07, 0.07, 0.07], [0.10] * 3, "e-1:2")  # compiled whole, say
+    rank = Ranking(base)
+    assert rank(faster).step_seconds == pytest.approx(0.10)  # the floor: noise, for plans of one step
+    assert rank(faster, floor=False).step_seconds == pytest.approx(0.07)  # a whole-model step keeps its time
