@@ -2,6 +2,7 @@
 
     python bench/peers.py                                   # gpt, cnn, hf/llama, diffusers/unet2d, eager
     python bench/peers.py --workloads gpt/tiny --compile    # compiled training steps
+    python bench/peers.py --compile --search --compile-scope both  # ours compiled by units or whole, as found
     python bench/peers.py --workloads hf/llama --append     # and keep the file's other workloads
     python bench/peers.py --quote-only                      # quote the file's searches again
     python bench/peers.py --quick                           # gpt/tiny, two budgets (smoke test)
