@@ -363,10 +363,10 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
     with RunStore(run_dir, readonly=True) as s:
         whole, plans = s.read(meta.WHOLE_MODEL), {m.digest: m for m in s.measured()}
         assert "whole-model pass" in s.read(meta.PHASE_SECONDS)
-        rules = set(s.read(meta.RULES).values())
+        rules = set(s.read(meta.RULES).values()) | (set(s.read(meta.EXACT)) & set(plans))
         rank = s.ranking()
     assert whole and set(whole) <= set(plans)  # plans the search measured, measured again whole
-    assert rules <= set(whole)  # the rules among them: compiled whole, the plans' order changes
+    assert rules <= set(whole)  # the rules and exact plans among them: compiled whole, the plans' order changes
     for m in whole.values():  # each compiled on its own, apart from the plan's regional record
         assert m.compile_seconds is not None and m.measurement_ids[0] not in plans[m.digest].measurement_ids
     scopes = [p["compile_scope"] for p in front["points"]]

@@ -55,9 +55,9 @@ class SearchConfig:
                                      "by every plan, the plan's checkpoints around it, as when each block is compiled "
                                      "on its own; a plan costs about an eager measurement), model (the plan applied, "
                                      "then the whole model compiled for each plan, fullgraph: a compile per plan) or "
-                                     "both (searched as units, then the frontier's plans and the rules measured with "
-                                     "the whole model compiled too, a compile each; the frontier takes the faster "
-                                     "way of each plan, and each point says which)",
+                                     "both (searched as units, then the frontier's plans, the rules and the exact "
+                                     "plans measured with the whole model compiled too, a compile each; the frontier "
+                                     "takes the faster way of each plan, and each point says which)",
                             choices=("units", "model", "both"))
     max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
                                   "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
