@@ -254,6 +254,26 @@ def test_committed_peer_quotes_time_every_plan_alike() -> None:
             assert counts == {q["samples_per_plan"]}, f"{name}: {w['workload']}"
 
 
+def test_a_compile_budget_beside_eager_plans_is_judged_on_memory_only() -> None:
+    from bench.views.peers import peers_headlines, peers_summary
+
+    def peer(name: str, ratio: float) -> dict[str, Any]:  # 10 ms against ours, beyond both spreads
+        return {"peer": name, "peak_bytes": 2 << 20, "step_seconds": 0.01 * ratio, "spread_seconds": 0.0001,
+                "note": "", "ours": {"plan": "recompute 2", "peak_bytes": 1 << 20, "step_seconds": 0.01,
+                                     "spread_seconds": 0.0001, "fits": True},
+                "time_ratio_peer_over_ours": ratio, "beyond_spread": True}
+
+    quote = {"peers": [peer("compile-budget-0.5", 0.8), peer("checkpoint-sequential-2", 0.9)],
+             "samples_per_plan": 6, "load_average_1": 1.0}
+    for compiled, slower in ((False, 1), (True, 2)):  # eager: only checkpoint_sequential's time is tallied
+        r = {"workloads": [{"workload": "w", "compiled": compiled, "clock": "thread-cpu", "quote": quote}],
+             "machine": {}, "written_at": "now"}
+        assert f"slower than {slower} " in peers_summary(r)[0]
+        assert f"slower than {slower}" in peers_headlines(r)[0].figure
+    assert "judged on memory only (their times beside our eager ones: faster beyond both spreads in 1)" in \
+        peers_summary({**r, "workloads": [{**r["workloads"][0], "compiled": False}]})[0]
+
+
 @pytest.mark.slow
 def test_agents_search_quick(tmp_path: Path) -> None:
     out = tmp_path / "agents_search.json"

@@ -35,12 +35,19 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
-def _peer_row(p: Result) -> list[Any]:
+def memory_only(p: Result, compiled: bool) -> bool:
+    """Whether a quoted peer is judged on memory only: a compile budget beside our eager plans (it compiles, they
+    do not; its time is shown, not tallied)."""
+    return not compiled and p["peer"].startswith(COMPILE_BUDGET_PEER)
+
+
+def _peer_row(p: Result, compiled: bool = True) -> list[Any]:
     o, head = p["ours"], [p["peer"], f"{mib(p['peak_bytes']):.1f}", f"{_ms(p['step_seconds'])} ({_ms(p['spread_seconds'])})"]
     if o is None:
         return [*head, "none: no plan of ours measured this low", "", "", "", p["note"][:60]]
     ratio = p["time_ratio_peer_over_ours"]
-    verdict = "within the spreads" if not p["beyond_spread"] else "peer faster" if ratio < 1 else "ours faster"
+    verdict = ("compiled against eager: judged on memory" if memory_only(p, compiled) else "within the spreads"
+               if not p["beyond_spread"] else "peer faster" if ratio < 1 else "ours faster")
     return [*head, o["plan"], f"{mib(o['peak_bytes']):.1f}{'' if o['fits'] else ' (above!)'}",
             f"{_ms(o['step_seconds'])} ({_ms(o['spread_seconds'])})", f"{ratio:.2f}x",
             verdict + (f"; {p['note'][:60]}" if p["note"] else "")]
@@ -58,13 +65,15 @@ def peers_table(result: Result) -> str:
                 f"{q['load_average_1']:.1f}; baseline {mib(b['peak_bytes']):.1f} MiB, {_ms(b['step_seconds'])} "
                 f"± {_ms(b['spread_seconds'])} ms)", "",
                 table(["peer", "peak MiB", "step ms (spread)", "our fastest plan at no more memory", "MiB",
-                       "step ms (spread)", "peer / ours", ""], [_peer_row(p) for p in q["peers"]], "lrrlrrrl"), ""]
+                       "step ms (spread)", "peer / ours", ""], [_peer_row(p, w["compiled"]) for p in q["peers"]],
+                      "lrrlrrrl"), ""]
     return "\n".join(out)
 
 
-def _tally(q: Result) -> tuple[list[Result], list[Result], list[Result]]:
-    """The quoted peers ours is faster than beyond both spreads, within them of, slower than."""
-    rows = [p for p in q["peers"] if p["ours"] is not None]
+def _tally(q: Result, compiled: bool = True) -> tuple[list[Result], list[Result], list[Result]]:
+    """The quoted peers ours is faster than beyond both spreads, within them of, slower than (not those judged on
+    memory only: ``memory_only``)."""
+    rows = [p for p in q["peers"] if p["ours"] is not None and not memory_only(p, compiled)]
     faster = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] > 1]
     slower = [p for p in rows if p["beyond_spread"] and p["time_ratio_peer_over_ours"] < 1]
     within = [p for p in rows if p not in faster and p not in slower]
@@ -77,14 +86,20 @@ def peers_summary(r: Result) -> list[str]:
         q = w.get("quote")
         if q is None:
             continue
-        faster, within, slower = _tally(q)
+        faster, within, slower = _tally(q, w["compiled"])
         ratios = [p["time_ratio_peer_over_ours"] for p in q["peers"] if p["ours"] is not None]
         lower = [p["peer"] for p in q["peers"] if p["ours"] is None]
+        on_memory = [p for p in q["peers"] if memory_only(p, w["compiled"])]
         wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower) or "none"
         steps = "compiled steps" if w["compiled"] else "our plans in eager steps (the compile budgets compiled)"
         text = (f"`{w['workload']}`, {steps}: against {len(q['peers'])} peers, our fastest plan at no more memory is "
                 f"faster beyond both spreads than {len(faster)}, within them of {len(within)}, slower than {len(slower)} "
                 f"(peers that win: {wins})")
+        if on_memory:
+            budget_wins = [p for p in on_memory
+                           if p["ours"] and p["beyond_spread"] and p["time_ratio_peer_over_ours"] < 1]
+            text += (f"; the {len(on_memory)} compile budgets, compiled, are judged on memory only (their times "
+                     f"beside our eager ones: faster beyond both spreads in {len(budget_wins)})")
         if ratios:
             text += f"; peer / ours from {min(ratios):.2f}x to {max(ratios):.2f}x"
         if lower:
@@ -102,15 +117,18 @@ def peers_headlines(r: Result) -> list[Headline]:
     quotes = [(w, w["quote"]) for w in r["workloads"] if w.get("quote")]
     if not quotes:
         return []
-    tally = [_tally(q) for _, q in quotes]
+    tally = [_tally(q, w["compiled"]) for w, q in quotes]
     n = sum(len(q["peers"]) for _, q in quotes)
     faster, within, slower = (sum(len(t[k]) for t in tally) for k in range(3))
     lower = sum(p["ours"] is None for _, q in quotes for p in q["peers"])
+    on_memory = sum(memory_only(p, w["compiled"]) for w, q in quotes for p in q["peers"])
     steps = "compiled" if quotes[0][0]["compiled"] else "eager"
     loads = [q["load_average_1"] for _, q in quotes]
     return [Headline(f"Our fastest plan at no more memory than each peer, {steps} ({n} peers on {len(quotes)} workloads)",
                      f"faster beyond both spreads than {faster}, within them of {within}, slower than {slower}"
-                     + (f"; {lower} peers lower than any plan of ours" if lower else ""),
+                     + (f" (the {on_memory} compile budgets, compiled, judged on memory only)" if on_memory else "")
+                     + (f"; {lower} peers lower than any plan of ours" if lower
+                        else "; none lower than our lowest plan"),
                      measured(r, quotes[0][0]["clock"], max(loads)))]
 
 
