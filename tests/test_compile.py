@@ -348,7 +348,6 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
                                                                                            ray_session) -> None:
     import json
 
-    from env.data.plan import Plan as PlanFile
     from search.export import export
     from search.records import meta
     from search.records.pareto import nondominated
@@ -374,7 +373,7 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
     # one frontier over both ways: no point shown is dominated by another, whichever way either was compiled
     assert nondominated([(p["peak_bytes"], p["step_seconds"]) for p in front["points"]]).all()
     for p in front["points"]:  # a point shows the measurement of the way it names
-        plan = PlanFile(fingerprint=front["fingerprint"], actions=p["plan"])
+        plan = Plan(fingerprint=front["fingerprint"], actions=p["plan"])
         record = whole[plan.digest] if p["compile_scope"] == "model" else plans[plan.digest]
         assert p["peak_bytes"] == record.peak_bytes
         if p["compile_scope"] == "model":  # its own time as ranked, not held to the regional baseline's
@@ -387,4 +386,4 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
         data = json.loads(done.text)
         if done.point.compile_scope == "model":
             assert data["compile_scope"] == "model" and "torch.compile(model)" in data["apply"]
-        assert PlanFile.from_json(done.text).actions == done.plan.actions
+        assert Plan.from_json(done.text).actions == done.plan.actions

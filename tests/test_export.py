@@ -199,6 +199,11 @@ def test_budget_below_the_smallest_plan_is_one_line_naming_it(tmp_path, capsys):
     (json.dumps({"schema_version": 3}), "schema version 3, this ckpt-search reads version 2; upgrade"),
     (json.dumps({"schema_version": 1}), "schema version 1, this ckpt-search reads version 2; run the search again"),
     (json.dumps({"schema_version": 2, "workload": "toy"}), "is not a valid frontier file: batch_shape"),
+    (json.dumps({"schema_version": 2, "workload": "toy", "batch_shape": "x:1", "device": "cpu", "clock": "wall",
+                 "fingerprint": "f", "units": ["a"], "baseline": {"peak_bytes": 2, "step_seconds": 1.0},
+                 "points": [{"plan": {"a": "keep"}, "peak_bytes": 2, "step_seconds": 1.0, "activation_bytes": 1,
+                             "compile_scope": "layers"}]}),
+     "is not a valid frontier file: points.0.compile_scope"),
 ])
 def test_bad_frontier_file_is_one_line_with_the_fix(tmp_path, capsys, content, expected):
     (tmp_path / "frontier.json").write_text(content)

@@ -132,15 +132,19 @@ class Evaluator:
         """The plan giving ``actions[i]`` (names) to ``units[i]`` of this Evaluator's model."""
         return plan_for(self.workload.model, self.units, [Action(a) for a in actions])
 
-    def _measure(self, plan: Any, source: str, is_reference: bool, known: MeasuredPlan | None = None) -> MeasuredPlan:
+    def _measure(self, plan: Any, source: str, is_reference: bool, known: MeasuredPlan | None = None,
+                 whole_model: CompileOptions | None = None) -> MeasuredPlan:
         """One measurement of ``plan``; ``known``, the plan measured before, lends its peak on CPU
-        (``env.measure.measurement.reuses_peak``)."""
+        (``env.measure.measurement.reuses_peak``). ``whole_model``: measured with these options instead (the
+        whole model compiled, ``evaluate_whole_model``), after two warm-up steps."""
         self.n_measured += 1
         start = time.perf_counter()
-        with model_errors(f"the measurement of plan {plan.digest} ({action_summary(plan.actions.values())})"):
+        what = "whole-model compiled measurement" if whole_model else "measurement"
+        with model_errors(f"the {what} of plan {plan.digest} ({action_summary(plan.actions.values())})"):
             m = measure(self.workload, plan, self.units, repeats=self.repeats,
-                        warmup=warmup_before_timing(self.workload, known, self.compile), source=source,
-                        measurement_id=f"{self._id_prefix}:{self.n_measured}", compile=self.compile, known=known)
+                        warmup=2 if whole_model else warmup_before_timing(self.workload, known, self.compile),
+                        source=source, measurement_id=f"{self._id_prefix}:{self.n_measured}",
+                        compile=whole_model or self.compile, known=known)
         kind = "references" if is_reference else "plans"
         self.busy[kind] += time.perf_counter() - start
         self.busy[f"{kind[:-1]}_measurements"] += 1
@@ -200,17 +204,8 @@ class Evaluator:
             raise CkptSearchError("a whole-model measurement needs a compiled search; run with --compile "
                                   "--compile-scope both")
         self._refresh_reference()
-        plan = self._plan(actions)
-        self.n_measured += 1
-        start = time.perf_counter()
-        with model_errors(f"the whole-model compiled measurement of plan {plan.digest} "
-                          f"({action_summary(plan.actions.values())})"):
-            m = measure(self.workload, plan, self.units, repeats=self.repeats, warmup=2, source=source,
-                        measurement_id=f"{self._id_prefix}:{self.n_measured}",
-                        compile=dataclasses.replace(options, scope="model"))
-        self.busy["plans"] += time.perf_counter() - start
-        self.busy["plan_measurements"] += 1
-        return self._labelled(m, is_reference=False)
+        return self._measure(self._plan(actions), source, is_reference=False,
+                             whole_model=dataclasses.replace(options, scope="model"))
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
         """Peak and time of a plan at another batch size (built-in workloads)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ValidationError, field_validator
 
@@ -65,14 +65,7 @@ class FrontierPoint(BaseModel):
     n_measurements: int = 1  # measurements its step times come from
     # how its steps were compiled: None eager; "units" each unit compiled on its own (apply_plan(...,
     # compile_units=True)); "model" the plan applied, then the whole model compiled (torch.compile(model))
-    compile_scope: str | None = None
-
-    @field_validator("compile_scope")
-    @classmethod
-    def _known_scope(cls, v: str | None) -> str | None:
-        if v not in (None, "units", "model"):
-            raise ValueError(f"compile_scope {v!r} is not units, model or null")
-        return v
+    compile_scope: Literal["units", "model"] | None = None
 
 
 def point_from(m: MeasuredPlan, units: Sequence[str], compile_scope: str | None = None) -> FrontierPoint:
