@@ -387,3 +387,10 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
         if done.point.compile_scope == "model":
             assert data["compile_scope"] == "model" and "torch.compile(model)" in data["apply"]
         assert Plan.from_json(done.text).actions == done.plan.actions
+    # plans/, one per agent budget, says as the export does how each was compiled when it was measured
+    files = list((run_dir / "plans").glob("budget_*MB.json"))
+    assert files
+    by_plan = {Plan(fingerprint=front["fingerprint"], actions=p["plan"]).digest: p for p in front["points"]}
+    for f in files:
+        data, plan = json.loads(f.read_text()), Plan.load(f)
+        assert data["compile_scope"] == by_plan[plan.digest]["compile_scope"] and data["apply"]

@@ -143,12 +143,15 @@ def test_warm_start_measures_the_exact_plan_at_each_peers_peak_before_spreading(
     spread = spread_picks(exact, 4)
     gaps = [p for p in exact if p not in spread]  # a peer that peaks exactly at a plan the spread skips
     peaks = [cm.peak_bytes(list(gaps[len(gaps) // 3])), cm.peak_bytes(list(gaps[2 * len(gaps) // 3]))]
-    picks = warm_start_picks(cm, exact, peaks, 4)
+    def predict(p):
+        return cm.peak_bytes(list(p)), cm.step_seconds(list(p))
+
+    picks = warm_start_picks(predict, exact, peaks, 4)
     for peak in peaks:  # the frontier's fastest plan within each peer's peak comes first
         fastest = min((p for p in exact if cm.peak_bytes(list(p)) <= peak), key=lambda p: cm.step_seconds(list(p)))
         assert fastest in picks[:2] and fastest not in spread
     assert len(picks) == len(set(picks)) == 4 and set(picks[2:]) <= set(exact)
     # a plan measured already is not aimed at again; no peers: the spread alone, as without peers
-    assert gaps[len(gaps) // 3] not in warm_start_picks(cm, exact, peaks[:1], 4, measured={gaps[len(gaps) // 3]})[:1]
-    assert warm_start_picks(cm, exact, [], 4) == spread
-    assert warm_start_picks(cm, exact, peaks, 1) == picks[:1]
+    assert gaps[len(gaps) // 3] not in warm_start_picks(predict, exact, peaks[:1], 4, measured={gaps[len(gaps) // 3]})[:1]
+    assert warm_start_picks(predict, exact, [], 4) == spread
+    assert warm_start_picks(predict, exact, peaks, 1) == picks[:1]

@@ -26,6 +26,7 @@ from env.data.model_profile import ModelProfile
 from env.data.types import Indices, PlanSource, SourceKind
 from search.engine.archive import Kinds, ParetoArchive, hypervolume_of
 from search.records import meta
+from search.records.config import measured_scope
 from search.records.ranking import Ranking, decided_from
 from search.records.store import RunStore
 
@@ -138,8 +139,8 @@ class Ledger:
         return merged
 
     def peers(self) -> dict[str, MeasuredPlan]:
-        whole = bool((self.store.read(meta.CONFIG) or {}).get("compile"))  # compiled peers: the whole model each
-        return {k: self._rank(v["record"], floor=not whole) for k, v in self.store.read(meta.PEERS).items()}
+        compiled = measured_scope(self.store.read(meta.CONFIG)) is not None  # compiled peers: the whole model each
+        return {k: self._rank(v["record"], floor=not compiled) for k, v in self.store.read(meta.PEERS).items()}
 
     def record_whole_model(self, m: MeasuredPlan) -> MeasuredPlan:
         """A plan's measurement with the whole model compiled (store meta ``whole_model``, by the plan's

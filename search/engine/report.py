@@ -18,8 +18,9 @@ from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
 from search.engine.phases.deciding import confirmable
 from search.engine.throughput.report import throughput_markdown
+from search.export import render
 from search.records import meta
-from search.records.config import SearchConfig
+from search.records.config import SearchConfig, measured_scope
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, point_from, write_frontier
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
 from search.records.ranking import timing_noise
@@ -67,13 +68,6 @@ class Shown:
                    [sc for sc, k in zip(scopes, keep) if k])
 
 
-def measured_scope(config: dict[str, Any] | None) -> str | None:
-    """How a run's plans were compiled as it measured them: None (eager steps), ``units`` or ``model``."""
-    if not config or not config.get("compile"):
-        return None
-    return "model" if config.get("compile_scope") == "model" else "units"
-
-
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:
     """frontier.json, report.md/json and plans/ for a finished (or interrupted) search."""
     prof, codec, store = ledger.setup.profile, ledger.codec, ledger.store
@@ -93,20 +87,19 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
 
     points = [point_from(r, units, scope) for r, scope in zip(front, shown.scopes)]
     fsdp = store.read(meta.FSDP)
-    write_frontier(run_dir, FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device,
-                                         clock=base.clock, fingerprint=prof.fingerprint, units=units,
-                                         fsdp_ranks=fsdp["ranks"] if fsdp else 0,
-                                         baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
-                                         points=points, readable={
-                                             "memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
-                                             "left_out": list(dict.fromkeys(left_out))},
-                                         throughput=curve))
+    frontier = FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device, clock=base.clock,
+                            fingerprint=prof.fingerprint, units=units, fsdp_ranks=fsdp["ranks"] if fsdp else 0,
+                            baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
+                            points=points, readable={"memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
+                                                     "left_out": list(dict.fromkeys(left_out))},
+                            throughput=curve)
+    write_frontier(run_dir, frontier)
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
-    for a in store.read(meta.AGENTS):
+    for a in store.read(meta.AGENTS):  # as search.export writes them: a compiled plan says how it was compiled
         best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
         if best is not None:
-            codec.plan(codec.indices(front[best].actions)).save(plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json")
+            (plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json").write_text(render(frontier, points[best], "json"))
 
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}

@@ -189,6 +189,14 @@ class SearchConfig:
                                   "use, e.g. --memory-cap 60 120); on CUDA it defaults to the device's memory")
 
 
+def measured_scope(config: dict[str, Any] | None) -> str | None:
+    """How a stored run (its config as a dict: ``config.json``, store meta ``config``) compiled the plans it
+    measured: None (eager steps), ``units`` or ``model`` (``SearchConfig.measure_scope``)."""
+    if not config or not config.get("compile"):
+        return None
+    return "model" if config.get("compile_scope") == "model" else "units"
+
+
 def _arg_type(f: dataclasses.Field) -> Any:
     t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "float": float, "RewardMode": RewardMode})
     t = get_args(t)[0] if get_origin(t) is list else t

@@ -3,8 +3,9 @@ and the span of peaks the agents' budgets are spread over."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from agents.exact import exact_frontier
-from env.cost.cost_model import CostModel
 from env.data.plan import Action
 from env.data.types import Indices, PlanSource
 from search.engine.archive import spread_picks
@@ -38,25 +39,28 @@ def solve_exact(ctx: RunContext) -> list[Indices]:
 
 def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
     """With warm start, up to half the measurements left (at least two) spent on exact plans
-    (``warm_start_picks``): first those aimed at the measured peers' peaks, then plans spread over memory."""
+    (``warm_start_picks``): first those aimed at the measured peers' peaks, then plans spread over memory.
+    The aim is taken on the cost model corrected by the plans measured so far (the rules): on a 48-unit
+    search (``gpt/small?n_layer=12``, sub-blocks) the profile priced the sqrt(n) rule's chain regions at
+    47.9 MiB where it measured 44.6, and no exact plan was priced within ``checkpoint_sequential``'s 47.0."""
     if not ctx.cfg.warm_start:
         return
     room = max(0, ctx.max_measurements - ctx.n_measured)
     ledger = ctx.ledger
     peaks = [m.peak_bytes for m in ledger.peers().values() if not m.oom]
     measured = {p for p in exact if ledger.codec.digest(p) in ledger.archive.measured}
-    picks = warm_start_picks(ledger.setup.cost_model, exact, peaks, min(room, max(2, room // 2)), measured)
+    picks = warm_start_picks(ledger.corrected().predict, exact, peaks, min(room, max(2, room // 2)), measured)
     ctx.measurer.measure([(p, PlanSource.EXACT) for p in picks])
 
 
-def warm_start_picks(cost_model: CostModel, exact: list[Indices], peer_peaks: list[int], n: int,
-                     measured: set[Indices] = frozenset()) -> list[Indices]:
-    """At most ``n`` exact plans to measure: for each peer peak, lowest first, the plan the cost model
-    gives the shortest step within it (the plan that answers that peer at its own memory), unless
-    measured already; then plans spread over memory. Spread picks alone can leave a gap at a peer's
-    memory that the agents' budgets miss (on a 48-unit search, ``checkpoint_sequential`` with 2
+def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: list[Indices], peer_peaks: list[int],
+                     n: int, measured: set[Indices] = frozenset()) -> list[Indices]:
+    """At most ``n`` exact plans to measure: for each peer peak, lowest first, the plan ``predict`` (a plan's
+    peak bytes and step seconds) gives the shortest step within it (the plan that answers that peer at its own
+    memory), unless measured already; then plans spread over memory. Spread picks alone can leave a gap at a
+    peer's memory that the agents' budgets miss (on a 48-unit search, ``checkpoint_sequential`` with 2
     segments at 81.0 MiB, with nothing measured between 76.8 and 83.3 MiB)."""
-    points = [(cost_model.peak_bytes(list(p)), cost_model.step_seconds(list(p)), p) for p in exact]
+    points = [(*predict(p), p) for p in exact]
     aimed: list[Indices] = []
     for peak in sorted(peer_peaks):
         within = [(seconds, p) for bytes_, seconds, p in points if bytes_ <= peak]
