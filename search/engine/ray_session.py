@@ -32,11 +32,14 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
     if ray.is_initialized():
         return
     root = str(Path(__file__).resolve().parent.parent)
-    runtime_env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                                "RAY_DEDUP_LOGS": "0"}}
-    if address:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    env_vars = {"PYTHONPATH": os.pathsep.join([root, *paths]), "RAY_DEDUP_LOGS": "0"}
+    if address:  # the cluster's workers get the driver's PYTHONPATH through a runtime env
+        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
         return
+    # A local instance's workers inherit this process's environment: no runtime env, whose agent made every
+    # actor's start about 0.6 s slower (1.0 s against 0.3 s for a first actor, measured here).
+    os.environ.update(env_vars)
     # The local instance's processes inherit this thread's signal mask: with SIGTERM blocked while they
     # start, they outlive a SIGTERM sent to the whole process group or job (timeout, SLURM, systemd), so
     # the driver can still drain the Evaluators into the store; ray.shutdown() and the driver's death
@@ -47,8 +50,7 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
         # A single-node instance serves this machine only: Ray binds it to loopback when told that
         # no other node will join, instead of to the host's network address.
         os.environ.setdefault(LOCAL_ONLY_ENV, "0")
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 runtime_env=runtime_env, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
