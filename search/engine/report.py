@@ -99,7 +99,8 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     for a in store.read(meta.AGENTS):  # as search.export writes them: a compiled plan says how it was compiled
         best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
         if best is not None:
-            (plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json").write_text(render(frontier, points[best], "json"))
+            path = plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json"
+            path.write_text(render(frontier, points[best], "json"))
 
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}

@@ -12,6 +12,11 @@ from search.engine.archive import spread_picks
 from search.engine.phases.context import RunContext
 from search.records import meta
 
+AIM_MARGIN = 0.01
+"""Warm start aims this share below each peer's peak: a plan measured just above a peer's peak is no answer to
+it, and the corrected cost model's peaks err by about this much (on a 48-unit search the plan priced
+fastest within ``checkpoint-sequential-2``'s 81.0 MiB measured 81.1)."""
+
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
 
 
@@ -56,14 +61,14 @@ def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
 def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: list[Indices], peer_peaks: list[int],
                      n: int, measured: set[Indices] = frozenset()) -> list[Indices]:
     """At most ``n`` exact plans to measure: for each peer peak, lowest first, the plan ``predict`` (a plan's
-    peak bytes and step seconds) gives the shortest step within it (the plan that answers that peer at its own
-    memory), unless measured already; then plans spread over memory. Spread picks alone can leave a gap at a
+    peak bytes and step seconds) gives the shortest step within it, less ``AIM_MARGIN`` (the plan that answers
+    that peer at its own memory), unless measured already; then plans spread over memory. Spread picks alone can leave a gap at a
     peer's memory that the agents' budgets miss (on a 48-unit search, ``checkpoint_sequential`` with 2
     segments at 81.0 MiB, with nothing measured between 76.8 and 83.3 MiB)."""
     points = [(*predict(p), p) for p in exact]
     aimed: list[Indices] = []
     for peak in sorted(peer_peaks):
-        within = [(seconds, p) for bytes_, seconds, p in points if bytes_ <= peak]
+        within = [(seconds, p) for bytes_, seconds, p in points if bytes_ <= peak * (1 - AIM_MARGIN)]
         best = min(within, default=None, key=lambda x: x[0])
         if best is not None and best[1] not in aimed and best[1] not in measured:
             aimed.append(best[1])
