@@ -58,11 +58,7 @@ def render(frontier: FrontierFile, point: FrontierPoint, fmt: str) -> str:
     plan = frontier.plan(point)
     scope = point.compile_scope
     if fmt == "json":
-        if scope is None:
-            return plan.to_json() + "\n"
-        # a compiled plan says how it was compiled when measured (apply_plan reads the plan and ignores the rest)
-        return json.dumps({**json.loads(plan.to_json()), "compile_scope": scope,
-                           "apply": COMPILE_HOW[scope]}, indent=2) + "\n"
+        return frontier.plan_json(point)
     how = f", measured compiled ({scope}: {COMPILE_HOW[scope]})" if scope else ""
     return plan_snippet(plan, title=f"{frontier.workload} ({frontier.batch_shape}), measured peak "
                                     f"{point.peak_bytes / MIB:.2f} MB, step {point.step_seconds * 1e3:.1f} ms "

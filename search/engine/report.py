@@ -18,7 +18,6 @@ from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
 from search.engine.phases.deciding import confirmable
 from search.engine.throughput.report import throughput_markdown
-from search.export import render
 from search.records import meta
 from search.records.config import SearchConfig, measured_scope
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, point_from, write_frontier
@@ -100,7 +99,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], a["budget_bytes"])
         if best is not None:
             path = plans_dir / f"budget_{a['budget_bytes'] / MIB:.0f}MB.json"
-            path.write_text(render(frontier, points[best], "json"))
+            path.write_text(frontier.plan_json(points[best]))
 
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}

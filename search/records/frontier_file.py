@@ -108,6 +108,15 @@ class FrontierFile(BaseModel):
         return Plan(fingerprint=self.fingerprint,
                     actions={u: point.plan.get(u, Action.KEEP) for u in self.units})
 
+    def plan_json(self, point: FrontierPoint) -> str:
+        """The point's plan as ``search.export`` writes it (and a run's ``plans/``): the plan's JSON, and for a
+        plan measured compiled how it was compiled (``compile_scope``, ``apply``), which ``apply_plan`` ignores."""
+        plan = self.plan(point)
+        if point.compile_scope is None:
+            return plan.to_json() + "\n"
+        return json.dumps({**json.loads(plan.to_json()), "compile_scope": point.compile_scope,
+                           "apply": COMPILE_HOW[point.compile_scope]}, indent=2) + "\n"
+
     def smallest(self) -> FrontierPoint:
         if not self.points:
             raise FrontierError(f"frontier of '{self.workload}' has no points; let the search measure some plans first")
