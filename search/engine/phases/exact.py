@@ -62,9 +62,9 @@ def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: lis
                      n: int, measured: set[Indices] = frozenset()) -> list[Indices]:
     """At most ``n`` exact plans to measure: for each peer peak, lowest first, the plan ``predict`` (a plan's
     peak bytes and step seconds) gives the shortest step within it, less ``AIM_MARGIN`` (the plan that answers
-    that peer at its own memory), unless measured already; then plans spread over memory. Spread picks alone can leave a gap at a
-    peer's memory that the agents' budgets miss (on a 48-unit search, ``checkpoint_sequential`` with 2
-    segments at 81.0 MiB, with nothing measured between 76.8 and 83.3 MiB)."""
+    that peer at its own memory), unless measured already; then plans spread over memory. Spread picks alone
+    can leave a gap at a peer's memory that the agents' budgets miss (on a 48-unit search,
+    ``checkpoint_sequential`` with 2 segments at 81.0 MiB, with nothing measured between 76.8 and 83.3 MiB)."""
     points = [(*predict(p), p) for p in exact]
     aimed: list[Indices] = []
     for peak in sorted(peer_peaks):
