@@ -23,10 +23,12 @@ from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.batching import batching_for, resize_inputs, tokens_per_sample
 from env.workloads.workload import load_workload
+from search.engine.evaluator_pool import THROUGHPUT_EVALUATORS_MOST, throughput_evaluators
 from search.engine.phases.throughput import FIT_SPAN, fit_batch
 from search.engine.throughput.caps import ThroughputError, find_ladder, resolve_caps
 from search.engine.throughput.peers import Contender, FitSearch, largest_fitting, largest_under
 from search.export import export
+from search.records.config import SearchConfig
 from search.records.frontier_file import FrontierError, FrontierFile, load_frontier, write_frontier
 from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint, accumulation_steps, counted_peak
 from search.training.apply import apply_plan
@@ -215,6 +217,22 @@ def test_a_cap_no_plan_fits_is_one_line_naming_the_lowest_measured_peak():
         resolve_caps([], None)
     assert resolve_caps([], 80 * 2**30) == [72 * 2**30]  # the device's memory less 10%
     assert resolve_caps([60, 30.5], None) == [int(30.5 * MIB), 60 * MIB]
+
+
+def test_the_throughput_phases_measure_on_one_evaluator_per_core_at_most_four():
+    def node(cpus: int, alive: bool = True) -> dict:
+        return {"Alive": alive, "Resources": {"CPU": cpus}}
+
+    cfg = SearchConfig(memory_cap=[60])
+    assert throughput_evaluators(cfg, [node(2)]) == 2  # this machine: both cores measure
+    assert throughput_evaluators(cfg, [node(2), node(16, alive=False)]) == 2
+    assert throughput_evaluators(cfg, [node(16)]) == THROUGHPUT_EVALUATORS_MOST
+    assert throughput_evaluators(SearchConfig(memory_cap=[60], measure_threads=2), [node(2)]) == 1
+    assert throughput_evaluators(SearchConfig(memory_cap=[60], measure_threads=0), [node(8), node(8)]) == 2  # a node
+    assert throughput_evaluators(SearchConfig(memory_cap=[60], evaluators=3), [node(2)]) == 3  # never fewer
+    assert throughput_evaluators(SearchConfig(memory_cap=[60], throughput_evaluators=1), [node(16)]) == 1
+    with pytest.raises(CkptSearchError, match="--throughput-evaluators -1: give 0 or more"):
+        SearchConfig(memory_cap=[60], throughput_evaluators=-1).validate()
 
 
 def test_each_contender_is_quoted_at_the_largest_micro_batch_it_fits():

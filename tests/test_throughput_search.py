@@ -63,19 +63,22 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
         assert row.model_optimal is not None and row.model_optimal.peak_bytes <= row.cap_bytes
     above = [m for m in measured.values() if not m.oom and m.peak_bytes > curve.caps[-1].cap_bytes]
     assert above and not any(m.step_seconds_samples for m in above)  # only the peak, where no cap fits
-    # the contenders' largest fitting micro-batches were found by peaks alone (the quote times them); a plan
-    # measured so that anything else proposed was timed when it was proposed
+    # the contenders' largest fitting micro-batches, the lowest-memory plan and the ladder were found by peaks
+    # alone (the quote and the fit's checks time them); anything else proposed was timed when it was proposed
     assert not any(m.step_seconds_samples for d, m in measured.items() if d[1].startswith("peer:"))
     top = curve.caps[-1].cap_bytes
     assert all(m.step_seconds_samples for m in measured.values() if not m.oom and m.peak_bytes <= top
-               and not all(src.startswith(("rule:", "peer:")) for src in m.sources))
+               and not all(src.startswith(("rule:", "peer:", "throughput:lowest")) for src in m.sources))
     assert all((c.measured_seconds is None) == (c.measured_peak_bytes > curve.caps[-1].cap_bytes)
                for c in curve.fit_checks)
     unfitted = [c for c in curve.fit_checks if not c.fitted]
     assert unfitted and all(abs(c.predicted_peak_bytes / c.measured_peak_bytes - 1) < 0.05 for c in unfitted)
     assert curve.frontiers and all(pts for pts in curve.frontiers.values())
+    # the pool widened to both cores of the test's Ray (throughput_evaluators), and both measured at micro-batches
+    assert curve.evaluators == 2 and len({e for m in measured.values() for e in m.evaluators}) == 2
     report = (run_dir / "report.md").read_text()
     assert "## Throughput under memory caps" in report and "### Cap 1.2 MiB" in report and "**ours**" in report
+    assert "Measured by 2 Evaluators side by side" in report
     assert json.loads((run_dir / "report.json").read_text())["throughput"]["caps"]
 
 

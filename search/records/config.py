@@ -87,6 +87,8 @@ class SearchConfig:
                                  "--memory-cap, --micro-batches and --global-batch)")
     throughput_timesteps: int = _f(1024, "throughput search: PPO steps per ladder micro-batch of the agent "
                                          "conditioned on the micro-batch (0: the exact solver's plans only)")
+    throughput_evaluators: int = _f(0, "throughput search on CPUs: Evaluators measuring micro-batches after the own "
+                                       "search (0: one per --measure-threads cores, at most 4; >= --evaluators)")
     out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
     name: str = _f("", "run id (default: <workload>-<time>)")
     address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")
@@ -177,10 +179,10 @@ class SearchConfig:
         if any(b < 1 for b in self.micro_batches):
             given = " ".join(map(str, self.micro_batches))
             raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
-        if self.global_batch < 0 or self.batch_dim < -1 or self.throughput_timesteps < 0:
+        if min(self.global_batch, self.batch_dim + 1, self.throughput_timesteps, self.throughput_evaluators) < 0:
             raise CkptSearchError(f"--global-batch {self.global_batch}, --batch-dim {self.batch_dim}, "
-                                  f"--throughput-timesteps {self.throughput_timesteps}: give 0 or more (--batch-dim: "
-                                  "-1 for none)")
+                                  f"--throughput-timesteps {self.throughput_timesteps}, --throughput-evaluators "
+                                  f"{self.throughput_evaluators}: give 0 or more (--batch-dim: -1 for none)")
         if self.throughput_mode and self.fsdp:
             raise CkptSearchError("--fsdp with a throughput search (--memory-cap, --micro-batches, --throughput): "
                                   "micro-batches are not measured under FSDP; run the two searches separately")

@@ -112,6 +112,7 @@ class ThroughputCurve(BaseModel):
     fit_checks: list[FitCheckRow] = Field(default_factory=list)
     frontiers: dict[int, list[ThroughputPoint]] = Field(default_factory=dict)  # measured frontier per micro-batch
     quote_rounds: int = 0  # rounds in which the quote measured every configuration again
+    evaluators: int = 1  # Evaluators that measured at micro-batches side by side (each one measurement at a time)
 
     def answers(self) -> list[ThroughputPoint]:
         """Every cap's quoted answer, lowest cap first (caps nothing fits left out)."""

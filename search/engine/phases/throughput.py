@@ -1,9 +1,12 @@
 """The throughput search (``--memory-cap``): the fastest (plan, micro-batch) per cap, measured, beside the peers.
 
 ``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
-workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``).
+workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``), from
+measured peaks alone (step 1 times the plans it measured).
 ``search_throughput`` runs after the run's own search, in this order:
 
+0. the pool widened to ``throughput_evaluators`` CPU Evaluators (``EvaluatorPool.widen``): no agent trains
+   beside the measurements from here on, and each measurement takes ``--measure-threads`` cores;
 1. all keep measured at every ladder size, the profile at a few times the own batch where it runs, and the per-unit
    fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
    lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
@@ -36,6 +39,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
+from search.engine.evaluator_pool import throughput_evaluators
 from search.engine.phases.context import RunContext
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
@@ -84,7 +88,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
 
     def measure_lowest(b: int) -> MeasuredPlan:
-        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")])[0]
+        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")], timed=False)[0]
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
@@ -108,7 +112,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     given = sorted(ctx.cfg.micro_batches)
     sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
     jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
-    got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs)))
+    got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs, timed=False)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
     fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]
     if not fitting:
@@ -281,10 +285,12 @@ def _fitting(run: ThroughputRun, cap: int, answers: list[Answer]) -> list[Answer
 
 
 def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
-    """Steps 1-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
+    """Steps 0-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
     if ctx.ledger.store.read(meta.THROUGHPUT) is not None:
         return  # a resumed run that finished it
-    setup, phase = run.setup, ctx.clock.phase
+    setup, phase, pool = run.setup, ctx.clock.phase, ctx.measurer.pool
+    with phase("throughput: Evaluators' start"):
+        pool.widen(throughput_evaluators(ctx.cfg, pool.nodes()))
     with phase("throughput: fit"):
         model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
         probe_ladder(ctx, run, model)

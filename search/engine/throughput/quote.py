@@ -137,7 +137,7 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
         global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,
         gradient_bytes=run.setup.gradient_bytes, batching=run.setup.how, profiled_batches=model.fit.batches,
         fit_checks=[FitCheckRow(**c.__dict__) for c in model.checks if c.plan != "candidate"],
-        frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS)
+        frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS, evaluators=len(run.measurer.pool.live))
     ctx.ledger.store.write(meta.THROUGHPUT, curve)
     return curve
 

@@ -49,7 +49,9 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
     lines = ["## Throughput under memory caps", "",
              f"The fastest (plan, micro-batch) per cap by measured samples per second, beside what users do, each at "
              f"the largest micro-batch it fits. Micro-batches searched: {', '.join(map(str, curve.micro_batches))} "
-             f"(the workload's own: {curve.default_micro_batch}; changed through {curve.batching}).{accumulation}", ""]
+             f"(the workload's own: {curve.default_micro_batch}; changed through {curve.batching}).{accumulation}"
+             + (f" Measured by {curve.evaluators} Evaluators side by side, each one measurement at a time."
+                if curve.evaluators > 1 else ""), ""]
     for row in sorted(curve.caps, key=lambda r: r.cap_bytes):
         lines += cap_markdown(row, curve.quote_rounds)
     if curve.fit_checks:
