@@ -14,7 +14,7 @@ measured peaks alone (step 1 times the plans it measured).
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap, by their peaks alone
-   (``search.engine.throughput.peers``);
+   (``search.engine.throughput.peers``), measured while the agent of step 2 trains (``plans_and_peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a
    time for ``CANDIDATE_ROUNDS`` rounds; then the finalists (``finalists``: the ``DECIDING`` best measured
    that fit, rules and probes counted, as they are plans too, and any other within ``NEAR`` of the best, up
@@ -28,6 +28,7 @@ measured peaks alone (step 1 times the plans it measured).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agents.batch_agents import reachable_range
@@ -58,6 +59,7 @@ NEAR = 0.85  # and any other measured within this fraction of the best's samples
 DECIDING_MOST = 6  # ... up to this many
 DECIDING_ROUNDS = 2
 RUNOFF_ROUNDS = 2  # the deciding rounds' first two per cap measured again, alone, before the answer
+PlanAgent = tuple[MicroBatchConditionedAgent, dict[int, list[int]]]  # the agent and the budgets it is asked at
 
 
 @dataclass(frozen=True)
@@ -164,28 +166,54 @@ def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) ->
             model.check(job.micro_batch, p, label, m)
 
 
-def plan_pool(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> dict[Indices, str]:
-    """The exact solver's plans at the ladder's micro-batches and the agent's at every ladder size and cap, each
-    with who proposed it."""
+def conditioned_agent(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> PlanAgent | None:
+    """The PPO agent conditioned on the micro-batch and the budget, told what the book holds so far, with the
+    budgets it will be asked at; None where it has nothing to learn (``--throughput-timesteps 0``, or every cap
+    above all keep's peak or below the lowest at every size)."""
+    if ctx.cfg.throughput_timesteps <= 0:
+        return None
+    # the agent's envs scale predicted peaks by the plans measured there (observe); the gradients kept when
+    # accumulating are not in a plan's peak: they come off the cap
+    budgets = {b: [c - run.setup.counted(0, b) for c in run.setup.caps] for b in run.setup.ladder}
+    profiles = {b: model.fit.profile_at(b) for b in run.setup.ladder}
+    if not any(reachable_range(p, budgets[b]) for b, p in profiles.items()):
+        return None
+    agent = MicroBatchConditionedAgent(profiles, budgets, seed=ctx.cfg.seed)
+    codec = ctx.ledger.codec
+    for b in agent.env.envs:
+        agent.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
+                          for m in run.book.at(b) if m.actions and not m.oom and m.step_seconds_samples])
+    return agent, budgets
+
+
+def plan_pool(ctx: RunContext, model: ThroughputModel, agent: PlanAgent | None) -> dict[Indices, str]:
+    """The exact solver's plans at the ladder's micro-batches and the agent's (``conditioned_agent``, trained
+    here) at every ladder size and cap, each with who proposed it."""
     pool = dict.fromkeys(model.exact_plans(), "exact")
-    timesteps = ctx.cfg.throughput_timesteps
-    if timesteps > 0:
-        # the agent's envs scale predicted peaks by the plans measured there (observe); the gradients kept when
-        # accumulating are not in a plan's peak: they come off the cap
-        budgets = {b: [c - run.setup.counted(0, b) for c in run.setup.caps] for b in run.setup.ladder}
-        profiles = {b: model.fit.profile_at(b) for b in run.setup.ladder}
-        if not any(reachable_range(p, budgets[b]) for b, p in profiles.items()):
-            return pool  # every cap is above all keep's peak or below the lowest at every size: nothing to learn
-        agent = MicroBatchConditionedAgent(profiles, budgets, seed=ctx.cfg.seed)
-        codec = ctx.ledger.codec
-        for b in agent.env.envs:
-            agent.observe(b, [(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
-                              for m in run.book.at(b) if m.actions and not m.oom and m.step_seconds_samples])
-        agent.train(timesteps * len(agent.env.envs))
-        for plans in agent.plans(budgets).values():
+    if agent is not None:
+        conditioned, budgets = agent
+        conditioned.train(ctx.cfg.throughput_timesteps * len(conditioned.env.envs))
+        for plans in conditioned.plans(budgets).values():
             for p in plans:
                 pool.setdefault(p, "agent:micro-batch-conditioned")
     return pool
+
+
+def plans_and_peers(ctx: RunContext, run: ThroughputRun, model: ThroughputModel
+                    ) -> tuple[dict[Indices, str], dict[int, list[FitSearch]]]:
+    """Steps 2 and 3 at once: the agent trains in this process while the Evaluators measure the peers' peaks
+    (no step is timed there, and a peak is exact however busy the cores are); the agent learns from what the
+    book held before the peers were measured."""
+    contenders = contenders_for(ctx)
+    agent = conditioned_agent(ctx, run, model)
+    with ThreadPoolExecutor(1, thread_name_prefix="throughput-peers") as meanwhile:
+        peers = meanwhile.submit(peers_at_caps, ctx, run, model, contenders)
+        pool = plan_pool(ctx, model, agent)
+        searches = peers.result()
+    for c in contenders:
+        if c.plan is not None:
+            pool.setdefault(c.plan, c.name)
+    return pool, searches
 
 
 def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputModel, pool: dict[Indices, str]) -> None:
@@ -295,14 +323,8 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
         model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
         probe_ladder(ctx, run, model)
         model.extend(max(setup.caps), min(setup.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH))
-    with phase("throughput: plans"):
-        contenders = contenders_for(ctx)
-        pool = plan_pool(ctx, run, model)
-        for c in contenders:
-            if c.plan is not None:
-                pool.setdefault(c.plan, c.name)
-    with phase("throughput: peers"):
-        peers = peers_at_caps(ctx, run, model, contenders)
+    with phase("throughput: plans and peers"):
+        pool, peers = plans_and_peers(ctx, run, model)
     with phase("throughput: candidates"):
         measure_candidates(ctx, run, model, pool)
     with phase("throughput: deciding"):
