@@ -135,7 +135,7 @@ def test_chains_reach_below_per_unit_recompute_on_a_stack_of_blocks() -> None:
 
 def test_warm_start_measures_the_exact_plan_at_each_peers_peak_before_spreading() -> None:
     from search.engine.archive import spread_picks
-    from search.engine.phases.exact import AIM_MARGIN, warm_start_picks
+    from search.engine.phases.exact import AIM_MARGIN, aimed_picks, warm_start_picks
 
     cm = CostModel(layered_profile(16, seed=3))
     exact = [p.plan for p in exact_frontier(cm)]
@@ -160,3 +160,24 @@ def test_warm_start_measures_the_exact_plan_at_each_peers_peak_before_spreading(
     assert known not in warm_start_picks(predict, exact, peaks[:1], 4, measured={known})[:1]
     assert warm_start_picks(predict, exact, [], 4) == spread
     assert warm_start_picks(predict, exact, peaks, 1) == picks[:1]
+    assert aimed_picks(predict, exact, peaks) == picks[:2]  # the aim alone, lowest peer first (the whole-model pass)
+
+
+def test_the_whole_model_pass_aims_at_the_peers_that_no_plan_measured_either_way_answers() -> None:
+    from env.data.measured import MeasuredPlan
+    from env.data.types import MIB
+    from search.engine.phases.whole_model import unanswered
+
+    def record(mib: float, ms: float, oom: bool = False) -> MeasuredPlan:
+        return MeasuredPlan(workload="w", batch_shape="x", digest=f"{mib}", actions=[], peak_bytes=int(mib * MIB),
+                            live_before_bytes=0, step_seconds_samples=[] if oom else [ms / 1e3], clock="thread-cpu",
+                            device="cpu", torch_version="t", oom=oom)
+
+    ours = [record(187.3, 1345), record(244.8, 1276), record(302.3, 1159), record(150.0, 900, oom=True)]
+    peers = [record(195.5, 1447),  # answered: 187.3 MiB at 1345 ms
+             record(231.4, 1231),  # faster than everything of ours at or below its peak (hf/llama, budget 0.5)
+             record(454.7, 1506),  # answered
+             record(120.0, 2000),  # lower than all of ours: no plan of ours answers it
+             record(100.0, 0, oom=True)]  # out of memory: nothing to answer
+    assert unanswered(peers, ours) == [int(231.4 * MIB), int(120.0 * MIB)]
+    assert unanswered(peers, ours + [record(231.4, 1231)]) == [int(120.0 * MIB)]  # as fast at its peak: answered

@@ -83,7 +83,7 @@ class Driver:
             confirming_passes(ctx)
         if self.cfg.whole_model_pass:
             with phase("whole-model pass"):
-                whole_model_pass(ctx)
+                whole_model_pass(ctx, exact)
         if throughput is not None:
             search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()

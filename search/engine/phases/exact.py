@@ -60,11 +60,19 @@ def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
 
 def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: list[Indices], peer_peaks: list[int],
                      n: int, measured: set[Indices] = frozenset()) -> list[Indices]:
-    """At most ``n`` exact plans to measure: for each peer peak, lowest first, the plan ``predict`` (a plan's
-    peak bytes and step seconds) gives the shortest step within it, less ``AIM_MARGIN`` (the plan that answers
-    that peer at its own memory), unless measured already; then plans spread over memory. Spread picks alone
-    can leave a gap at a peer's memory that the agents' budgets miss (on a 48-unit search,
-    ``checkpoint_sequential`` with 2 segments at 81.0 MiB, with nothing measured between 76.8 and 83.3 MiB)."""
+    """At most ``n`` exact plans to measure: first those ``aimed_picks`` aims at the peers' peaks, then plans
+    spread over memory. Spread picks alone can leave a gap at a peer's memory that the agents' budgets miss (on a
+    48-unit search, ``checkpoint_sequential`` with 2 segments at 81.0 MiB, with nothing measured between 76.8
+    and 83.3 MiB)."""
+    aimed = aimed_picks(predict, exact, peer_peaks, measured)[:n]
+    return aimed + spread_picks([p for p in exact if p not in aimed], n - len(aimed))
+
+
+def aimed_picks(predict: Callable[[Indices], tuple[int, float]], exact: list[Indices], peer_peaks: list[int],
+                measured: set[Indices] = frozenset()) -> list[Indices]:
+    """For each peer peak, lowest first, the exact plan ``predict`` (a plan's peak bytes and step seconds) gives
+    the shortest step within it, less ``AIM_MARGIN`` (the plan that answers that peer at its own memory), unless
+    measured already or picked for a lower peak."""
     points = [(*predict(p), p) for p in exact]
     aimed: list[Indices] = []
     for peak in sorted(peer_peaks):
@@ -72,8 +80,7 @@ def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: lis
         best = min(within, default=None, key=lambda x: x[0])
         if best is not None and best[1] not in aimed and best[1] not in measured:
             aimed.append(best[1])
-    aimed = aimed[:n]
-    return aimed + spread_picks([p for p in exact if p not in aimed], n - len(aimed))
+    return aimed
 
 
 def budgets(ctx: RunContext, exact: list[Indices]) -> list[int]:
