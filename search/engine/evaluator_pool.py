@@ -48,6 +48,22 @@ def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
     return CompileOptions(scope=cfg.measure_scope) if cfg.compile else False
 
 
+THROUGHPUT_EVALUATORS_MOST = 4  # CPU Evaluators a throughput search widens to when --throughput-evaluators is 0
+
+
+def throughput_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
+    """How many CPU Evaluators a throughput search measures on: ``--throughput-evaluators``, or one per
+    ``--measure-threads`` cores of the cluster's alive nodes (one per node where a measurement takes all its
+    cores), at most ``THROUGHPUT_EVALUATORS_MOST``; never fewer than ``--evaluators``. Its phases after the run's
+    own search are measurements alone, no agent training beside them, so one Evaluator leaves the other cores
+    idle: on gpt/small (2 cores) they were 60% of the search's wall time, each measurement a single thread."""
+    if cfg.throughput_evaluators:
+        return max(cfg.throughput_evaluators, cfg.evaluators)
+    cores = [int(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
+    per_core = len([c for c in cores if c]) if not cfg.measure_threads else sum(c // cfg.measure_threads for c in cores)
+    return max(cfg.evaluators, min(THROUGHPUT_EVALUATORS_MOST, per_core))
+
+
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
     """(how many Evaluators, on GPUs?) for the config and the cluster's GPU count (``--fsdp``: groups, which
     ``search.engine.fsdp.group.group_count`` fits to the nodes)."""
@@ -62,24 +78,11 @@ def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
                                   "a cluster with GPUs (--address)")
         n = int(cluster_gpus)
         return (min(n, cfg.devices) if cfg.devices else n), True
+    if cfg.throughput_mode:
+        import ray
+
+        return throughput_evaluators(cfg, ray.nodes()), False
     return cfg.evaluators, False
-
-
-THROUGHPUT_EVALUATORS_MOST = 4  # CPU Evaluators a throughput search widens to when --throughput-evaluators is 0
-
-
-def throughput_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
-    """How many CPU Evaluators measure a throughput search's micro-batches: ``--throughput-evaluators``, or one per
-    ``--measure-threads`` cores of the cluster's alive nodes (one per node where a measurement takes all its
-    cores), at most ``THROUGHPUT_EVALUATORS_MOST``; never fewer than ``--evaluators``. By then no agent trains
-    beside the measurements (the run's own search is done), so one Evaluator would leave the other cores idle:
-    on gpt/small (2 cores) the throughput phases were 60% of a search's wall time, each measurement a single
-    thread."""
-    if cfg.throughput_evaluators:
-        return max(cfg.throughput_evaluators, cfg.evaluators)
-    cores = [int(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
-    per_core = len([c for c in cores if c]) if not cfg.measure_threads else sum(c // cfg.measure_threads for c in cores)
-    return max(cfg.evaluators, min(THROUGHPUT_EVALUATORS_MOST, per_core))
 
 
 class EvaluatorPool:
@@ -141,22 +144,6 @@ class EvaluatorPool:
             raise CkptSearchError(f"the cluster's Evaluators measure on different device models ({', '.join(sorted(models))}); "
                                   "plans are compared only on one model: limit the search to one (--devices, or a "
                                   "cluster of one GPU type)")
-
-    def widen(self, n: int) -> int:
-        """CPU Evaluators added, started and warmed up until there are ``n`` (none on GPUs or under FSDP, where
-        there is one per device already); how many were added."""
-        if self.on_gpus or self.cfg.fsdp or n <= len(self.slots):
-            return 0
-        new = [EvaluatorSlot(f"evaluator_{i}", False) for i in range(len(self.slots), n)]
-        self.slots += new
-        for slot in new:
-            self._start(slot)
-        self._check_device_models()
-        self._warm_up(new)
-        return len(new)
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.ray.nodes()
 
     # -- what the driver asks -------------------------------------------------------------------
     @property

@@ -87,8 +87,8 @@ class SearchConfig:
                                  "--memory-cap, --micro-batches and --global-batch)")
     throughput_timesteps: int = _f(1024, "throughput search: PPO steps per ladder micro-batch of the agent "
                                          "conditioned on the micro-batch (0: the exact solver's plans only)")
-    throughput_evaluators: int = _f(0, "throughput search on CPUs: Evaluators measuring micro-batches after the own "
-                                       "search (0: one per --measure-threads cores, at most 4; >= --evaluators)")
+    throughput_evaluators: int = _f(0, "throughput search on CPUs: Evaluators in place of --evaluators (0: one per "
+                                       "--measure-threads cores, at most 4; never fewer than --evaluators)")
     out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
     name: str = _f("", "run id (default: <workload>-<time>)")
     address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")

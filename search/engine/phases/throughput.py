@@ -3,10 +3,9 @@
 ``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
 workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``), from
 measured peaks alone (step 1 times the plans it measured).
-``search_throughput`` runs after the run's own search, in this order:
+``search_throughput`` runs after the run's own search, in this order (on CPUs a throughput search measures on
+one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.throughput_evaluators``):
 
-0. the pool widened to ``throughput_evaluators`` CPU Evaluators (``EvaluatorPool.widen``): no agent trains
-   beside the measurements from here on, and each measurement takes ``--measure-threads`` cores;
 1. all keep measured at every ladder size, the profile at a few times the own batch where it runs, and the per-unit
    fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
    lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
@@ -40,7 +39,6 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.evaluator_pool import throughput_evaluators
 from search.engine.phases.context import RunContext
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
@@ -127,16 +125,18 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
 def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     """The fit through the workload's own profile and one at ``fit_batch`` of the ladder sizes where all keep
     runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
-    the lowest-memory plan does); profiled now, or as a resumed run stored it."""
+    the lowest-memory plan does); profiled now, or as a resumed run stored it. While the first Evaluator
+    profiles, the others measure the lowest-memory plan at every ladder size (``probe_ladder`` checks it)."""
     base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
     keep = codec.names(codec.uniform(Action.KEEP))
     kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
     far = fit_batch([b for b, m in zip(ladder, kept) if not m.oom and b != base], base)
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
-    if far not in profiles:
-        got = ray_session.get(ctx.measurer.pool.first.profile_at.remote(far, run.measurer.batch_dim))
-        profiles[far] = ModelProfile.model_validate(got)
+    pending = None if far in profiles else ctx.measurer.pool.first.profile_at.remote(far, run.measurer.batch_dim)
+    run.measurer.measure([BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in ladder])
+    if pending is not None:
+        profiles[far] = ModelProfile.model_validate(ray_session.get(pending))
         store.write(meta.THROUGHPUT_PROFILES, profiles)
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
 
@@ -313,12 +313,10 @@ def _fitting(run: ThroughputRun, cap: int, answers: list[Answer]) -> list[Answer
 
 
 def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
-    """Steps 0-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
+    """Steps 1-5 of the module docstring; the curve goes to the store (meta ``throughput``)."""
     if ctx.ledger.store.read(meta.THROUGHPUT) is not None:
         return  # a resumed run that finished it
-    setup, phase, pool = run.setup, ctx.clock.phase, ctx.measurer.pool
-    with phase("throughput: Evaluators' start"):
-        pool.widen(throughput_evaluators(ctx.cfg, pool.nodes()))
+    setup, phase = run.setup, ctx.clock.phase
     with phase("throughput: fit"):
         model = ThroughputModel(fitted(ctx, run), setup, solver_relative(ctx.ledger.codec.n_units))
         probe_ladder(ctx, run, model)
