@@ -90,7 +90,7 @@ def search(spec: str, caps: dict[str, int], device: str, flags: Sequence[str], f
         answer = row["answer"]
         rows.append({"cap_bytes": row["cap_bytes"], "answer": answer, "selected": row["selected"],
                      "model_optimal": row["model_optimal"], "peers": [p for p in row["quote"] if p["name"] != "ours"],
-                     "unfit": row["unfit"], "why": row["why"],
+                     "unfit": row["unfit"], "why": row["why"], "by_proposer": row.get("by_proposer", {}),
                      "ours_over_best_peer": _over_best(answer, row["quote"])})
     return {"command": "python -m search.run " + " ".join(["--workload", spec, *cap_flags, *flags]),
             "wall_seconds": wall, "clock": report["clock"], "micro_batches": curve["micro_batches"],

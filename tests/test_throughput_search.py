@@ -16,6 +16,7 @@ from dashboard.launch import RUNS_ENV
 from dashboard.throughput import cap_from_selection, curve_frame, throughput_figure
 from env.data.types import MIB
 from search.engine.phases.throughput import fit_batch
+from search.engine.throughput.quote import proposed_by
 from search.records import meta
 from search.records.frontier_file import load_frontier
 from search.records.store import RunStore
@@ -61,6 +62,10 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
             larger = measured.get((p.micro_batch + 1, p.digest))
             assert larger is None or larger.peak_bytes > row.cap_bytes
         assert row.model_optimal is not None and row.model_optimal.peak_bytes <= row.cap_bytes
+        for who, p in row.by_proposer.items():  # the agent's best against the exact solver's, quoted alike
+            assert proposed_by(measured[(p.micro_batch, p.digest)], who) and p.counted_peak_bytes <= row.cap_bytes
+            assert p.n_samples == curve.quote_rounds
+    assert any("exact" in row.by_proposer for row in curve.caps)
     above = [m for m in measured.values() if not m.oom and m.peak_bytes > curve.caps[-1].cap_bytes]
     assert above and not any(m.step_seconds_samples for m in above)  # only the peak, where no cap fits
     # the contenders' largest fitting micro-batches, the lowest-memory plan and the ladder were found by peaks
@@ -78,7 +83,7 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
     assert curve.evaluators == 2 and len({e for m in measured.values() for e in m.evaluators}) == 2
     report = (run_dir / "report.md").read_text()
     assert "## Throughput under memory caps" in report and "### Cap 1.2 MiB" in report and "**ours**" in report
-    assert "Measured by 2 Evaluators side by side" in report
+    assert "Measured by 2 Evaluators side by side" in report and "Best measured by who proposed it" in report
     assert json.loads((run_dir / "report.json").read_text())["throughput"]["caps"]
 
 

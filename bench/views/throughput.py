@@ -37,13 +37,25 @@ def _within(row: Result) -> str:
     return "yes" if abs(ours - theirs) <= spread else ("no, ours faster" if ours < theirs else "no, ours slower")
 
 
+def _agent_over_exact(row: Result) -> str:
+    """The agent's best measured (plan, micro-batch) over the exact solver's, both as quoted (rows written before
+    the run quoted them: -)."""
+    by = row.get("by_proposer") or {}
+    agent, exact = by.get("agent"), by.get("exact")
+    if not agent or not exact:
+        return "-"
+    same = agent["digest"] == exact["digest"] and agent["micro_batch"] == exact["micro_batch"]
+    return f"{agent['samples_per_second'] / exact['samples_per_second']:.2f}x" + (" (the same)" if same else "")
+
+
 def throughput_table(r: Result) -> str:
     out = []
     for w in r["workloads"]:
         s = w["search"]
         rows = [(f"{name} ({mib(row['cap_bytes']):.1f} MiB)", _answer(row["answer"]), _peer(row),
                  f"{row['ours_over_best_peer']:.2f}x" if row["ours_over_best_peer"] else "-", _within(row),
-                 f"{row['model_optimal']['samples_per_second']:.1f}" if row["model_optimal"] else "-")
+                 f"{row['model_optimal']['samples_per_second']:.1f}" if row["model_optimal"] else "-",
+                 _agent_over_exact(row))
                 for name, row in zip(w["caps"], s["caps"])]
         against = (f"; the same search without caps just before: {w['default_wall_seconds']:.0f} s, "
                    f"{s['wall_seconds'] / w['default_wall_seconds']:.2f}x" if w.get("default_wall_seconds") else "")
@@ -51,7 +63,8 @@ def throughput_table(r: Result) -> str:
                 f"{against}, load {s['load_average_1']:.1f}; micro-batches {', '.join(map(str, s['micro_batches']))})",
                 "",
                 table(["cap", "ours: plan at micro-batch: samples/s", "best peer", "ours / best peer",
-                       "within the spreads", "model-optimal (predicted samples/s)"], rows, "lllrlr"), ""]
+                       "within the spreads", "model-optimal (predicted samples/s)",
+                       "agent's best / exact solver's, quoted"], rows, "lllrlrl"), ""]
         if s.get("phase_seconds"):
             out += ["Where the search's wall time went (the driver's phase clock, seconds): " + ", ".join(
                 f"{name} {sec:.0f}" for name, sec in s["phase_seconds"].items() if sec >= 0.5) + ".", ""]

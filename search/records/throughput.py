@@ -81,6 +81,8 @@ class CapRow(BaseModel):
     quote: list[ThroughputPoint] = Field(default_factory=list)  # ours first, then the peers: the quote's measurements
     unfit: dict[str, str] = Field(default_factory=dict)  # peer -> why it has no micro-batch that fits
     why: str = ""  # when nothing fits: the lowest measured peak
+    # the best measured (plan, micro-batch) that fits, by who proposed it ("exact", "agent"), as quoted
+    by_proposer: dict[str, ThroughputPoint] = Field(default_factory=dict)
 
     def peers(self) -> list[ThroughputPoint]:
         return [p for p in self.quote if p.name != "ours"]

@@ -44,7 +44,7 @@ from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasur
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
-from search.engine.throughput.quote import (Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
+from search.engine.throughput.quote import (AGENT, BOTH, Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
                                             quote_and_curve, samples_per_second)
 from search.records import meta
 
@@ -188,14 +188,14 @@ def conditioned_agent(ctx: RunContext, run: ThroughputRun, model: ThroughputMode
 
 def plan_pool(ctx: RunContext, model: ThroughputModel, agent: PlanAgent | None) -> dict[Indices, str]:
     """The exact solver's plans at the ladder's micro-batches and the agent's (``conditioned_agent``, trained
-    here) at every ladder size and cap, each with who proposed it."""
+    here) at every ladder size and cap, each with who proposed it ("exact+agent:..." where both did)."""
     pool = dict.fromkeys(model.exact_plans(), "exact")
     if agent is not None:
         conditioned, budgets = agent
         conditioned.train(ctx.cfg.throughput_timesteps * len(conditioned.env.envs))
         for plans in conditioned.plans(budgets).values():
             for p in plans:
-                pool.setdefault(p, "agent:micro-batch-conditioned")
+                pool[p] = AGENT if p not in pool else f"{pool[p]}{BOTH}{AGENT}"  # both proposed it: both named
     return pool
 
 

@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 
 QUOTE_ROUNDS = 2
 Answer = tuple[int, MeasuredPlan]  # (micro-batch, the plan's record there)
+PROPOSERS = {"exact": "exact", "agent": "agent"}  # who proposed a configuration: the prefix of its source
+AGENT = "agent:micro-batch-conditioned"
+BOTH = "+"  # a source that names several proposers: exact+agent:micro-batch-conditioned
+
+
+def proposed_by(m: MeasuredPlan, prefix: str) -> bool:
+    """Whether a proposer whose source starts with ``prefix`` proposed ``m`` (alone or with others)."""
+    return any(part.startswith(prefix) for src in m.sources for part in src.split(BOTH))
 
 
 def samples_per_second(answer: Answer) -> float:
@@ -101,6 +109,18 @@ def measured_under(run: "ThroughputRun", cap: int) -> list[Answer]:
     return sorted(fits, key=lambda bm: (-samples_per_second(bm), bm[1].peak_bytes))
 
 
+def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
+    """Per proposer (``PROPOSERS``), the measured (plan, micro-batch) it proposed that fits ``cap`` with the most
+    samples per second on the search's measurements: the agent's answer against the exact solver's."""
+    measured = measured_under(run, cap)
+    out = {}
+    for who, prefix in PROPOSERS.items():
+        best = next((a for a in measured if proposed_by(a[1], prefix)), None)
+        if best is not None:
+            out[who] = best
+    return out
+
+
 def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
                        rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
     """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
@@ -124,14 +144,19 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
     """The quote (module docstring) and the curve; written to the store and returned."""
     codec, units = ctx.ledger.codec, list(ctx.ledger.codec.units)
     jobs: dict[tuple[str, int], BatchJob] = {}
+    proposed = {cap: best_by_proposer(run, cap) for cap in answers}
     for cap, answer in answers.items():
-        if answer is not None:
-            jobs[(answer[1].digest, answer[0])] = BatchJob(tuple(answer[1].actions), answer[0], "ours")
+        for b, m in [*([answer] if answer is not None else []), *proposed[cap].values()]:
+            jobs.setdefault((m.digest, b), BatchJob(tuple(m.actions), b, "ours"))
         for s in searches[cap]:
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
     quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
-    rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted) for cap in run.setup.caps]
+    rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted)
+            .model_copy(update={"by_proposer": {who: _point(run, quoted[(m.digest, b)], b, who,
+                                                             codec.plan(codec.indices(m.actions)).summary(), units)
+                                                for who, (b, m) in proposed[cap].items()}})
+            for cap in run.setup.caps]
     curve = ThroughputCurve(
         caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,
         global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,

@@ -38,6 +38,14 @@ def cap_markdown(row: CapRow, rounds: int) -> list[str]:
         lines.append(f"Model-optimal (exact solver on the fitted cost model, predicted): {best.label} at micro-batch "
                      f"{best.micro_batch}, {best.samples_per_second:.1f} samples/s, peak "
                      f"{best.peak_bytes / MIB:.1f} MiB.")
+    if row.by_proposer:
+        names = {"exact": "the exact solver's", "agent": "the agent's"}
+        said = [f"{names.get(who, who)} {p.label} at micro-batch {p.micro_batch}, {_rate(p)} samples/s"
+                for who, p in sorted(row.by_proposer.items())]
+        agent, exact = row.by_proposer.get("agent"), row.by_proposer.get("exact")
+        ratio = (f" (agent / exact: {agent.samples_per_second / exact.samples_per_second:.2f}x)"
+                 if agent and exact and exact.samples_per_second else "")
+        lines.append("Best measured by who proposed it, quoted with the table: " + "; ".join(said) + ratio + ".")
     return lines + [""]
 
 
