@@ -29,8 +29,8 @@ AIMED_MOST = 4  # exact plans measured whole-model at the peers no measured plan
 
 def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     """Measure whole-model the plans of the frontier shown and of the store's, the measured rules and the
-    measured plans of the exact frontier, those not measured so yet (a resumed run did some); returns how
-    many. The rules and the exact plans spread over the memory range, because the whole-model compile
+    measured plans of the exact frontier, those not measured so yet (a resumed run did some), then the plans
+    ``aim_at_peers`` picks, both ways; returns how many. The rules and the exact plans spread over the memory range, because the whole-model compile
     reorders plans: on the CNN all selective was the fastest plan at 14.5 MiB compiled whole and off the
     regional frontier; on gpt/small "recompute 2, selective 4" (36.2 MiB, 122.9 ms compiled whole) and
     "recompute 1, selective 5" (39.5 MiB, 123.6 ms) were off it too."""
