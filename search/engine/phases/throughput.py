@@ -44,8 +44,8 @@ from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasur
 from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
-from search.engine.throughput.quote import (AGENT, BOTH, Answer, contenders_for, interleaved_rounds, measured_under, peers_at_caps,
-                                            quote_and_curve, samples_per_second)
+from search.engine.throughput.quote import (AGENT, BOTH, Answer, contenders_for, interleaved_rounds, measured_under,
+                                            peers_at_caps, quote_and_curve, samples_per_second)
 from search.records import meta
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round

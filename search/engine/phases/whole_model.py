@@ -23,6 +23,7 @@ from env.data.types import Indices, PlanSource
 from search.engine.phases.context import RunContext
 from search.engine.phases.exact import aimed_picks
 from search.records import meta
+from search.records.pareto import fastest_within
 
 AIMED_MOST = 4  # exact plans measured whole-model at the peers no measured plan answers, a compile each
 
@@ -30,10 +31,10 @@ AIMED_MOST = 4  # exact plans measured whole-model at the peers no measured plan
 def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     """Measure whole-model the plans of the frontier shown and of the store's, the measured rules and the
     measured plans of the exact frontier, those not measured so yet (a resumed run did some), then the plans
-    ``aim_at_peers`` picks, both ways; returns how many. The rules and the exact plans spread over the memory range, because the whole-model compile
-    reorders plans: on the CNN all selective was the fastest plan at 14.5 MiB compiled whole and off the
-    regional frontier; on gpt/small "recompute 2, selective 4" (36.2 MiB, 122.9 ms compiled whole) and
-    "recompute 1, selective 5" (39.5 MiB, 123.6 ms) were off it too."""
+    ``aim_at_peers`` picks, both ways; returns how many. The rules and the exact plans spread over the memory
+    range, because the whole-model compile reorders plans: on the CNN all selective was the fastest plan at
+    14.5 MiB compiled whole and off the regional frontier; on gpt/small "recompute 2, selective 4" (36.2 MiB,
+    122.9 ms compiled whole) and "recompute 1, selective 5" (39.5 MiB, 123.6 ms) were off it too."""
     from search.engine.report import Shown  # the report reads this phase's records: imported where used
 
     ledger = ctx.ledger
@@ -72,9 +73,16 @@ def aim_at_peers(ctx: RunContext, exact: Sequence[Indices]) -> list[Indices]:
 
 
 def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> list[int]:
-    """The peaks of the ``peers`` that none of ``ours`` answers: none peaks at no more and steps no slower."""
-    return [p.peak_bytes for p in peers if not p.oom and not any(
-        not m.oom and m.peak_bytes <= p.peak_bytes and m.step_seconds <= p.step_seconds for m in ours)]
+    """The peaks of the ``peers`` that none of ``ours`` answers: the fastest of ours at no more memory (as the
+    report sets each peer beside, ``fastest_within``) is slower, or none peaks that low."""
+    ran = [m for m in ours if not m.oom]
+    peaks, seconds = [m.peak_bytes for m in ran], [m.step_seconds for m in ran]
+    out = []
+    for p in peers:
+        best = None if p.oom else fastest_within(peaks, seconds, p.peak_bytes)
+        if not p.oom and (best is None or seconds[best] > p.step_seconds):
+            out.append(p.peak_bytes)
+    return out
 
 
 def _measure_whole(ctx: RunContext, jobs: list[tuple[list[str], str]]) -> None:

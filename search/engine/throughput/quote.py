@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 QUOTE_ROUNDS = 2
 Answer = tuple[int, MeasuredPlan]  # (micro-batch, the plan's record there)
-PROPOSERS = {"exact": "exact", "agent": "agent"}  # who proposed a configuration: the prefix of its source
+PROPOSERS = ("exact", "agent")  # who proposed a configuration: the prefix of its source
 AGENT = "agent:micro-batch-conditioned"
 BOTH = "+"  # a source that names several proposers: exact+agent:micro-batch-conditioned
 
@@ -114,8 +114,8 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
     samples per second on the search's measurements: the agent's answer against the exact solver's."""
     measured = measured_under(run, cap)
     out = {}
-    for who, prefix in PROPOSERS.items():
-        best = next((a for a in measured if proposed_by(a[1], prefix)), None)
+    for who in PROPOSERS:
+        best = next((a for a in measured if proposed_by(a[1], who)), None)
         if best is not None:
             out[who] = best
     return out
@@ -152,10 +152,7 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
     quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
-    rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted)
-            .model_copy(update={"by_proposer": {who: _point(run, quoted[(m.digest, b)], b, who,
-                                                             codec.plan(codec.indices(m.actions)).summary(), units)
-                                                for who, (b, m) in proposed[cap].items()}})
+    rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted, proposed[cap])
             for cap in run.setup.caps]
     curve = ThroughputCurve(
         caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,
@@ -168,8 +165,11 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
 
 
 def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, units: list[str], cap: int,
-             answer: Answer | None, searches: list[FitSearch], quoted: dict[tuple[str, int], MeasuredPlan]) -> CapRow:
-    row: dict[str, Any] = {"cap_bytes": cap}
+             answer: Answer | None, searches: list[FitSearch], quoted: dict[tuple[str, int], MeasuredPlan],
+             proposed: dict[str, Answer]) -> CapRow:
+    row: dict[str, Any] = {"cap_bytes": cap, "by_proposer": {
+        who: _point(run, quoted[(m.digest, b)], b, who, codec.plan(codec.indices(m.actions)).summary(), units)
+        for who, (b, m) in proposed.items()}}
     if answer is not None:
         b, m = answer
         label = codec.plan(codec.indices(m.actions)).summary()
