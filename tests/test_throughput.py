@@ -425,11 +425,12 @@ def _model(setup=None):
     return ThroughputModel(BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)}), setup)
 
 
-def test_the_answer_weighs_the_best_rule_at_its_largest_fitting_micro_batch():
-    """A rule is a plan of the space: the best one at the largest micro-batch it fits joins the deciding
-    finalists, so the answer is never a plan measured slower, side by side, than a rule that fits. Finding that
-    micro-batch measures peaks only, so the fitted model prices them; the deciding rounds measure the best."""
-    from search.engine.phases.throughput import best_rule
+def test_the_answer_weighs_every_near_rule_at_its_largest_fitting_micro_batch():
+    """A rule is a plan of the space: each one the fitted model prices within NEAR of the fastest, at the
+    largest micro-batch it fits, joins the deciding finalists, so the answer is never a plan measured slower,
+    side by side, than a rule that fits. Finding that micro-batch measures peaks only, so the fitted model
+    prices them; the deciding rounds measure them."""
+    from search.engine.phases.throughput import NEAR, near_rules
 
     model = _model()
 
@@ -448,18 +449,19 @@ def test_the_answer_weighs_the_best_rule_at_its_largest_fitting_micro_batch():
     assert rate(searches[0]) > rate(searches[2]) > rate(searches[1])  # recomputing costs time at equal batch
     peer = FitSearch(Contender("peer:fast", "a peer", peer=None), cap=10 * MIB)
     peer.fits = (99, _record(1.0, 0.01, digest="peer:fast"))  # not a plan of the space: never an answer
-    b, m = best_rule([*searches, peer], model)
-    assert (b, m.digest) == (4, "rule:none")
-    assert best_rule(searches[1:], model)[1].digest == "rule:every_2"
-    assert best_rule([peer], model) is None and best_rule([], model) is None
+    near = [s.contender.name for s in searches[:3] if rate(s) >= NEAR * rate(searches[0])]
+    assert 0 < len(near) < 3  # the slowest rule is out: the test tells near from far
+    got = near_rules([*searches, peer], model)
+    assert [(b, m.digest) for b, m in got] == [(4, n) for n in near]  # fastest first, no peer, nothing unfit
+    assert near_rules(searches[1:], model)[0][1].digest == "rule:every_2"
+    assert near_rules([peer], model) == [] and near_rules([], model) == []
 
 
-def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_rule(tmp_path: Path):
+def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_near_rules(tmp_path: Path):
     """The book's samples were taken minutes apart: besides its DECIDING best, every (plan, micro-batch) within
-    NEAR of the best's samples per second is measured again side by side (DECIDING_MOST in all), and the best
-    rule at its largest fitting micro-batch; what does not fit the cap, peers and out-of-memory records never."""
-    from search.engine.phases.throughput import (DECIDING, DECIDING_MOST, NEAR, ThroughputRun, best_rule,
-                                                 finalists)
+    NEAR of the best's samples per second is measured again side by side (DECIDING_MOST in all), and the near
+    rules at their largest fitting micro-batch; what does not fit the cap, peers and out-of-memory records never."""
+    from search.engine.phases.throughput import DECIDING, DECIDING_MOST, NEAR, ThroughputRun, finalists, near_rules
     from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
     from search.engine.throughput.caps import ThroughputSetup
     from search.records.store import RunStore
@@ -489,7 +491,7 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_best_ru
 
         rule = FitSearch(Contender("rule:every_4", "every 4th", plan=(1, 0, 0, 0)), cap)
         rule.fits = (1, book.records[(1, "slower-rule")])
-        assert best_rule([rule], model) is not None
+        assert near_rules([rule], model) == [rule.fits]
         with_rule = [(b, m.digest) for b, m in finalists(run, cap, [rule], model)]
         assert with_rule == got + [(1, "slower-rule")]
         assert finalists(run, 10 * MIB, [], model) == []  # nothing measured fits
