@@ -130,21 +130,17 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
 
 def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     """The fit through the workload's own profile and one at ``fit_batch`` of the ladder sizes where all keep
-    runs (on a GPU measured first: a profile steps every action, and there all keep runs out of memory long
-    before the lowest-memory plan does; on a CPU nothing runs out of memory); profiled now, or as a resumed run
-    stored it. While the first Evaluator profiles, the others measure all keep (on a CPU) and the lowest-memory
-    plan at every ladder size (``probe_ladder`` checks them): on gpt/small the profile at 16 samples takes 20 s,
-    as long as all those measurements on one Evaluator."""
-    base, ladder, codec, pool = run.setup.base, run.setup.ladder, ctx.ledger.codec, ctx.measurer.pool
-    keep = [BatchJob(codec.names(codec.uniform(Action.KEEP)), b, "throughput:probe") for b in ladder]
-    on_gpu = any(slot.gpu for slot in pool.live)
-    kept = run.measurer.measure(keep) if on_gpu else [None] * len(ladder)
-    far = fit_batch([b for b, m in zip(ladder, kept) if (m is None or not m.oom) and b != base], base)
+    runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
+    the lowest-memory plan does); profiled now, or as a resumed run stored it. While the first Evaluator
+    profiles, the others measure the lowest-memory plan at every ladder size (``probe_ladder`` checks it)."""
+    base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
+    keep = codec.names(codec.uniform(Action.KEEP))
+    kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
+    far = fit_batch([b for b, m in zip(ladder, kept) if not m.oom and b != base], base)
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
-    pending = None if far in profiles else pool.first.profile_at.remote(far, run.measurer.batch_dim)
-    run.measurer.measure([*([] if on_gpu else keep),
-                          *(BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in ladder)])
+    pending = None if far in profiles else ctx.measurer.pool.first.profile_at.remote(far, run.measurer.batch_dim)
+    run.measurer.measure([BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in ladder])
     if pending is not None:
         profiles[far] = ModelProfile.model_validate(ray_session.get(pending))
         store.write(meta.THROUGHPUT_PROFILES, profiles)
