@@ -226,8 +226,8 @@ def plans_and_peers(ctx: RunContext, run: ThroughputRun, model: ThroughputModel
 def one_torch_thread() -> Iterator[None]:
     """This process's torch on one thread while the Evaluators measure on the other cores. The agent's small
     policy trains as fast on one thread as on two (gpt/small's conditioned agent: 6.2 s against 6.6 s, alone
-    on two cores), while on two it spun against the Evaluators beside it: two peak measurements that take
-    0.5-1 s took 11.5 s."""
+    on two cores), while on two it can spin against the Evaluators beside it: in one of four gpt/small runs
+    two peak measurements that take 0.5-1 s took 11.5 s there, and the agent 17.5 s."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
