@@ -50,7 +50,7 @@ from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
 from search.engine.throughput.quote import (AGENT, BOTH, PROPOSERS, Answer, contenders_for, interleaved_rounds,
-                                            measured_under, names, peers_at_caps, quote_and_curve,
+                                            measured_under, names_proposer, peers_at_caps, quote_and_curve,
                                             samples_per_second)
 from search.records import meta
 
@@ -252,13 +252,20 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
     for _ in range(CANDIDATE_ROUNDS):
-        jobs = [j for cap in run.setup.caps for j in [j for j in ranked(cap) if run.measurer.lacks(j)][:CANDIDATES]]
+        jobs: list[BatchJob] = []
+        for cap in run.setup.caps:
+            jobs += [j for j in ranked(cap) if run.measurer.lacks(j)][:CANDIDATES]
         if not jobs:
             break
         measure(jobs)
-    firsts = [next((j for j in ranked(cap) if names(j.source, who)), None) for cap in run.setup.caps
-              for who in PROPOSERS]
-    measure([j for j in firsts if j is not None and run.measurer.lacks(j)])
+    firsts: list[BatchJob] = []
+    for cap in run.setup.caps:
+        jobs = ranked(cap)  # once per cap: it ranks every plan of the pool at every micro-batch
+        for who in PROPOSERS:
+            first = next((j for j in jobs if names_proposer(j.source, who)), None)
+            if first is not None and run.measurer.lacks(first):
+                firsts.append(first)
+    measure(firsts)
 
 
 def near_rules(searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:

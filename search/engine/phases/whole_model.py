@@ -79,8 +79,10 @@ def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> l
     peaks, seconds = [m.peak_bytes for m in ran], [m.step_seconds for m in ran]
     out = []
     for p in peers:
-        best = None if p.oom else fastest_within(peaks, seconds, p.peak_bytes)
-        if not p.oom and (best is None or seconds[best] > p.step_seconds):
+        if p.oom:
+            continue
+        best = fastest_within(peaks, seconds, p.peak_bytes)
+        if best is None or seconds[best] > p.step_seconds:
             out.append(p.peak_bytes)
     return out
 

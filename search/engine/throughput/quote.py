@@ -43,10 +43,10 @@ BOTH = "+"  # a source that names several proposers: exact+agent:micro-batch-con
 
 def proposed_by(m: MeasuredPlan, prefix: str) -> bool:
     """Whether a proposer whose source starts with ``prefix`` proposed ``m`` (alone or with others)."""
-    return any(names(src, prefix) for src in m.sources)
+    return any(names_proposer(src, prefix) for src in m.sources)
 
 
-def names(source: str, prefix: str) -> bool:
+def names_proposer(source: str, prefix: str) -> bool:
     """Whether ``source`` names a proposer whose source starts with ``prefix`` (alone or with others)."""
     return any(part.startswith(prefix) for part in source.split(BOTH))
 
