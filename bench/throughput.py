@@ -149,14 +149,21 @@ def grid(spec: str, run_dir: Path, device: str, repeats: int, plans_per_batch: i
             jobs["ours"] = lambda: at.measure(ours, row.answer.micro_batch, None, "quote", f"quote:{next(ids)}")
         got = interleaved(jobs, rounds)
         check_equal_samples(list(got.values()), spec)
-        rate = {k: (row.answer.micro_batch if k == "ours" else b) / m.step_seconds for k, m in got.items()}
+        size = {"ours": row.answer.micro_batch, "grid": b}
+        rate = {k: size[k] / m.step_seconds for k, m in got.items()}
+        spread = {k: m.spread_seconds for k, m in got.items()}  # seconds a step, across the quote's samples
         rate.setdefault("ours", rate["grid"])
+        spread.setdefault("ours", spread["grid"])
         rows.append({"cap_bytes": row.cap_bytes, "grid_best": {"micro_batch": b, "plan": [names[a] for a in plan],
                                                                "peak_bytes": best.peak_bytes,
                                                                "selected_samples_per_second": b / best.step_seconds,
-                                                               "quoted_samples_per_second": rate["grid"]},
-                     "ours": {"micro_batch": row.answer.micro_batch, "quoted_samples_per_second": rate["ours"]},
-                     "same_configuration": same, "ours_over_grid": rate["ours"] / rate["grid"]})
+                                                               "quoted_samples_per_second": rate["grid"],
+                                                               "quoted_spread_seconds": spread["grid"]},
+                     "ours": {"micro_batch": row.answer.micro_batch, "quoted_samples_per_second": rate["ours"],
+                              "quoted_spread_seconds": spread["ours"]},
+                     "same_configuration": same, "ours_over_grid": rate["ours"] / rate["grid"],
+                     "within_spreads": same or abs(1 / rate["ours"] - 1 / rate["grid"])
+                     <= max(spread["ours"] / size["ours"], spread["grid"] / b)})
     return {"plans_measured": len(measured), "plans_per_batch": plans_per_batch, "rounds": rounds,
             "wall_seconds": time.perf_counter() - t0, "caps": rows, "load_average_1": os.getloadavg()[0]}
 
@@ -230,7 +237,7 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     ap.add_argument("--grid", nargs="*", default=["gpt/small"], help="workloads that get the measured grid")
     ap.add_argument("--grid-plans", type=int, default=8, help="exact frontier plans measured per micro-batch")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the grid's quote")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the grid's quote")
     ap.add_argument("--agents", action="store_true", help="also compare the two agent designs (step 4)")
     ap.add_argument("--agent-timesteps", type=int, default=2048, help="PPO steps per micro-batch in --agents")
     ap.add_argument("--agents-layered", type=int, nargs="*", default=[],

@@ -37,6 +37,14 @@ def _within(row: Result) -> str:
     return "yes" if abs(ours - theirs) <= spread else ("no, ours faster" if ours < theirs else "no, ours slower")
 
 
+def _grid_within(row: Result) -> str:
+    """Whether ours and the grid's best differ per sample by no more than either's spread per sample, as quoted
+    (results from before the grid's quote kept spreads show "-")."""
+    if "within_spreads" not in row:
+        return "-"
+    return "yes" if row["within_spreads"] else ("no, ours faster" if row["ours_over_grid"] > 1 else "no, ours slower")
+
+
 def _agent_over_exact(row: Result) -> str:
     """The agent's best measured (plan, micro-batch) over the exact solver's, both as quoted (rows written before
     the run quoted them: -)."""
@@ -72,9 +80,10 @@ def throughput_table(r: Result) -> str:
         if g:
             grows = [(f"{mib(row['cap_bytes']):.1f} MiB", (f"{row['ours_over_grid']:.2f}x"
                       + (" (the same configuration)" if row.get("same_configuration") else ""))
-                      if row.get("ours_over_grid") else "-") for row in g["caps"]]
-            out += [f"Against the measured grid ({g['wall_seconds']:.0f} s, load {g['load_average_1']:.1f}):", "",
-                    table(["cap", "ours / grid's best"], grows), ""]
+                      if row.get("ours_over_grid") else "-", _grid_within(row)) for row in g["caps"]]
+            out += [f"Against the measured grid ({g['wall_seconds']:.0f} s, load {g['load_average_1']:.1f}; the quote "
+                    f"in {g['rounds']} interleaved rounds):", "",
+                    table(["cap", "ours / grid's best", "within the spreads"], grows, "lrl"), ""]
     if r.get("skipped"):
         out.append("Not measured (time budget): " + ", ".join(f"`{s}`" for s in r["skipped"]) + ".")
     return "\n".join(out)
