@@ -146,6 +146,17 @@ def test_units_table_quick(tmp_path: Path) -> None:
         assert r["auto"]["peak_mb"] <= r["peak_mb_keep"]
 
 
+def test_warmup_quick(tmp_path: Path) -> None:
+    out = tmp_path / "warmup.json"
+    run_bench("warmup.py", "--quick", "--out", str(out))
+    got = load(out)
+    assert [(r["micro_batch"], r["plan"]) for r in got["rows"]] == [
+        (2, "all keep"), (2, "recompute everything"), (2, "every 2nd recomputed")]
+    for r in got["rows"]:  # one round of two timed steps, with one warm-up step and with two
+        assert r["measurements"] == 1 and set(r["first_ms"]) == {"1", "2"} and r["first_ms"]["1"] > 0
+        assert 0.2 < r["first_over_rest_one_warmup"] < 5 and 0.2 < r["one_over_two_warmups"] < 5
+
+
 @pytest.mark.slow
 def test_default_run_quick(tmp_path: Path) -> None:
     out = tmp_path / "default_run.json"

@@ -136,6 +136,26 @@ def test_the_fits_second_profile_is_a_few_times_the_own_batch_not_the_ladders_to
     assert fit_batch([], 4) == 2 and fit_batch([], 1) == 2  # all keep ran nowhere else: below the own batch
 
 
+def test_the_fits_second_profile_is_chosen_before_the_ladder_as_fit_batch_would_choose_on_it():
+    """The profile runs while the ladder is found, so its size comes from the lowest plan's peaks at two sizes:
+    the smallest power of two at least FIT_SPAN times the own batch, unless the line through those peaks puts the
+    ladder's top below half of it; then that top, as fit_batch takes a short ladder's top."""
+    from search.engine.phases.throughput import early_fit_batch
+    from search.engine.throughput.caps import ThroughputSetup
+
+    def setup(cap_mib: float, base: int) -> ThroughputSetup:
+        return ThroughputSetup([cap_mib * MIB], [], base, "x", None, 0, None, (1,))
+
+    lowest = {1: _record(10 + 3), 4: _record(10 + 12)}  # 10 MiB plus 3 MiB a sample: the top is (cap - 10) / 3
+    assert early_fit_batch(setup(10 + 3 * 46, 4), lowest, 4096) == 16  # as gpt/small: the ladder went to 46
+    assert early_fit_batch(setup(10 + 3 * 30, 8), lowest, 4096) == 32  # a top at 30: not below half of 32
+    assert early_fit_batch(setup(10 + 3 * 12, 8), lowest, 4096) == 12  # a top at 12, below half of 32: the top
+    assert early_fit_batch(setup(10 + 3 * 46, 4), lowest, 12) == 12  # no more than the global batch
+    assert early_fit_batch(setup(10 + 3 * 4, 4), lowest, 4096) == 2  # a top at the own batch: half of it
+    flat = {1: _record(13), 4: _record(13)}
+    assert early_fit_batch(setup(20, 4), flat, 4096) == 16  # peaks that do not grow foresee no top
+
+
 def test_a_fitted_time_keeps_a_fixed_cost_and_a_cost_per_sample_at_zero_or_above():
     """Profiles at 4 and 16 timed on a drifting machine, the one at 16 more than 4 times slower: the free line
     through them would price micro-batch 1 at nothing (it crosses 0 at 1.6). The fitted time at 1 is the least-

@@ -13,7 +13,7 @@ _ALL = {v.name: v for module in (search, peers, agents, plans, gpu, throughput)
         for v in module.VIEWS}
 ORDER = ("default_run", "compiled_search", "reported_vs_quote", "throughput", "fsdp", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale",
          "dynamic", "evaluator_pool", "search_quality", "search_quality_seed1", "premium", "search_cost", "frontier_table",
-         "measured_table", "chains", "fidelity", "units_table", "env_speed")
+         "measured_table", "chains", "fidelity", "units_table", "warmup", "env_speed")
 SECTIONS: list[View] = [_ALL[name] for name in ORDER]
 GPU_SECTIONS: list[View] = [*gpu.VIEWS, _ALL["gpu_throughput"]]
 VIEWS: dict[str, View] = {v.name: v for v in SECTIONS + GPU_SECTIONS}

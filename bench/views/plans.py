@@ -191,6 +191,22 @@ def chains_headlines(r: Result) -> list[Headline]:
                             measured(r, "peaks exact (profiler memory events)", timed=False)))
     return out
 
+def warmup_table(r: Result) -> str:
+    rows = [(f"`{x['workload']}`", x["micro_batch"], x["plan"], x["measurements"],
+             f"{x['first_ms']['1']:.1f}", f"{x['rest_ms']['1']:.1f}", f"{x['first_over_rest_one_warmup']:.3f}",
+             f"{x['one_over_two_warmups']:.3f}") for x in r["rows"]]
+    return table(["workload", "micro-batch", "plan", "measurements", "first timed ms, one warm-up",
+                  "later timed ms, one warm-up", "first / later", "one warm-up / two"], rows, "lrlrrrrr")
+
+
+def warmup_summary(r: Result) -> list[str]:
+    rows = r["rows"]
+    return [f"after one warm-up step, the first timed step / the later ones: "
+            f"{span([x['first_over_rest_one_warmup'] for x in rows])}; a plan's median with one warm-up / with two: "
+            f"{span([x['one_over_two_warmups'] for x in rows])} ({r['processes']} processes measuring at once; "
+            f"{measured(r, r['clock'])})"]
+
+
 VIEWS = [
     View("chains", "Chain regions", "Recomputing a run of units as one region (`chain`) against recomputing each unit "
          "and against `checkpoint_sequential`, measured; the exact solver's lowest predicted peak and cost with and "
@@ -207,6 +223,10 @@ VIEWS = [
          "python bench/measured_table.py", measured_table_table),
     View("fidelity", "Cost-model fidelity", "Predicted against measured peak and step time on random plans.",
          "python bench/fidelity.py", fidelity_table, headlines=fidelity_headlines),
+    View("warmup", "Warm-up steps at another micro-batch",
+         "Each plan measured with one warm-up step and with two before its timed steps, its peak taken from a "
+         "measurement before, as a throughput search measures a plan again (env.measure.micro_batch.WARMUP).",
+         "python bench/warmup.py", warmup_table, warmup_summary),
     View("units_table", "Decision units on library models",
          "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "
          "choice (env.units.choice), each measured as all-recompute against all-keep: units, share of the saved "

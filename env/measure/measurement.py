@@ -165,13 +165,19 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
     compile_fields = {} if stats is None else dict(compile_seconds=stats.compile_seconds, recompiles=stats.recompiles,
                                                    graph_breaks=stats.graph_breaks)
     if oom:
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
+        release_after_oom(workload)
         return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
                             live_before_bytes=0, step_seconds_samples=[], oom=True, **compile_fields)
     return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
                         step_seconds_samples=samples, **compile_fields)
+
+
+def release_after_oom(workload: Workload) -> None:
+    """What a step that ran out of CUDA memory left (its gradients, the allocator's cached blocks) given back,
+    once the exception no longer holds the step's tensors, so that the next measurement starts clean."""
+    workload.optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize(workload.device)
+    torch.cuda.empty_cache()
 
 
 def steady_numerics(device: torch.device) -> None:

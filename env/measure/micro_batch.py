@@ -6,6 +6,15 @@ as at the workload's own batch (``env.measure.measurement.measure``, ``env.measu
 ``env.measure.profiler.profile``), so a record at micro-batch ``b`` differs from one at the own batch
 only in its ``batch_shape``. ``facts`` says what the search needs to know of the workload's batch:
 its own size, how it is changed, tokens per sample, the gradients' bytes and the device's memory.
+
+Every measurement here runs ``WARMUP`` untimed step before its memory step or, where it takes a peak measured
+before (``env.measure.measurement.reuses_peak``), before its timed steps. One is enough here
+(``bench/warmup.py``: gpt/small at micro-batches 4 and 16, all keep, recompute everything and every second
+unit recomputed, two processes measuring at once as two Evaluators do, six interleaved rounds of four timed
+steps): the first step timed after one warm-up step read 0.984-1.011 of the three after it (medians), and
+one warm-up step against two moved a plan's median by 0.990-1.010. A throughput search measures many
+configurations again (its deciding rounds and its quote), so the step saved is a fifth of each of those;
+the search at the workload's own batch keeps two (``env.measure.measurement.warmup_before_timing`` says why).
 """
 
 from __future__ import annotations
@@ -18,14 +27,17 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
-from env.measure.measurement import measure, warmup_before_timing
+from env.measure.measurement import measure, release_after_oom
 from env.measure.peers import Peer, measure_peer
 from env.measure.profiler import profile
+from env.measure.timeline import is_oom
 from env.runtime.apply import plan_for
 from env.workloads.batching import MicroBatches, batching_for, tokens_per_sample
 from env.workloads.workload import Workload
 
-__all__ = ["AtMicroBatch", "gradient_bytes"]
+__all__ = ["AtMicroBatch", "gradient_bytes", "WARMUP"]
+
+WARMUP = 1
 
 
 def gradient_bytes(model: torch.nn.Module) -> int:
@@ -63,14 +75,21 @@ class AtMicroBatch:
         ``stop_above``: no step timed where the peak is above these bytes (``measure_prepared``)."""
         with self.batches(batch_dim).use(micro_batch) as w:
             if isinstance(item, Peer):
-                return measure_peer(w, item, repeats=self.repeats, warmup=2, compile=self.compile,
+                return measure_peer(w, item, repeats=self.repeats, warmup=WARMUP, compile=self.compile,
                                     measurement_id=measurement_id, known=known, stop_above=stop_above)
             plan = plan_for(w.model, self.units, [Action(a) for a in item])
-            return measure(w, plan, self.units, repeats=self.repeats, warmup=warmup_before_timing(w, known, self.compile),
-                           source=source, measurement_id=measurement_id, compile=self.compile, known=known,
-                           stop_above=stop_above)
+            return measure(w, plan, self.units, repeats=self.repeats, warmup=WARMUP, source=source,
+                           measurement_id=measurement_id, compile=self.compile, known=known, stop_above=stop_above)
 
-    def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile:
-        """The profile at ``micro_batch``; checked by the search against plans measured there, not here."""
+    def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile | None:
+        """The profile at ``micro_batch``, checked by the search against plans measured there, not here; None
+        where its steps run out of CUDA memory (the throughput search profiles at a size it guessed before it
+        knew where all keep fits)."""
         with self.batches(batch_dim).use(micro_batch) as w:
-            return profile(w, self.units, self.actions, repeats=self.repeats, baseline=False, check=False)
+            try:
+                return profile(w, self.units, self.actions, repeats=self.repeats, baseline=False, check=False)
+            except RuntimeError as e:
+                if w.device.type != "cuda" or not is_oom(e):
+                    raise
+            release_after_oom(w)
+            return None

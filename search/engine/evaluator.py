@@ -234,9 +234,11 @@ class Evaluator:
                                       known, stop_above)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
-    def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any]:
+    def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any] | None:
+        """The profile at ``micro_batch`` (``AtMicroBatch.profile``), as JSON; None where it ran out of memory."""
         with model_errors(f"the profile at micro-batch {micro_batch}"):
-            return self.at_batch.profile(micro_batch, batch_dim).model_dump(mode="json")
+            got = self.at_batch.profile(micro_batch, batch_dim)
+        return None if got is None else got.model_dump(mode="json")
 
     def drain(self) -> list[MeasuredPlan]:
         """Every measurement since the last drain (the store skips those it already has)."""

@@ -9,6 +9,8 @@
   refused in one line, so a frontier never mixes device models.
 - FSDP (``--fsdp N``): each Evaluator is a group of N rank actors measuring under FSDP2 on one node
   (``search.engine.fsdp.group.FsdpGroup``), started, called and restarted as an Evaluator is.
+- Aside: ``first_aside(call)`` starts a long call on the first Evaluator (the throughput search's profile at
+  another micro-batch) and hands jobs to the others meanwhile, not queued behind it.
 - Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
   queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
   what happened, for the report.
@@ -16,10 +18,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
@@ -41,6 +44,7 @@ class EvaluatorSlot:
     info: dict[str, Any] | None = None
     restarts: int = 0
     alive: bool = True
+    aside: bool = False  # running a long call of its own (``EvaluatorPool.first_aside``): no job goes to it
 
 
 def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
@@ -155,6 +159,19 @@ class EvaluatorPool:
         """The Evaluator that profiles the workload and measures other batch sizes."""
         return self.live[0].handle
 
+    @contextlib.contextmanager
+    def first_aside(self, call: Callable[[Any], Any]) -> Iterator[Any]:
+        """``call(first Evaluator's handle)`` started, its object reference yielded; while the block runs, jobs go
+        to the other Evaluators (with no other, to the first after the call). On gpt/small a ladder measurement
+        queued behind the throughput search's profile waited 14 s there while the other Evaluator was free."""
+        slot = self.live[0]
+        ref = call(slot.handle)
+        slot.aside = True
+        try:
+            yield ref
+        finally:
+            slot.aside = False
+
     @property
     def on_gpus(self) -> bool:
         return bool(self.slots) and all(s.gpu for s in self.slots)
@@ -192,7 +209,7 @@ class EvaluatorPool:
         running: dict[Any, tuple[EvaluatorSlot, int]] = {}
         out: dict[int, MeasuredPlan] = {}
         while queue or running:
-            for slot in self.live:
+            for slot in [s for s in self.live if not s.aside] or self.live:
                 if queue and all(s is not slot for s, _ in running.values()):
                     k = queue.popleft()
                     running[call(slot.handle, jobs[k])] = (slot, k)

@@ -2,13 +2,14 @@
 
 ``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
 workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``), from
-measured peaks alone (step 1 times the plans it measured).
+measured peaks alone (step 1 times the plans it measured), found while the first Evaluator takes the fit's
+second profile (``early_fit_batch``).
 ``search_throughput`` runs after the run's own search, in this order (on CPUs a throughput search measures on
 one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.throughput_evaluators``):
 
-1. all keep measured at every ladder size, the profile at a few times the own batch where it runs, and the per-unit
-   fit through that profile and the workload's own (``env.cost.batch_fit``); all keep and the
-   lowest-memory plan at every ladder size checked against the fit there (``ThroughputCurve.fit_checks``);
+1. the per-unit fit through the workload's own profile and the probe's (``env.cost.batch_fit``; ``fitted``); all keep
+   and the lowest-memory plan measured at every ladder size and checked against the fit there
+   (``ThroughputCurve.fit_checks``);
 2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
@@ -46,13 +47,15 @@ from env.data.types import Indices
 from search.engine import ray_session
 from search.engine.phases.context import RunContext
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
-from search.engine.throughput.caps import MAX_MICRO_BATCH, ThroughputSetup, find_ladder, no_plan_fits, resolve_caps
+from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
+                                          no_plan_fits, resolve_caps)
 from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, solver_relative
 from search.engine.throughput.quote import (AGENT, BOTH, PROPOSERS, Answer, contenders_for, interleaved_rounds,
                                             measured_under, names_proposer, peers_at_caps, quote_and_curve,
                                             samples_per_second)
 from search.records import meta
+from search.records.config import SearchConfig
 
 CANDIDATES = 3  # (plan, micro-batch)s measured per cap and round
 CANDIDATE_ROUNDS = 2
@@ -79,7 +82,9 @@ class ThroughputRun:
 
 
 def probe_throughput(ctx: RunContext) -> ThroughputRun:
-    """Batch facts, caps and ladder (module docstring); a cap nothing fits raises ``ThroughputError``."""
+    """Batch facts, caps and ladder (module docstring); a cap nothing fits raises ``ThroughputError``. While the
+    ladder is found from peaks, the first Evaluator takes the fit's second profile (``early_fit_batch``: on
+    gpt/small the ladder took 11 s and the profile 14 s, one after the other), stored for ``fitted``."""
     cfg, ledger, pool = ctx.cfg, ctx.ledger, ctx.measurer.pool
     batch_dim = cfg.batch_dim if cfg.batch_dim >= 0 else None
     facts = ray_session.get(pool.first.batch_facts.remote(batch_dim))
@@ -98,8 +103,15 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
-    else:
+    elif ledger.store.read(meta.THROUGHPUT_PROFILES):  # a resumed run: profiled already
         ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
+    else:  # the fit's profile on the first Evaluator while the others find the ladder by peaks alone
+        far = early_fit_batch(setup, {b: measure_lowest(b) for b in sizes_of_lowest(cfg, smallest, limit)}, limit)
+        with pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim)) as profiled:
+            ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
+        got = ray_session.get(profiled)
+        if got is not None:  # None: out of memory there (CUDA); ``fitted`` profiles where all keep ran
+            ledger.store.write(meta.THROUGHPUT_PROFILES, {far: ModelProfile.model_validate(got)})
     return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
                          measurer)
 
@@ -115,8 +127,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     if Action.RECOMPUTE in codec.actions:
         plans.append(codec.uniform(Action.RECOMPUTE))
     plans = list(dict.fromkeys(plans))
-    given = sorted(ctx.cfg.micro_batches)
-    sizes = given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
+    sizes = sizes_of_lowest(ctx.cfg, smallest, limit)
     jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs, timed=False)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
@@ -128,21 +139,55 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     return min(fitting, key=lambda p: (peak[(p, sizes[-1])] - peak[(p, smallest)], peak[(p, sizes[-1])]))
 
 
+def sizes_of_lowest(cfg: SearchConfig, smallest: int, limit: int) -> list[int]:
+    """The micro-batches ``lowest_per_sample`` measures its plans at: the first two given, or ``smallest`` and
+    ``SLOPE_SPAN`` samples more."""
+    given = sorted(cfg.micro_batches)
+    return given[:2] if given else ([smallest, min(smallest + SLOPE_SPAN, limit)] if limit > smallest else [smallest])
+
+
+def early_fit_batch(setup: ThroughputSetup, lowest: dict[int, MeasuredPlan], limit: int) -> int:
+    """The fit's second micro-batch, chosen before the ladder is known so that its profile runs while the ladder is
+    found: the smallest power of two at least ``FIT_SPAN`` times the own batch (at most ``limit``), as ``fit_batch``
+    chooses on a ladder that reaches it; where a line through the lowest plan's peaks at two sizes (``lowest``)
+    puts the ladder's top below half of that, that top (``fit_batch`` takes a short ladder's top). Where all keep
+    runs out of memory there (CUDA), the profile says so and ``fitted`` profiles where all keep ran."""
+    want = min(limit, 1 << (FIT_SPAN * setup.base - 1).bit_length())
+    peaks = sorted((b, setup.counted(m.peak_bytes, b)) for b, m in lowest.items() if not m.oom)
+    if len(peaks) >= 2 and peaks[-1][1] > peaks[0][1]:
+        (b1, p1), (b2, p2) = peaks[0], peaks[-1]
+        top = b2 + int((max(setup.caps) - p2) * (b2 - b1) // (p2 - p1))
+        if top < want // 2:
+            want = max(top, 1)
+    return want if want != setup.base else fit_batch([], setup.base)
+
+
 def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
-    """The fit through the workload's own profile and one at ``fit_batch`` of the ladder sizes where all keep
-    runs (measured first: a profile steps every action, and on a GPU all keep runs out of memory long before
-    the lowest-memory plan does); profiled now, or as a resumed run stored it. While the first Evaluator
-    profiles, the others measure the lowest-memory plan at every ladder size (``probe_ladder`` checks it)."""
+    """The fit through the workload's own profile and one at another micro-batch: the one ``probe_throughput``
+    took while it found the ladder (``early_fit_batch``), or where there is none (a given ladder, or that profile
+    ran out of memory) one at ``fit_batch`` of the ladder sizes where all keep runs, measured first (a profile
+    steps every action, and on a GPU all keep runs out of memory long before the lowest-memory plan does),
+    while the other Evaluators measure the lowest-memory plan along the ladder. All keep and the lowest plan are
+    measured at every ladder size (``probe_ladder`` checks the fit against them)."""
     base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
-    keep = codec.names(codec.uniform(Action.KEEP))
-    kept = run.measurer.measure([BatchJob(keep, b, "throughput:probe") for b in ladder])
-    far = fit_batch([b for b, m in zip(ladder, kept) if not m.oom and b != base], base)
+    largest_first = sorted(ladder, reverse=True)  # no Evaluator left waiting on a long step at the end
+    keep = [BatchJob(codec.names(codec.uniform(Action.KEEP)), b, "throughput:probe") for b in largest_first]
+    lowest = [BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in largest_first]
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
-    pending = None if far in profiles else ctx.measurer.pool.first.profile_at.remote(far, run.measurer.batch_dim)
-    run.measurer.measure([BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in ladder])
-    if pending is not None:
-        profiles[far] = ModelProfile.model_validate(ray_session.get(pending))
+    if profiles:
+        run.measurer.measure([j for pair in zip(keep, lowest) for j in pair])
+    else:
+        kept = run.measurer.measure(keep)
+        far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
+        pool = ctx.measurer.pool
+        with pool.first_aside(lambda first: first.profile_at.remote(far, run.measurer.batch_dim)) as profiled:
+            run.measurer.measure(lowest)
+        got = ray_session.get(profiled)
+        if got is None:
+            raise ThroughputError(f"the profile at micro-batch {far} ran out of memory where all keep did not; "
+                                  "give the micro-batches to search (--micro-batches) below it")
+        profiles = {far: ModelProfile.model_validate(got)}
         store.write(meta.THROUGHPUT_PROFILES, profiles)
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
 
