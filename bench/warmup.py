@@ -11,7 +11,7 @@ measurement before (as a search measures a plan again), in ``--rounds`` interlea
 order and then reversed, one warm-up first and then two) of ``--repeats`` timed steps, in ``--processes``
 processes at once, as Evaluators measure side by side on their cores. Each row shows the first timed step
 after one warm-up against the timed steps after it, and one warm-up against two (medians of all the
-processes' samples; the thread's CPU clock, one torch thread per process).
+processes' samples; the thread's CPU clock, ``--threads`` torch threads per process).
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from bench.measuring import serpentine  # noqa: E402
 PLANS = {"all keep": "keep", "recompute everything": "recompute", "every 2nd recomputed": "every2"}
 
 
-def samples_in_process(spec: str, micro_batch: int, rounds: int, repeats: int) -> dict[str, dict[int, list[list[float]]]]:
-    """In a fresh process: per plan and warm-up steps, each measurement's timed step seconds."""
+def samples_in_process(spec: str, micro_batch: int, rounds: int, repeats: int,
+                       threads: int) -> dict[str, dict[int, list[list[float]]]]:
+    """In a fresh process on ``threads`` torch threads: per plan and warm-up steps, each measurement's timed step
+    seconds."""
     import torch
 
     from env.data.plan import Action
@@ -41,7 +43,7 @@ def samples_in_process(spec: str, micro_batch: int, rounds: int, repeats: int) -
     from env.units.choice import resolve_units
     from env.workloads.workload import load_workload
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     w = load_workload(f"{spec}?batch_size={micro_batch}")
     units = resolve_units(w, ["auto"]).units
     actions = {"keep": [Action.KEEP] * len(units), "recompute": [Action.RECOMPUTE] * len(units),
@@ -78,7 +80,8 @@ def measure(run: Run) -> None:
     ctx = multiprocessing.get_context("spawn")
     for b in args.micro_batches:
         with ctx.Pool(args.processes) as pool:
-            got = pool.starmap(samples_in_process, [(args.workload, b, args.rounds, args.repeats)] * args.processes)
+            jobs = [(args.workload, b, args.rounds, args.repeats, args.threads)] * args.processes
+            got = pool.starmap(samples_in_process, jobs)
         for plan in PLANS:
             merged = {w: [s for g in got for s in g[plan][w]] for w in (1, 2)}
             run.result["rows"].append(row(args.workload, b, plan, merged))
@@ -94,7 +97,8 @@ def options(ap: argparse.ArgumentParser) -> None:
 
 
 BENCH = Bench("warmup", __doc__, options,
-              quick={"workload": "gpt/tiny", "micro_batches": [2], "rounds": 1, "repeats": 2, "processes": 1})
+              quick={"workload": "gpt/tiny", "micro_batches": [2], "rounds": 1, "repeats": 2, "processes": 1},
+              threads=1)
 
 if __name__ == "__main__":
     main(BENCH, measure)
