@@ -97,12 +97,15 @@ def throughput_headlines(r: Result) -> list[Headline]:
     if not rows:
         return []
     ratios = [row["ours_over_best_peer"] for _, row in rows]
-    within = sum(_within(row) == "yes" for _, row in rows)
+    verdicts = [_within(row) for _, row in rows]
+    within, faster = verdicts.count("yes"), verdicts.count("no, ours faster")
     names = list(dict.fromkeys(w["workload"] for w, _ in rows))
     walls = [f"{w['search']['wall_seconds'] / w['default_wall_seconds']:.2f}x on `{w['workload']}`"
              for w in r["workloads"] if w.get("default_wall_seconds")]
     figure = (f"{min(ratios):.2f}x to {max(ratios):.2f}x" if min(ratios) != max(ratios) else f"{ratios[0]:.2f}x") \
         + f", {within} of {len(rows)} within the spreads" \
+        + (f", ours faster beyond them at {faster}, slower at {len(rows) - within - faster}" if within < len(rows)
+           else "") \
         + (f"; the search's wall time against the same search without caps: {', '.join(walls)}" if walls else "")
     what = (f"Fastest (plan, micro-batch) per memory cap{on}, {', '.join(f'`{n}`' for n in names)}: ours over the best "
             f"peer's samples/s at {len(rows)} caps")
