@@ -156,6 +156,17 @@ def test_the_fits_second_profile_is_chosen_before_the_ladder_as_fit_batch_would_
     assert early_fit_batch(setup(20, 4), flat, 4096) == 16  # peaks that do not grow foresee no top
 
 
+def test_a_quotes_rounds_put_the_largest_micro_batches_in_the_middle_so_no_round_ends_on_them():
+    """Rounds go in order and then reversed; with the largest in the middle, both end on small ones."""
+    from search.engine.throughput.quote import middle_out
+
+    order = middle_out([(b, i) for i, b in enumerate([8, 1, 46, 2, 16, 4])], key=lambda x: x[0])
+    assert [b for b, _ in order] == [1, 4, 16, 46, 8, 2]
+    assert order[-1][0] <= 2 and order[0][0] <= 2  # in order and reversed alike
+    assert middle_out([], key=int) == [] and middle_out([3], key=int) == [3]
+    assert [i for _, i in middle_out([(1, 0), (1, 1), (1, 2)], key=lambda x: x[0])] == [0, 2, 1]
+
+
 def test_a_fitted_time_keeps_a_fixed_cost_and_a_cost_per_sample_at_zero_or_above():
     """Profiles at 4 and 16 timed on a drifting machine, the one at 16 more than 4 times slower: the free line
     through them would price micro-batch 1 at nothing (it crosses 0 at 1.6). The fitted time at 1 is the least-
@@ -575,3 +586,24 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
     assert all(sorted(r) == ["lucky", "steady"] for r in measurer.rounds[DECIDING_ROUNDS:])
     b, m = answers[cap]
     assert (b, m.digest) == (4, "steady") and 4 / m.step_seconds == pytest.approx(44.0)
+
+
+def test_a_plan_the_probe_measured_first_is_credited_to_whoever_proposed_it(tmp_path: Path) -> None:
+    """On hf/llama the ladder's probe measured all keep at micro-batch 2 before the agent and the exact solver
+    proposed it: the lowest cap's row showed neither proposer's best. Credited, it stands for both, in the store."""
+    from search.engine.throughput.batch_book import BatchBook
+    from search.engine.throughput.quote import proposed_by
+    from search.records.store import RunStore
+
+    probe = _record(40, digest="keep").model_copy(update={"sources": ["throughput:probe"]})
+    with RunStore(tmp_path / "store.sqlite") as store:
+        book = BatchBook(store)
+        book.record({"micro_batch": 2, "record": probe})
+        assert not proposed_by(book.get(2, "keep"), "agent") and not proposed_by(book.get(2, "keep"), "exact")
+        book.credit(2, "keep", "exact+agent:micro-batch-conditioned")
+        book.credit(2, "keep", "exact+agent:micro-batch-conditioned")  # once
+        book.credit(2, "keep", "")  # a plan no proposer named: nothing
+    with RunStore(tmp_path / "store.sqlite") as store:
+        m = BatchBook(store).get(2, "keep")
+    assert m.sources == ["throughput:probe", "exact+agent:micro-batch-conditioned"]
+    assert proposed_by(m, "agent") and proposed_by(m, "exact") and m.step_seconds_samples == probe.step_seconds_samples

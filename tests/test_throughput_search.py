@@ -192,3 +192,30 @@ def test_the_throughput_page_paints_in_a_real_browser(run_dir: Path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_a_long_call_on_the_first_evaluator_sends_the_jobs_to_the_others_until_it_is_done(ray_session):
+    """The throughput search profiles on the first Evaluator while the others find the ladder: no job may queue
+    behind the profile (on gpt/small one waited 14 s there), and once the profile is done the first takes jobs
+    again, within the same dispatch."""
+    from search.engine.evaluator_pool import EvaluatorPool
+    from search.records.config import SearchConfig
+
+    pool = EvaluatorPool(SearchConfig(workload="gpt/tiny", evaluators=2, repeats=1, progress=False).validate())
+    first, second = (s.info["evaluator"] for s in pool.live)
+    names = ["keep"] * len(pool.units)
+    arrived = []  # (who measured it, whether the profile was done when it arrived)
+
+    def measured(got: dict) -> dict:
+        arrived.append((got["record"].evaluators[0], bool(ray_session.wait([profiled], timeout=0)[0])))
+        return got
+
+    with pool.first_aside(lambda handle: handle.profile_at.remote(16, None)) as profiled:
+        got = pool.run_jobs([1, 2, 3, 4] * 6, lambda handle, b: handle.measure_at.remote(names, b, None), measured)
+        profile = ray_session.get(profiled)
+        after = pool.run_jobs([2, 3], lambda handle, b: handle.measure_at.remote(names, b, None), lambda g: g)
+    assert pool.live[0].aside is None and len(got) == 24 and profile["units"] == pool.units
+    assert got[0]["record"].evaluators[0] == second  # dispatched while the first profiled
+    assert all(who == second for who, done in arrived if not done)  # none queued behind the profile
+    assert {g["record"].evaluators[0] for g in after} == {first, second}  # the profile done: both take jobs

@@ -10,7 +10,7 @@
 - FSDP (``--fsdp N``): each Evaluator is a group of N rank actors measuring under FSDP2 on one node
   (``search.engine.fsdp.group.FsdpGroup``), started, called and restarted as an Evaluator is.
 - Aside: ``first_aside(call)`` starts a long call on the first Evaluator (the throughput search's profile at
-  another micro-batch) and hands jobs to the others meanwhile, not queued behind it.
+  another micro-batch) and hands jobs to the others until that call is done, not queued behind it.
 - Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
   queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
   what happened, for the report.
@@ -44,7 +44,7 @@ class EvaluatorSlot:
     info: dict[str, Any] | None = None
     restarts: int = 0
     alive: bool = True
-    aside: bool = False  # running a long call of its own (``EvaluatorPool.first_aside``): no job goes to it
+    aside: Any = None  # a long call of its own (``EvaluatorPool.first_aside``): no job goes to it until it is done
 
 
 def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
@@ -162,15 +162,20 @@ class EvaluatorPool:
     @contextlib.contextmanager
     def first_aside(self, call: Callable[[Any], Any]) -> Iterator[Any]:
         """``call(first Evaluator's handle)`` started, its object reference yielded; while the block runs, jobs go
-        to the other Evaluators (with no other, to the first after the call). On gpt/small a ladder measurement
-        queued behind the throughput search's profile waited 14 s there while the other Evaluator was free."""
+        to the other Evaluators until the call is done, then to all (with no other, to the first after the call).
+        On gpt/small a ladder measurement queued behind the throughput search's profile waited 14 s there while
+        the other Evaluator was free."""
         slot = self.live[0]
-        ref = call(slot.handle)
-        slot.aside = True
+        slot.aside = ref = call(slot.handle)
         try:
             yield ref
         finally:
-            slot.aside = False
+            slot.aside = None
+
+    def _free_for_jobs(self) -> list[EvaluatorSlot]:
+        """The live Evaluators but one whose call of its own (``first_aside``) is still running."""
+        busy = [s for s in self.live if s.aside is not None and not self.ray.wait([s.aside], timeout=0)[0]]
+        return [s for s in self.live if s not in busy] or self.live
 
     @property
     def on_gpus(self) -> bool:
@@ -209,14 +214,18 @@ class EvaluatorPool:
         running: dict[Any, tuple[EvaluatorSlot, int]] = {}
         out: dict[int, MeasuredPlan] = {}
         while queue or running:
-            for slot in [s for s in self.live if not s.aside] or self.live:
+            free = self._free_for_jobs()
+            for slot in free:
                 if queue and all(s is not slot for s, _ in running.values()):
                     k = queue.popleft()
                     running[call(slot.handle, jobs[k])] = (slot, k)
             if not running:
                 raise CkptSearchError("every Evaluator died; see the events in the run's report and start it again "
                                       "with --resume")
-            done, _ = self.ray.wait(list(running), num_returns=1)
+            aside = [s.aside for s in self.live if s not in free]  # their calls' ends wake the loop too
+            done, _ = self.ray.wait(list(running) + aside, num_returns=1)
+            if done[0] not in running:
+                continue  # an Evaluator's call of its own ended: it takes jobs from here on
             slot, k = running.pop(done[0])
             try:
                 out[k] = on_result(ray_session.get(done[0]))

@@ -2,8 +2,9 @@
 
 ``probe_throughput`` runs right after the profile, so that a cap nothing fits fails in seconds: the
 workload's batch facts, the caps and the ladder of micro-batches (``search.engine.throughput.caps``), from
-measured peaks alone (step 1 times the plans it measured), found while the first Evaluator takes the fit's
-second profile (``early_fit_batch``).
+measured peaks alone, found while the first Evaluator takes the fit's second profile (``early_fit_batch``);
+then, while it still profiles, all keep and the lowest-memory plan are measured along the ladder (step 1's
+checks), on the first Evaluator too once its profile is done.
 ``search_throughput`` runs after the run's own search, in this order (on CPUs a throughput search measures on
 one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.throughput_evaluators``):
 
@@ -40,6 +41,7 @@ from agents.batch_agents import reachable_range
 from agents.batch_conditioned import MicroBatchConditionedAgent
 from agents.exact import exact_frontier
 from env.cost.batch_fit import BatchFit
+from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
@@ -84,7 +86,9 @@ class ThroughputRun:
 def probe_throughput(ctx: RunContext) -> ThroughputRun:
     """Batch facts, caps and ladder (module docstring); a cap nothing fits raises ``ThroughputError``. While the
     ladder is found from peaks, the first Evaluator takes the fit's second profile (``early_fit_batch``: on
-    gpt/small the ladder took 11 s and the profile 14 s, one after the other), stored for ``fitted``."""
+    gpt/small the ladder took 11 s and the profile 14 s, one after the other), stored for ``fitted``; the fit's
+    checks along the ladder (``ladder_jobs``) follow the ladder on the other Evaluators, and on the first once
+    it has profiled (``EvaluatorPool.first_aside``)."""
     cfg, ledger, pool = ctx.cfg, ctx.ledger, ctx.measurer.pool
     batch_dim = cfg.batch_dim if cfg.batch_dim >= 0 else None
     facts = ray_session.get(pool.first.batch_facts.remote(batch_dim))
@@ -109,6 +113,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
         far = early_fit_batch(setup, {b: measure_lowest(b) for b in sizes_of_lowest(cfg, smallest, limit)}, limit)
         with pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim)) as profiled:
             ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
+            measurer.measure(ladder_jobs(codec, ladder, lowest))  # step 1's, on the first too once it profiled
         got = ray_session.get(profiled)
         if got is not None:  # None: out of memory there (CUDA); ``fitted`` profiles where all keep ran
             ledger.store.write(meta.THROUGHPUT_PROFILES, {far: ModelProfile.model_validate(got)})
@@ -169,14 +174,13 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     steps every action, and on a GPU all keep runs out of memory long before the lowest-memory plan does),
     while the other Evaluators measure the lowest-memory plan along the ladder. All keep and the lowest plan are
     measured at every ladder size (``probe_ladder`` checks the fit against them)."""
-    base, ladder, codec = run.setup.base, run.setup.ladder, ctx.ledger.codec
-    largest_first = sorted(ladder, reverse=True)  # no Evaluator left waiting on a long step at the end
-    keep = [BatchJob(codec.names(codec.uniform(Action.KEEP)), b, "throughput:probe") for b in largest_first]
-    lowest = [BatchJob(codec.names(run.setup.lowest), b, "throughput:probe") for b in largest_first]
+    base, codec = run.setup.base, ctx.ledger.codec
+    jobs = ladder_jobs(codec, run.setup.ladder, run.setup.lowest)
+    keep, lowest = jobs[0::2], jobs[1::2]
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
     if profiles:
-        run.measurer.measure([j for pair in zip(keep, lowest) for j in pair])
+        run.measurer.measure(jobs)  # measured by the probe already, unless it was given the ladder or resumed
     else:
         kept = run.measurer.measure(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
@@ -190,6 +194,13 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
         profiles = {far: ModelProfile.model_validate(got)}
         store.write(meta.THROUGHPUT_PROFILES, profiles)
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
+
+
+def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[BatchJob]:
+    """All keep and the lowest-memory plan at every ladder size, in turn, largest first (no Evaluator left
+    waiting on a long step at the end): what ``probe_ladder`` checks the fit against."""
+    plans = (codec.names(codec.uniform(Action.KEEP)), codec.names(lowest))
+    return [BatchJob(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
 
 
 def fit_batch(runs: list[int], base: int) -> int:
@@ -285,7 +296,9 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
     """Per cap, the best-ranked (plan, micro-batch)s not measured yet, ``CANDIDATES`` a round; then, where not
     measured yet, each proposer's best-ranked (``PROPOSERS``), so that the quote sets the agent's answer beside
     the exact solver's at every cap (on hf/llama the model ranked the exact solver's plans above every one the
-    agent proposed under two caps, and neither of those caps had an agent's configuration measured)."""
+    agent proposed under two caps, and neither of those caps had an agent's configuration measured). A plan of
+    the pool that the book measured first under another name is credited to whoever proposed it
+    (``BatchBook.credit``)."""
     codec = ctx.ledger.codec
 
     def ranked(cap: int) -> list[BatchJob]:
@@ -311,6 +324,10 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
             if first is not None and run.measurer.lacks(first):
                 firsts.append(first)
     measure(firsts)
+    by_digest = {codec.digest(p): source for p, source in pool.items()}
+    for (b, digest), m in list(run.book.records.items()):  # timed first under another name (the probe's)
+        if m.step_seconds_samples:
+            run.book.credit(b, digest, by_digest.get(digest, ""))
 
 
 def near_rules(searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:

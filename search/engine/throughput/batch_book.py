@@ -40,9 +40,21 @@ class BatchBook:
         b, m = got["micro_batch"], got["record"]
         key = (b, m.digest)
         self.records[key] = self.records[key].merged(m) if key in self.records else m
+        self._save()
+        return self.records[key]
+
+    def credit(self, micro_batch: int, digest: str, source: str) -> None:
+        """``source`` named among those who proposed a plan the book holds at ``micro_batch`` (it was measured
+        there before under another name: on hf/llama the ladder's probe measured all keep at micro-batch 2 before
+        the agent and the exact solver proposed it, and the lowest cap's row showed neither proposer's best)."""
+        m = self.records[(micro_batch, digest)]
+        if source and source not in m.sources:
+            self.records[(micro_batch, digest)] = m.model_copy(update={"sources": [*m.sources, source]})
+            self._save()
+
+    def _save(self) -> None:
         self.store.write(meta.THROUGHPUT_MEASURED,
                          [{"micro_batch": k[0], "record": r} for k, r in self.records.items()])
-        return self.records[key]
 
     def at(self, micro_batch: int) -> list[MeasuredPlan]:
         return [r for (b, _), r in self.records.items() if b == micro_batch]

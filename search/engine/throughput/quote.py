@@ -129,13 +129,22 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
 def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
                        rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
     """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
-    measurements merged (none of the book's: these are compared with each other only)."""
-    keys, got = list(jobs), {}
+    measurements merged (none of the book's: these are compared with each other only). The order puts the
+    largest micro-batches in the middle (``middle_out``), so that neither round ends on its longest steps
+    while the other Evaluators wait for the next round."""
+    keys, got = middle_out(list(jobs), key=lambda k: jobs[k].micro_batch), {}
     for r in range(rounds):
         order = keys if r % 2 == 0 else keys[::-1]
         for key, m in zip(order, measurer.fresh([jobs[k] for k in order])):
             got[key] = got[key].merged(m) if key in got else m
     return got
+
+
+def middle_out(items: list[Any], key: Callable[[Any], int]) -> list[Any]:
+    """``items`` by ``key``, the smallest at both ends and the largest in the middle, in turn (1 3 5 6 4 2):
+    reversed, it ends on small ones too."""
+    ranked = sorted(items, key=key)
+    return ranked[0::2] + ranked[1::2][::-1]
 
 
 def _point(run: "ThroughputRun", m: MeasuredPlan, b: int, name: str, label: str,
