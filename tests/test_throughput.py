@@ -600,9 +600,9 @@ def test_a_plan_the_probe_measured_first_is_credited_to_whoever_proposed_it(tmp_
         book = BatchBook(store)
         book.record({"micro_batch": 2, "record": probe})
         assert not proposed_by(book.get(2, "keep"), "agent") and not proposed_by(book.get(2, "keep"), "exact")
-        book.credit(2, "keep", "exact+agent:micro-batch-conditioned")
-        book.credit(2, "keep", "exact+agent:micro-batch-conditioned")  # once
-        book.credit(2, "keep", "")  # a plan no proposer named: nothing
+        book.credit({(2, "keep"): "exact+agent:micro-batch-conditioned"})
+        book.credit({(2, "keep"): "exact+agent:micro-batch-conditioned"})  # once
+        book.credit({(2, "keep"): ""})  # a plan no proposer named: nothing
     with RunStore(tmp_path / "store.sqlite") as store:
         m = BatchBook(store).get(2, "keep")
     assert m.sources == ["throughput:probe", "exact+agent:micro-batch-conditioned"]

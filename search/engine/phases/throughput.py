@@ -324,10 +324,8 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
             if first is not None and run.measurer.lacks(first):
                 firsts.append(first)
     measure(firsts)
-    by_digest = {codec.digest(p): source for p, source in pool.items()}
-    for (b, digest), m in list(run.book.records.items()):  # timed first under another name (the probe's)
-        if m.step_seconds_samples:
-            run.book.credit(b, digest, by_digest.get(digest, ""))
+    by_digest = {codec.digest(p): source for p, source in pool.items()}  # timed first under another name (the probe's)
+    run.book.credit({key: by_digest.get(key[1], "") for key, m in run.book.records.items() if m.step_seconds_samples})
 
 
 def near_rules(searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:

@@ -43,13 +43,18 @@ class BatchBook:
         self._save()
         return self.records[key]
 
-    def credit(self, micro_batch: int, digest: str, source: str) -> None:
-        """``source`` named among those who proposed a plan the book holds at ``micro_batch`` (it was measured
-        there before under another name: on hf/llama the ladder's probe measured all keep at micro-batch 2 before
-        the agent and the exact solver proposed it, and the lowest cap's row showed neither proposer's best)."""
-        m = self.records[(micro_batch, digest)]
-        if source and source not in m.sources:
-            self.records[(micro_batch, digest)] = m.model_copy(update={"sources": [*m.sources, source]})
+    def credit(self, sources: dict[tuple[int, str], str]) -> None:
+        """Each ``source`` named among those who proposed the plan the book holds at its (micro-batch, digest),
+        written once for all (it was measured there before under another name: on hf/llama the ladder's probe
+        measured all keep at micro-batch 2 before the agent and the exact solver proposed it, and the lowest
+        cap's row showed neither proposer's best)."""
+        changed = False
+        for key, source in sources.items():
+            m = self.records[key]
+            if source and source not in m.sources:
+                self.records[key] = m.model_copy(update={"sources": [*m.sources, source]})
+                changed = True
+        if changed:
             self._save()
 
     def _save(self) -> None:
