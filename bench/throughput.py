@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
 from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
-from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.measured import MeasuredPlan, within_spreads  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.data.types import MIB  # noqa: E402
 
@@ -162,8 +162,8 @@ def grid(spec: str, run_dir: Path, device: str, repeats: int, plans_per_batch: i
                      "ours": {"micro_batch": row.answer.micro_batch, "quoted_samples_per_second": rate["ours"],
                               "quoted_spread_seconds": spread["ours"]},
                      "same_configuration": same, "ours_over_grid": rate["ours"] / rate["grid"],
-                     "within_spreads": same or abs(1 / rate["ours"] - 1 / rate["grid"])
-                     <= max(spread["ours"] / size["ours"], spread["grid"] / b)})
+                     "within_spreads": same or within_spreads(
+                         *((got[k].step_seconds, size[k], got[k].spread_seconds) for k in ("ours", "grid")))})
     return {"plans_measured": len(measured), "plans_per_batch": plans_per_batch, "rounds": rounds,
             "wall_seconds": time.perf_counter() - t0, "caps": rows, "load_average_1": os.getloadavg()[0]}
 

@@ -120,6 +120,15 @@ def test_median_spread_and_merging_repeats() -> None:
     one_line_error(e, "cannot merge measurements of different plans")
 
 
+def test_two_measurements_at_micro_batches_compare_per_sample_within_either_spread() -> None:
+    from env.data.measured import within_spreads
+    # 0.40 s at 4 is 0.100 s a sample; 0.21 s at 2 is 0.105: 0.005 apart
+    assert within_spreads((0.40, 4, 0.02), (0.21, 2, 0.0))  # the first's spread, 0.005 a sample, covers it
+    assert within_spreads((0.40, 4, 0.0), (0.21, 2, 0.01))  # so does the second's
+    assert not within_spreads((0.40, 4, 0.019), (0.21, 2, 0.0099))  # neither does: apart
+    assert not within_spreads((0.21, 2, 0.0099), (0.40, 4, 0.019))  # in either order
+
+
 def test_a_measurement_merges_once_and_never_across_clocks() -> None:
     a = _record([0.1, 0.2], mid="e0:1", source="rule:all")
     b = _record([0.3], mid="e0:2", source="agent_0")

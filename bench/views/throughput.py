@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.views.base import Headline, Result, View, measured, mib, table
+from env.data.measured import within_spreads
 
 
 def _timed(p: dict[str, Any]) -> str:
@@ -32,9 +33,10 @@ def _within(row: Result) -> str:
     a, peer = row["answer"], _best_peer(row)
     if not a or not peer:
         return "-"
-    ours, theirs = a["step_seconds"] / a["micro_batch"], peer["step_seconds"] / peer["micro_batch"]
-    spread = max(a["spread_seconds"] / a["micro_batch"], peer["spread_seconds"] / peer["micro_batch"])
-    return "yes" if abs(ours - theirs) <= spread else ("no, ours faster" if ours < theirs else "no, ours slower")
+    ours, theirs = ((p["step_seconds"], p["micro_batch"], p["spread_seconds"]) for p in (a, peer))
+    if within_spreads(ours, theirs):
+        return "yes"
+    return "no, ours faster" if ours[0] / ours[1] < theirs[0] / theirs[1] else "no, ours slower"
 
 
 def _grid_within(row: Result) -> str:

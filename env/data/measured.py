@@ -1,7 +1,8 @@
 """``MeasuredPlan``: one plan measured on one workload and device, the one record that travels
 from the Evaluator to the store, the archive, ``frontier.json``, the report, the dashboard and
 the benchmarks. Repeated measurements of a plan merge in one place, ``merged()``. Beside it the
-statistics of step-time samples (``median_seconds``, ``spread_seconds``). Torch-free.
+statistics of step-time samples (``median_seconds``, ``spread_seconds``) and the test by which two measurements
+at micro-batches compare (``within_spreads``). Torch-free.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ def spread_seconds(samples: Sequence[float]) -> float:
         return (s[-1] - s[0]) if s else 0.0
     q = statistics.quantiles(s, n=4)
     return q[2] - q[0]
+
+
+def within_spreads(a: tuple[float, int, float], b: tuple[float, int, float]) -> bool:
+    """Whether two measurements, each (seconds a step, micro-batch, spread seconds), differ in seconds per sample
+    by no more than either's spread per sample: the test by which the throughput search's run-off, the grid's
+    quote and the throughput bench's view call two configurations apart or not."""
+    (sa, ba, pa), (sb, bb, pb) = a, b
+    return abs(sa / ba - sb / bb) <= max(pa / ba, pb / bb)
 
 
 class MeasuredPlan(BaseModel):

@@ -42,7 +42,7 @@ from agents.batch_conditioned import MicroBatchConditionedAgent
 from agents.exact import exact_frontier
 from env.cost.batch_fit import BatchFit
 from env.data.codec import PlanCodec
-from env.data.measured import MeasuredPlan
+from env.data.measured import MeasuredPlan, within_spreads
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
@@ -390,9 +390,7 @@ def the_faster(answers: list[Answer], model: ThroughputModel) -> Answer:
     best = max(answers, key=samples_per_second)
     if len(answers) != 2:
         return best
-    other = next(a for a in answers if a is not best)
-    spread = max(a[1].spread_seconds / a[0] for a in answers)
-    if other[1].step_seconds / other[0] - best[1].step_seconds / best[0] > spread:
+    if not within_spreads(*((m.step_seconds, b, m.spread_seconds) for b, m in answers)):
         return best
     return max(answers, key=model.predicted_rate)
 
