@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -68,6 +68,7 @@ NEAR = 0.85  # and any other measured within this fraction of the best's samples
 DECIDING_MOST = 6  # ... up to this many
 DECIDING_ROUNDS = 2
 RUNOFF_ROUNDS = 2  # the deciding rounds' first two per cap measured again, alone, before the answer
+T = TypeVar("T")
 PlanAgent = tuple[MicroBatchConditionedAgent, dict[int, list[int]]]  # the agent and the budgets it is asked at
 
 
@@ -111,12 +112,13 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
         ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
     else:  # the fit's profile on the first Evaluator while the others find the ladder by peaks alone
         far = early_fit_batch(setup, {b: measure_lowest(b) for b in sizes_of_lowest(cfg, smallest, limit)}, limit)
-        with pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim)) as profiled:
-            ladder = find_ladder(measure_lowest, caps, setup.counted, limit, what)
-            measurer.measure(ladder_jobs(codec, ladder, lowest))  # step 1's, on the first too once it profiled
-        got = ray_session.get(profiled)
-        if got is not None:  # None: out of memory there (CUDA); ``fitted`` profiles where all keep ran
-            ledger.store.write(meta.THROUGHPUT_PROFILES, {far: ModelProfile.model_validate(got)})
+
+        def find() -> list[int]:
+            found = find_ladder(measure_lowest, caps, setup.counted, limit, what)
+            measurer.measure(ladder_jobs(codec, found, lowest))  # step 1's, on the first too once it profiled
+            return found
+
+        ladder, _ = profile_beside(ctx, far, batch_dim, find)  # no profile (CUDA, out of memory): ``fitted``'s
     return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
                          measurer)
 
@@ -184,16 +186,26 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     else:
         kept = run.measurer.measure(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
-        pool = ctx.measurer.pool
-        with pool.first_aside(lambda first: first.profile_at.remote(far, run.measurer.batch_dim)) as profiled:
-            run.measurer.measure(lowest)
-        got = ray_session.get(profiled)
-        if got is None:
+        _, profiles = profile_beside(ctx, far, run.measurer.batch_dim, lambda: run.measurer.measure(lowest))
+        if profiles is None:
             raise ThroughputError(f"the profile at micro-batch {far} ran out of memory where all keep did not; "
                                   "give the micro-batches to search (--micro-batches) below it")
-        profiles = {far: ModelProfile.model_validate(got)}
-        store.write(meta.THROUGHPUT_PROFILES, profiles)
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
+
+
+def profile_beside(ctx: RunContext, far: int, batch_dim: int | None,
+                   work: Callable[[], T]) -> tuple[T, dict[int, ModelProfile] | None]:
+    """``work``'s result, with the fit's second profile at micro-batch ``far`` taken on the first Evaluator
+    while ``work`` measures on the others, and on the first once it has profiled (``EvaluatorPool.first_aside``);
+    the profile stored for a resumed run, or None where it ran out of memory (CUDA)."""
+    with ctx.measurer.pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim)) as profiled:
+        done = work()
+    got = ray_session.get(profiled)
+    if got is None:
+        return done, None
+    profiles = {far: ModelProfile.model_validate(got)}
+    ctx.ledger.store.write(meta.THROUGHPUT_PROFILES, profiles)
+    return done, profiles
 
 
 def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[BatchJob]:
