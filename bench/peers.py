@@ -5,6 +5,7 @@
     python bench/peers.py --compile --search --compile-scope both  # ours compiled by units or whole, as found
     python bench/peers.py --workloads hf/llama --append     # and keep the file's other workloads
     python bench/peers.py --quote-only                      # quote the file's searches again
+    python bench/peers.py --gradients-only                  # check the file's peers' gradients again
     python bench/peers.py --quick                           # gpt/tiny, two budgets (smoke test)
 
 For each workload, one ``python -m search.run --peers all``: its Evaluator measures the searched
@@ -17,9 +18,12 @@ selected plan of ours ``--rounds`` times, interleaved with the order rotated eac
 with the search's timed steps, so every quoted plan has exactly as many samples
 (``check_equal_samples``). The table quotes these medians, their spreads (max - min of the
 samples) and the ratio of step times (peer / ours; above 1: ours is faster), and says where the
-difference is within the two spreads. Clock: the search's (the measuring thread's CPU time on
-CPU), named in each row; each quote records the machine's load beside it. The result
-(``peers_compiled`` with ``--compile``) is written after each workload.
+difference is within the two spreads. Each quoted peer's gradients are checked against the
+unplanned model's (``env.measure.peers.gradient_error``, dropout on): a peer that changes them
+(torch 2.13's compile budgets below 1.0 on a model with dropout, pytorch/pytorch#190758) is shown
+with its times but does not count as faster than ours. Clock: the search's (the measuring
+thread's CPU time on CPU), named in each row; each quote records the machine's load beside it.
+The result (``peers_compiled`` with ``--compile``) is written after each workload.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from env.measure.compiled import CompileOptions  # noqa: E402
-from env.measure.peers import PeerKind  # noqa: E402
+from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, peers_for  # noqa: E402
+from env.workloads.workload import load_workload  # noqa: E402
 from search.engine.evaluator import Evaluator  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 from search.records.pareto import fastest_within  # noqa: E402
@@ -135,21 +140,43 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
             "load_average_1": os.getloadavg()[0]}
 
 
+def check_gradients(row: dict[str, Any]) -> None:
+    """Each quoted peer's ``gradient_error`` (``env.measure.peers.gradient_error``: a training step with the peer
+    against one without, from the same RNG state, dropout on, compiled as the peer was measured), into its quote
+    entry: a peer that is faster only by training something else does not win."""
+    search = row.get("search", {"seed": SearchConfig().seed})
+    w = load_workload(row["workload"], seed=int(search["seed"]))
+    entries = {e["peer"]: e for e in row["quote"]["peers"]}
+    budgets = [b for b, _ in compile_budgets(row["quote"]["peers"])]
+    for peer in peers_for(w, budgets=budgets):
+        if peer.name in entries:
+            error = gradient_error(w, peer, compile=CompileOptions() if row["compiled"] else False,
+                                   seed=int(search["seed"]))
+            entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)
+    missing = [name for name, e in entries.items() if "gradient_error" not in e]
+    if missing:
+        raise SystemExit(f"{row['workload']}: no gradient check for {', '.join(missing)}: this build of the workload "
+                         "offers other peers than the search measured")
+
+
 def measure(run: Run) -> None:
     args = run.args
     if args.quick:
         args.search = ["--agents", "1", "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "10",
                        "--repeats", "1"]
-    if args.quote_only:  # the file's searches, quoted again; the result then names this run's machine and time
-        run.result = read_result(run.path)
+    if args.quote_only or args.gradients_only:  # the file's searches, quoted again (the result then names this
+        run.result = read_result(run.path)      # run's machine and time), or their peers' gradients checked
         for w in run.result["workloads"]:
-            if w["workload"] in args.workloads:
-                w["quote"] = quote(w, args.rounds)
+            if w["workload"] in args.workloads and w.get("quote") is not None:
+                if args.quote_only:
+                    w["quote"] = quote(w, args.rounds)
+                check_gradients(w)
                 run.save()
         return
     for w in args.workloads:
         row = search(w, args.budgets, args.compile, args.search)
         row["quote"] = quote(row, args.rounds)
+        check_gradients(row)
         run.add_row(row)  # written after every workload: a long run keeps what it did
 
 
@@ -163,6 +190,8 @@ def options(ap: argparse.ArgumentParser) -> None:
                     help="further search.run flags, e.g. --search --agents 2 --timesteps 1024")
     ap.add_argument("--quote-only", action="store_true",
                     help="no search: quote the searches of the result file again (--workloads picks which)")
+    ap.add_argument("--gradients-only", action="store_true",
+                    help="no search, no quote: check the quoted peers' gradients in the result file (--workloads)")
 
 
 BENCH = Bench("peers", __doc__, options, rows="workloads", row_id=lambda r: r["workload"],

@@ -216,6 +216,22 @@ def test_compile_budgets_keep_the_eager_gradients_with_dropout(eager_random) -> 
     _budget_grads("gpt/tiny", (0.0,))
 
 
+@pytest.mark.slow
+def test_the_gradient_check_tells_a_peer_that_keeps_the_gradients_from_one_that_does_not() -> None:
+    from env.measure.peers import GRADIENT_TOLERANCE, gradient_error
+    w = load_workload("gpt/tiny")  # dropout on
+    initial = copy.deepcopy(w.model.state_dict())
+    assert gradient_error(w, checkpoint_sequential_peer(2, "blocks")) < 1e-5  # dropout replayed
+    assert gradient_error(w, checkpoint_sequential_peer(2, "blocks"), compile=True) < 1e-5  # compiled, as measured
+    assert gradient_error(w, compile_budget_peer(1.0)) < 1e-5
+    # torch 2.13 recomputes dropout with fresh random numbers below 1.0 (the strict xfail above; pytorch/pytorch#190758)
+    assert gradient_error(w, compile_budget_peer(0.0)) > GRADIENT_TOLERANCE
+    assert all(p.grad is None for p in w.model.parameters())
+    assert not any("forward" in m.__dict__ for m in w.model.modules())
+    for name, t in w.model.state_dict().items():
+        torch.testing.assert_close(t, initial[name], rtol=0, atol=0, msg=name)  # the model as it was
+
+
 def test_budgets_below_one_carry_a_note_on_the_torch_bug() -> None:
     assert "190758" in compile_budget_peer(0.5).note and compile_budget_peer(1.0).note == ""
 

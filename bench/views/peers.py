@@ -41,16 +41,31 @@ def memory_only(p: Result, compiled: bool) -> bool:
     return not compiled and p["peer"].startswith(COMPILE_BUDGET_PEER)
 
 
+def changes_gradients(p: Result) -> bool:
+    """Whether the peer's checked gradients differ from the unplanned model's (``bench/peers.py``
+    ``check_gradients``; unchecked rows, written before the check: False)."""
+    return p.get("gradients_kept") is False
+
+
+def _caveat(p: Result) -> str:
+    """The peer's gradient check where it was made (else its note, as written)."""
+    if "gradient_error" not in p:
+        return p["note"][:60]
+    if changes_gradients(p):
+        return f"its gradients differ from the unplanned model's (error {p['gradient_error']:.2g})"
+    return ""
+
+
 def _peer_row(p: Result, compiled: bool = True) -> list[Any]:
     o, head = p["ours"], [p["peer"], f"{mib(p['peak_bytes']):.1f}", f"{_ms(p['step_seconds'])} ({_ms(p['spread_seconds'])})"]
     if o is None:
-        return [*head, "none: no plan of ours measured this low", "", "", "", p["note"][:60]]
+        return [*head, "none: no plan of ours measured this low", "", "", "", _caveat(p)]
     ratio = p["time_ratio_peer_over_ours"]
     verdict = ("compiled against eager: judged on memory" if memory_only(p, compiled) else "within the spreads"
                if not p["beyond_spread"] else "peer faster" if ratio < 1 else "ours faster")
     return [*head, o["plan"], f"{mib(o['peak_bytes']):.1f}{'' if o['fits'] else ' (above!)'}",
             f"{_ms(o['step_seconds'])} ({_ms(o['spread_seconds'])})", f"{ratio:.2f}x",
-            verdict + (f"; {p['note'][:60]}" if p["note"] else "")]
+            verdict + (f"; {_caveat(p)}" if _caveat(p) else "")]
 
 
 def peers_table(result: Result) -> str:
@@ -90,7 +105,11 @@ def peers_summary(r: Result) -> list[str]:
         ratios = [p["time_ratio_peer_over_ours"] for p in q["peers"] if p["ours"] is not None]
         lower = [p["peer"] for p in q["peers"] if p["ours"] is None]
         on_memory = [p for p in q["peers"] if memory_only(p, w["compiled"])]
-        wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower) or "none"
+        wins = ", ".join(f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower
+                         if not changes_gradients(p)) or "none"
+        wrong = [f"{p['peer']} {p['time_ratio_peer_over_ours']:.2f}x" for p in slower if changes_gradients(p)]
+        if wrong:
+            wins += f"; faster but with gradients that differ from the unplanned model's: {', '.join(wrong)}"
         steps = "compiled steps" if w["compiled"] else "our plans in eager steps (the compile budgets compiled)"
         text = (f"`{w['workload']}`, {steps}: against {len(q['peers'])} peers, our fastest plan at no more memory is "
                 f"faster beyond both spreads than {len(faster)}, within them of {len(within)}, slower than {len(slower)} "
@@ -120,12 +139,14 @@ def peers_headlines(r: Result) -> list[Headline]:
     tally = [_tally(q, w["compiled"]) for w, q in quotes]
     n = sum(len(q["peers"]) for _, q in quotes)
     faster, within, slower = (sum(len(t[k]) for t in tally) for k in range(3))
+    wrong = sum(changes_gradients(p) for t in tally for p in t[2])
     lower = sum(p["ours"] is None for _, q in quotes for p in q["peers"])
     on_memory = sum(memory_only(p, w["compiled"]) for w, q in quotes for p in q["peers"])
     steps = "compiled" if quotes[0][0]["compiled"] else "eager"
     loads = [q["load_average_1"] for _, q in quotes]
     return [Headline(f"Our fastest plan at no more memory than each peer, {steps} ({n} peers on {len(quotes)} workloads)",
                      f"faster beyond both spreads than {faster}, within them of {within}, slower than {slower}"
+                     + (f" ({wrong} of them with gradients that differ from the unplanned model's)" if wrong else "")
                      + (f" (the {on_memory} compile budgets, compiled, judged on memory only)" if on_memory else "")
                      + (f"; {lower} peers lower than any plan of ours" if lower
                         else "; none lower than our lowest plan"),
@@ -146,9 +167,10 @@ VIEWS = [
          "chosen on the search's measurements. The table quotes fresh measurements: one Evaluator apart from the "
          "search times the baseline, every peer and every chosen plan of ours alike, in interleaved rounds (spread: "
          "max - min of a plan's samples; a ratio whose difference is within the two spreads says so). The figure "
-         "shows the search's own measurements. Compile budgets below 1.0 on models with dropout do not keep the "
-         "gradients in torch 2.13 (the note says so).", "python bench/peers.py", peers_table, peers_summary,
-         peers_headlines),
+         "shows the search's own measurements. Each peer's gradients are checked against the unplanned model's "
+         "(one step from the same RNG state, dropout on); a peer that changes them (torch 2.13's compile budgets "
+         "below 1.0 on models with dropout, pytorch/pytorch#190758) is shown, and not counted among those that win.",
+         "python bench/peers.py", peers_table, peers_summary, peers_headlines),
     View("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
          "compiled; compile time is reported apart.", "python bench/peers.py --compile", peers_table, peers_summary,
          peers_headlines),

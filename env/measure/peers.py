@@ -24,7 +24,8 @@ checkpoint_sequential  ``torch.utils.checkpoint.checkpoint_sequential`` over the
 All of them keep the gradients of no checkpointing (dropout masks are replayed; tested), except
 compile budgets below 1.0 on a model with dropout: in torch 2.13 the partitioner may recompute a
 dropout in backward with fresh random numbers (pytorch/pytorch#190758, open; reproduced here on
-CPU, aot_eager and inductor alike; ``Peer.note`` says so). ``checkpoint_sequential`` is skipped by
+CPU, aot_eager and inductor alike; ``Peer.note`` says so). ``gradient_error`` checks a peer on a
+workload: one step with it against one without, from the same RNG state. ``checkpoint_sequential`` is skipped by
 dynamo, so compiled it runs with graph breaks (counted in the measurement).
 Unlike a plan, ``checkpoint_sequential`` and transformers' checkpointing update BatchNorm's
 running statistics again when they recompute: that is how users get them.
@@ -48,13 +49,15 @@ from env.data.errors import PlanError, WorkloadError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action
 from env.data.segments import checkpoint_sequential_actions
-from env.measure.compiled import CompileOptions
+from env.measure.compiled import CompileOptions, compiled
 from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
+from env.runtime.chains import step_error, training_step
 from env.workloads.workload import Workload
 
 BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
 EVERY_N_LAYERS: tuple[int, ...] = (1, 2, 3, 4)
+GRADIENT_TOLERANCE = 1e-3  # ``gradient_error`` above this: the peer changes the gradients (summation order: ~1e-6)
 
 
 class PeerKind(str, Enum):
@@ -321,13 +324,35 @@ def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int =
     (scope ``model``): a peer is measured as its users run it. ``known``: the peer measured before at this
     batch, whose peak an eager peer takes on CPU as a plan does (``env.measure.measurement.reuses_peak``);
     ``stop_above``: as ``env.measure.measurement.measure_prepared`` says."""
-    asked = compile_options(compile)
-    if asked is not None:  # a peer is compiled as its users compile it: the whole model
-        asked = dataclasses.replace(asked, scope="model")
-    with prepared(workload, peer) as options:
-        if options is None:
-            options = asked
-        elif asked is not None:  # the caller's compile options, with the peer's budget
-            options = dataclasses.replace(asked, activation_memory_budget=options.activation_memory_budget)
+    with prepared(workload, peer) as needs:
+        options = _peer_options(compile, needs)
         return measure_prepared(workload, peer.digest, [], repeats, warmup, options or False,
                                 source or peer.digest, measurement_id, known, stop_above)
+
+
+def _peer_options(compile: bool | CompileOptions, needs: CompileOptions | None) -> CompileOptions | None:
+    """How a peer is compiled: as its users compile it, the whole model, with the caller's options (``compile``)
+    and the peer's budget where it ``needs`` one (None: eager)."""
+    asked = compile_options(compile)
+    if asked is not None:
+        asked = dataclasses.replace(asked, scope="model")
+    if needs is None or asked is None:
+        return needs or asked
+    return dataclasses.replace(asked, activation_memory_budget=needs.activation_memory_budget)
+
+
+def gradient_error(workload: Workload, peer: Peer, compile: bool | CompileOptions = False, seed: int = 0) -> float:
+    """How far a training step with ``peer`` installed lies from the same step without it, from the same RNG
+    state, dropout on (``env.runtime.chains.step_error``): near 0 (summation order) where the peer keeps the
+    gradients, above ``GRADIENT_TOLERANCE`` where it does not. A peer measured compiled (``compile``, or a
+    compile budget) is compiled here with the ``aot_eager`` backend: AOTAutograd's partitioner, which decides what
+    a budget recomputes, with eager kernels and eager random numbers, so that an unplanned compiled step gives the
+    eager step (inductor draws its own random numbers, and the two steps would differ whatever was recomputed);
+    with graph breaks where the model has them, as the measurement falls back to (one graph where it has none)."""
+    reference = training_step(workload, seed)
+    with prepared(workload, peer) as needs:
+        options = _peer_options(compile, needs)
+        if options is None:
+            return step_error(training_step(workload, seed), reference)
+        with compiled(workload, dataclasses.replace(options, backend="aot_eager", fullgraph=False)) as session:
+            return step_error(training_step(workload, seed, model=session.workload.model), reference)

@@ -24,6 +24,8 @@ Model state is left as it was: gradients, buffers (BatchNorm statistics) and the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -89,23 +91,39 @@ def _runs(links: Sequence[bool]) -> list[tuple[int, int]]:
     return out
 
 
-def _step(workload: Workload, plan: Plan | None, units: Sequence[str], seed: int) -> tuple[torch.Tensor, list]:
-    """Loss and gradients of one forward and backward under ``plan`` (None: no plan), model state kept."""
-    model = workload.model
-    with state_kept(model):
+Step = tuple[torch.Tensor, list]  # the loss and each parameter's gradient (None: it got none) of one training step
+
+
+def training_step(workload: Workload, seed: int, plan: Plan | None = None, units: Sequence[str] = (),
+                  model: nn.Module | None = None) -> Step:
+    """Loss and gradients of one forward and backward from the RNG state ``seed`` under ``plan`` (None: no plan),
+    through ``model`` where given (the workload's model compiled), model state kept."""
+    with state_kept(workload.model):
         torch.manual_seed(seed)
-        with apply_actions(model, plan, units) if plan is not None else contextlib.nullcontext():
-            loss = workload.loss()
+        with apply_actions(workload.model, plan, units) if plan is not None else contextlib.nullcontext():
+            loss = (dataclasses.replace(workload, model=model) if model is not None else workload).loss()
             loss.backward()
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()]
+        grads = [None if p.grad is None else p.grad.detach().clone() for p in workload.model.parameters()]
     return loss.detach(), grads
 
 
-def _same(a: tuple[torch.Tensor, list], b: tuple[torch.Tensor, list]) -> bool:
+def same_step(a: Step, b: Step) -> bool:
+    """The same loss and gradients up to summation order."""
     if not torch.allclose(a[0], b[0], rtol=RTOL, atol=ATOL):
         return False
     return all((x is None) == (y is None) and (x is None or torch.allclose(x, y, rtol=RTOL, atol=ATOL))
                for x, y in zip(a[1], b[1]))
+
+
+def step_error(a: Step, b: Step) -> float:
+    """How far step ``a`` lies from step ``b``: the largest difference of the loss, or of a parameter's gradient,
+    relative to ``b``'s largest magnitude of it (infinite where one has a gradient the other lacks)."""
+    def rel(x: torch.Tensor, y: torch.Tensor) -> float:
+        return float((x - y).abs().max() / y.abs().max().clamp_min(torch.finfo(y.dtype).tiny))
+
+    if any((x is None) != (y is None) for x, y in zip(a[1], b[1])):
+        return math.inf
+    return max([rel(a[0], b[0])] + [rel(x, y) for x, y in zip(a[1], b[1]) if x is not None and y is not None])
 
 
 def chain_links(workload: Workload, units: Sequence[str], seed: int = 0) -> list[bool]:
@@ -114,14 +132,14 @@ def chain_links(workload: Workload, units: Sequence[str], seed: int = 0) -> list
     if not any(links):
         return links
     fp = fingerprint(workload.model, units)
-    reference = _step(workload, None, units, seed)
+    reference = training_step(workload, seed)
 
     def chains(joined: Sequence[tuple[int, int]]) -> bool:
         actions = [Action.KEEP] * len(units)
         for start, stop in joined:
             actions[start:stop] = [Action.RECOMPUTE] + [Action.CHAIN] * (stop - start - 1)
         try:
-            return _same(_step(workload, Plan.from_list(units, actions, fp), units, seed), reference)
+            return same_step(training_step(workload, seed, Plan.from_list(units, actions, fp), units), reference)
         except PlanError:  # a region's runtime check: the units are not called as a chain with gradients on
             return False
 
