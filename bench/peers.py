@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import read_result  # noqa: E402
+from bench.common import code_commit, read_result, write_json  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
 from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
 from bench.views.peers import compile_budgets  # noqa: E402
@@ -142,17 +142,17 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
 
 def check_gradients(row: dict[str, Any]) -> None:
     """Each quoted peer's ``gradient_error`` (``env.measure.peers.gradient_error``: a training step with the peer
-    against one without, from the same RNG state, dropout on, compiled as the peer was measured), into its quote
-    entry: a peer that is faster only by training something else does not win."""
+    against one without, from the same RNG state, dropout on; a compile budget compiled), into its quote entry:
+    a peer that is faster only by training something else does not win."""
     search = row.get("search", {"seed": SearchConfig().seed})
     w = load_workload(row["workload"], seed=int(search["seed"]))
     entries = {e["peer"]: e for e in row["quote"]["peers"]}
     budgets = [b for b, _ in compile_budgets(row["quote"]["peers"])]
     for peer in peers_for(w, budgets=budgets):
         if peer.name in entries:
-            error = gradient_error(w, peer, compile=CompileOptions() if row["compiled"] else False,
-                                   seed=int(search["seed"]))
+            error = gradient_error(w, peer, seed=int(search["seed"]))
             entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)
+    row["quote"]["gradients_checked"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": code_commit()}
     missing = [name for name, e in entries.items() if "gradient_error" not in e]
     if missing:
         raise SystemExit(f"{row['workload']}: no gradient check for {', '.join(missing)}: this build of the workload "
@@ -171,7 +171,10 @@ def measure(run: Run) -> None:
                 if args.quote_only:
                     w["quote"] = quote(w, args.rounds)
                 check_gradients(w)
-                run.save()
+                if args.quote_only:
+                    run.save()
+                else:  # the file keeps the machine, date and load its times were measured at
+                    write_json(run.path, run.result)
         return
     for w in args.workloads:
         row = search(w, args.budgets, args.compile, args.search)

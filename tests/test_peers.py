@@ -222,7 +222,6 @@ def test_the_gradient_check_tells_a_peer_that_keeps_the_gradients_from_one_that_
     w = load_workload("gpt/tiny")  # dropout on
     initial = copy.deepcopy(w.model.state_dict())
     assert gradient_error(w, checkpoint_sequential_peer(2, "blocks")) < 1e-5  # dropout replayed
-    assert gradient_error(w, checkpoint_sequential_peer(2, "blocks"), compile=True) < 1e-5  # compiled, as measured
     assert gradient_error(w, compile_budget_peer(1.0)) < 1e-5
     # torch 2.13 recomputes dropout with fresh random numbers below 1.0 (the strict xfail above; pytorch/pytorch#190758)
     assert gradient_error(w, compile_budget_peer(0.0)) > GRADIENT_TOLERANCE
