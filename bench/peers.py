@@ -47,6 +47,7 @@ from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from env.measure.compiled import CompileOptions  # noqa: E402
 from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, peers_for  # noqa: E402
+from env.runtime.chains import training_step  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
 from search.engine.evaluator import Evaluator  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
@@ -88,13 +89,19 @@ def _figures(m: MeasuredPlan) -> dict[str, Any]:
             "samples": len(m.step_seconds_samples)}
 
 
+def search_settings(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's search settings (``SEARCH_SETTINGS``); rows written before they were recorded ran with the
+    defaults (and no compile scope)."""
+    defaults = SearchConfig()
+    return row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS if k != "compile_scope"})
+
+
 def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     """Fresh interleaved measurements of the baseline, the peers and our plans selected against them."""
     picks = selected(row)
     units = list(row["frontier"][0]["plan"])
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
-    defaults = SearchConfig()  # rows written before the search's settings were recorded ran with these
-    search = row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS if k != "compile_scope"})
+    search = search_settings(row)
     scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
                    int(search["measure_threads"]) or None, name="quote",  # our plans as the search measured them:
@@ -144,13 +151,14 @@ def check_gradients(row: dict[str, Any]) -> None:
     """Each quoted peer's ``gradient_error`` (``env.measure.peers.gradient_error``: a training step with the peer
     against one without, from the same RNG state, dropout on; a compile budget compiled), into its quote entry:
     a peer that is faster only by training something else does not win."""
-    search = row.get("search", {"seed": SearchConfig().seed})
-    w = load_workload(row["workload"], seed=int(search["seed"]))
+    seed = int(search_settings(row)["seed"])
+    w = load_workload(row["workload"], seed=seed)
     entries = {e["peer"]: e for e in row["quote"]["peers"]}
     budgets = [b for b, _ in compile_budgets(row["quote"]["peers"])]
+    reference = training_step(w, seed)  # the unplanned step, one for all the peers
     for peer in peers_for(w, budgets=budgets):
         if peer.name in entries:
-            error = gradient_error(w, peer, seed=int(search["seed"]))
+            error = gradient_error(w, peer, seed, reference)
             entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)
     row["quote"]["gradients_checked"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": code_commit()}
     missing = [name for name, e in entries.items() if "gradient_error" not in e]

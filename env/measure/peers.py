@@ -52,7 +52,7 @@ from env.data.segments import checkpoint_sequential_actions
 from env.measure.compiled import CompileOptions, compiled
 from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
-from env.runtime.chains import step_error, training_step
+from env.runtime.chains import Step, step_error, training_step
 from env.workloads.workload import Workload
 
 BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
@@ -336,10 +336,11 @@ def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int =
                                 source or peer.digest, measurement_id, known, stop_above)
 
 
-def gradient_error(workload: Workload, peer: Peer, seed: int = 0) -> float:
+def gradient_error(workload: Workload, peer: Peer, seed: int = 0, reference: Step | None = None) -> float:
     """How far a training step with ``peer`` installed lies from the same step without it, from the same RNG
     state, dropout on (``env.runtime.chains.step_error``): near 0 (summation order) where the peer keeps the
-    gradients, above ``GRADIENT_TOLERANCE`` where it does not.
+    gradients, above ``GRADIENT_TOLERANCE`` where it does not. ``reference``: the step without it from ``seed``
+    (``training_step``), where the caller checks several peers on one workload.
 
     A compile budget, where the compiler's partitioner decides what to recompute, is compiled here with the
     ``aot_eager`` backend: the partitioner with eager kernels and eager random numbers, so that an unplanned
@@ -349,7 +350,7 @@ def gradient_error(workload: Workload, peer: Peer, seed: int = 0) -> float:
     checked eagerly, where what they recompute is decided: compiled, a model that breaks the graph
     (``checkpoint_sequential`` is skipped by dynamo) draws other random numbers than the eager step whether or
     not anything is recomputed (diffusers/unet2d with one segment, which recomputes nothing: error 1.75)."""
-    reference = training_step(workload, seed)
+    reference = training_step(workload, seed) if reference is None else reference
     with prepared(workload, peer) as needs:
         if needs is None:
             return step_error(training_step(workload, seed), reference)
