@@ -106,9 +106,11 @@ def write_result(name: str, payload: Result, out: Path | None = None, device: st
 
 
 def read_result(path: Path) -> Result:
-    """One result file; an unreadable one is named with the fix."""
+    """One result file; a missing or unreadable one is named with the fix."""
     try:
         return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BenchError(f"{path} does not exist; run the bench that writes it first") from None
     except json.JSONDecodeError as e:
         raise BenchError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); rerun the bench that writes it") from e
 

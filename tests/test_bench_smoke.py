@@ -288,6 +288,13 @@ def test_a_compile_budget_beside_eager_plans_is_judged_on_memory_only() -> None:
         peers_summary({**r, "workloads": [{**r["workloads"][0], "compiled": False}]})[0]
 
 
+def test_checking_the_gradients_of_a_results_file_that_does_not_exist_is_one_line(tmp_path: Path) -> None:
+    proc = run_bench("peers.py", "--gradients-only", "--out", str(tmp_path / "none.json"), check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "none.json does not exist; run the bench that writes it first" in lines[0]
+
+
 def test_a_peer_faster_only_with_other_gradients_is_shown_but_does_not_win() -> None:
     from bench.views.peers import peers_headlines, peers_summary, peers_table
 
