@@ -1,6 +1,7 @@
 """Warm-up steps before a timed step at another micro-batch: is one enough?
 
-    python bench/warmup.py             # gpt/small at micro-batches 4 and 16, two processes at once (~3 min)
+    python bench/warmup.py             # gpt/small at micro-batches 4 and 16, two processes at once, then
+                                       # the peaks alone on four workloads (~6 min)
     python bench/warmup.py --quick     # gpt/tiny, one round (seconds)
 
 A throughput search measures a plan at a micro-batch (``env.measure.micro_batch.AtMicroBatch``) after
@@ -12,6 +13,11 @@ order and then reversed, one warm-up first and then two) of ``--repeats`` timed 
 processes at once, as Evaluators measure side by side on their cores. Each row shows the first timed step
 after one warm-up against the timed steps after it, and one warm-up against two (medians of all the
 processes' samples; the thread's CPU clock, ``--threads`` torch threads per process).
+
+Then the peak alone, as a search finds the ladder and each peer's largest micro-batch: per workload of
+``--peak-workloads``, each plan and the first two eager peers at each of ``--peak-micro-batches``, measured with
+one warm-up step before the memory step and with none (``AtMicroBatch.warmup_for``), in ``--peak-rounds``
+interleaved rounds; each row says whether every measurement read the same bytes, and the seconds of each kind.
 """
 
 from __future__ import annotations
@@ -74,9 +80,53 @@ def row(spec: str, micro_batch: int, plan: str, runs: dict[int, list[list[float]
             "one_over_two_warmups": median(every[1]) / median(every[2])}
 
 
+def peak_rows(spec: str, micro_batches: list[int], rounds: int) -> list[dict[str, Any]]:
+    """Per plan and eager peer at each micro-batch: its peak alone with one warm-up step and with none."""
+    import time
+
+    from env.data.plan import Action
+    from env.measure.measurement import measure, warm_up
+    from env.measure.micro_batch import AtMicroBatch
+    from env.measure.peers import Peer, PeerKind, measure_peer, peers_for
+    from env.runtime.apply import plan_for
+    from env.units.choice import resolve_units
+    from env.workloads.workload import load_workload
+
+    w = load_workload(spec)
+    units = list(resolve_units(w, ["auto"]).units)
+    at = AtMicroBatch(w, units, [Action.KEEP, Action.RECOMPUTE], 1)
+    warm_up(w)
+    every2 = [Action.RECOMPUTE if i % 2 else Action.KEEP for i in range(len(units))]
+    items: dict[str, Any] = {"all keep": [Action.KEEP] * len(units), "recompute everything":
+                             [Action.RECOMPUTE] * len(units), "every 2nd recomputed": every2}
+    items.update({p.name: p for p in [p for p in peers_for(w) if p.kind is not PeerKind.COMPILE_BUDGET][:2]})
+    rows = []
+    for b in micro_batches:
+        got: dict[str, dict[int, list[tuple[int, float]]]] = {name: {1: [], 0: []} for name in items}
+        for r in range(rounds):
+            for name in serpentine(list(items), r):
+                for warmup in serpentine([1, 0], r):
+                    with at.batches(None).use(b) as wb:
+                        t0 = time.perf_counter()
+                        item = items[name]
+                        m = (measure_peer(wb, item, repeats=1, warmup=warmup, stop_above=-1) if isinstance(item, Peer)
+                             else measure(wb, plan_for(wb.model, units, item), units, repeats=1, warmup=warmup,
+                                          stop_above=-1))
+                        got[name][warmup].append((m.peak_bytes, time.perf_counter() - t0))
+        for name, by in got.items():
+            peaks = {p for runs in by.values() for p, _ in runs}
+            rows.append({"workload": spec, "micro_batch": b, "item": name, "measurements": len(by[0]),
+                         "same_bytes": len(peaks) == 1, "peak_mib": max(peaks) / 2**20,
+                         "seconds": {str(k): statistics.median(s for _, s in runs) for k, runs in by.items()}})
+    return rows
+
+
 def measure(run: Run) -> None:
     args = run.args
-    run.result.update({"rows": [], "processes": args.processes, "clock": "thread-cpu"})
+    run.result.update({"rows": [], "processes": args.processes, "clock": "thread-cpu", "peak_rows": []})
+    for spec in args.peak_workloads:
+        run.result["peak_rows"] += peak_rows(spec, args.peak_micro_batches, args.peak_rounds)
+        run.save()
     ctx = multiprocessing.get_context("spawn")
     for b in args.micro_batches:
         with ctx.Pool(args.processes) as pool:
@@ -94,10 +144,14 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds over the plans and warm-ups")
     ap.add_argument("--repeats", type=int, default=4, help="timed steps per measurement (at least 2)")
     ap.add_argument("--processes", type=int, default=2, help="processes measuring at once")
+    ap.add_argument("--peak-workloads", nargs="*", default=["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"])
+    ap.add_argument("--peak-micro-batches", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--peak-rounds", type=int, default=2, help="interleaved rounds of the peaks alone")
 
 
 BENCH = Bench("warmup", __doc__, options,
-              quick={"workload": "gpt/tiny", "micro_batches": [2], "rounds": 1, "repeats": 2, "processes": 1},
+              quick={"workload": "gpt/tiny", "micro_batches": [2], "rounds": 1, "repeats": 2, "processes": 1,
+                     "peak_workloads": ["gpt/tiny"], "peak_micro_batches": [1, 3], "peak_rounds": 1},
               threads=1)
 
 if __name__ == "__main__":

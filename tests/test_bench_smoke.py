@@ -155,6 +155,10 @@ def test_warmup_quick(tmp_path: Path) -> None:
     for r in got["rows"]:  # one round of two timed steps, with one warm-up step and with two
         assert r["measurements"] == 1 and set(r["first_ms"]) == {"1", "2"} and r["first_ms"]["1"] > 0
         assert 0.2 < r["first_over_rest_one_warmup"] < 5 and 0.2 < r["one_over_two_warmups"] < 5
+    peaks = got["peak_rows"]  # the peak alone, one warm-up step against none: the same bytes, each plan and peer
+    assert {(r["micro_batch"], r["item"]) for r in peaks} >= {(1, "all keep"), (3, "recompute everything")}
+    assert any(r["item"].startswith("checkpoint-sequential") for r in peaks)
+    assert all(r["same_bytes"] and r["measurements"] == 1 and r["peak_mib"] > 0 for r in peaks)
 
 
 @pytest.mark.slow

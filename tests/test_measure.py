@@ -85,6 +85,33 @@ def test_a_measurement_whose_peak_is_above_stop_above_times_no_step(gpt) -> None
     assert peer.peak_bytes > 1 and peer.step_seconds_samples == []
 
 
+def test_a_peak_alone_at_a_micro_batch_runs_no_warm_up_step_on_cpu_and_reads_the_same_bytes() -> None:
+    """Once the optimizer's state exists, the memory step reads the same bytes with a warm-up step before it or
+    without: a throughput search finds micro-batches by peaks alone and runs none there (eager, on CPU). Before
+    any step, a warm-up step still runs, as the optimizer's state must exist."""
+    from env.measure.micro_batch import WARMUP, AtMicroBatch
+    from env.measure.peers import checkpoint_sequential_peer, compile_budget_peer, find_chain, measure_peer
+
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    at = AtMicroBatch(w, units, [Action.KEEP, Action.RECOMPUTE], 1)
+    names = [a.value for a in MIXED]
+    peer = checkpoint_sequential_peer(2, find_chain(w))
+    assert at.warmup_for(names, -1) == 0 and at.warmup_for(peer, -1) == 0
+    assert at.warmup_for(names, None) == at.warmup_for(names, 10**9) == WARMUP  # steps to time: warmed up
+    assert at.warmup_for(compile_budget_peer(0.5), -1) == WARMUP  # compiled in its warm-up
+    assert not w.optimizer.state
+    first = at.measure(names, 3, None, "", "m0", stop_above=-1)  # no state yet: one step before the memory step
+    assert w.optimizer.state and first.step_seconds_samples == []
+    for item in (names, peer):
+        with at.batches(None).use(5) as w5:
+            plan = plan_for(w5.model, units, MIXED) if item is names else None
+            warmed = (measure(w5, plan, units, repeats=1, warmup=1, stop_above=-1) if plan is not None else
+                      measure_peer(w5, item, repeats=1, warmup=1, stop_above=-1))
+        cold = at.measure(item, 5, None, "", "m1", stop_above=-1)
+        assert (cold.peak_bytes, cold.live_before_bytes) == (warmed.peak_bytes, warmed.live_before_bytes)
+
+
 def test_peak_parts_and_savings(gpt) -> None:
     w, units = gpt
     n = len(units)

@@ -195,8 +195,16 @@ def warmup_table(r: Result) -> str:
     rows = [(f"`{x['workload']}`", x["micro_batch"], x["plan"], x["measurements"],
              f"{x['first_ms']['1']:.1f}", f"{x['rest_ms']['1']:.1f}", f"{x['first_over_rest_one_warmup']:.3f}",
              f"{x['one_over_two_warmups']:.3f}") for x in r["rows"]]
-    return table(["workload", "micro-batch", "plan", "measurements", "first timed ms, one warm-up",
-                  "later timed ms, one warm-up", "first / later", "one warm-up / two"], rows, "lrlrrrrr")
+    timing = table(["workload", "micro-batch", "plan", "measurements", "first timed ms, one warm-up",
+                    "later timed ms, one warm-up", "first / later", "one warm-up / two"], rows, "lrlrrrrr")
+    if not r.get("peak_rows"):
+        return timing
+    peaks = [(f"`{x['workload']}`", x["micro_batch"], x["item"], x["measurements"], f"{x['peak_mib']:.2f}",
+              "yes" if x["same_bytes"] else "**no**", f"{x['seconds']['1']:.2f}", f"{x['seconds']['0']:.2f}")
+             for x in r["peak_rows"]]
+    return timing + "\n\nThe peak alone, with one warm-up step before the memory step and with none:\n\n" + table(
+        ["workload", "micro-batch", "plan or peer", "measurements each", "peak MiB", "same bytes",
+         "s, one warm-up", "s, none"], peaks, "lrlrrlrr")
 
 
 def warmup_summary(r: Result) -> list[str]:
@@ -204,7 +212,11 @@ def warmup_summary(r: Result) -> list[str]:
     return [f"after one warm-up step, the first timed step / the later ones: "
             f"{span([x['first_over_rest_one_warmup'] for x in rows])}; a plan's median with one warm-up / with two: "
             f"{span([x['one_over_two_warmups'] for x in rows])} ({r['processes']} processes measuring at once; "
-            f"{measured(r, r['clock'])})"]
+            f"{measured(r, r['clock'])})"] + ([
+            f"the peak alone without a warm-up step read the same bytes as with one in "
+            f"{sum(x['same_bytes'] for x in peaks)} of {len(peaks)} (workload, micro-batch, plan or peer)s, "
+            f"in {span([x['seconds']['0'] / x['seconds']['1'] for x in peaks])} of the seconds "
+            f"({measured(r, 'wall clock')})"] if (peaks := r.get("peak_rows")) else [])
 
 
 VIEWS = [
@@ -225,7 +237,9 @@ VIEWS = [
          "python bench/fidelity.py", fidelity_table, headlines=fidelity_headlines),
     View("warmup", "Warm-up steps at another micro-batch",
          "Each plan measured with one warm-up step and with two before its timed steps, its peak taken from a "
-         "measurement before, as a throughput search measures a plan again (env.measure.micro_batch.WARMUP).",
+         "measurement before, as a throughput search measures a plan again (env.measure.micro_batch.WARMUP); then "
+         "the peak alone with one warm-up step and with none, as the search finds micro-batches by peaks "
+         "(AtMicroBatch.warmup_for).",
          "python bench/warmup.py", warmup_table, warmup_summary),
     View("units_table", "Decision units on library models",
          "Units from the old rule (children of the largest ModuleList/Sequential), an expert's and the automatic "

@@ -131,7 +131,9 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
     """Measure the workload as it is now (a plan or a peer already installed), recorded under ``digest``;
     ``known``: as ``measure`` says. ``stop_above``: bytes; where the memory step's peak is above them, no step
     is timed and the record has no samples (its time is infinite): a throughput search asks where a plan stops
-    fitting its largest cap, and on gpt/small the timed steps were half the seconds of such a measurement."""
+    fitting its largest cap, and on gpt/small the timed steps were half the seconds of such a measurement.
+    ``warmup`` 0 runs the memory step first where the optimizer's state exists (a step ran before on this model),
+    and one warm-up step where it does not."""
     if repeats < 1:
         raise MeasurementError(f"repeats={repeats} must be at least 1; time one or more steps (repeats=5 is the default)")
     device = workload.device
@@ -149,7 +151,7 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
             if session:
                 session.warm_up(optimizer, warmup)  # until compiled, and at least ``warmup`` steps
             else:
-                for _ in range(max(warmup, 1)):  # at least one: the optimizer's state must exist
+                for _ in range(warmup or (0 if optimizer.state else 1)):  # the optimizer's state must exist
                     train_step(workload, optimizer)
             if reuses_peak(workload, known, options):
                 peak, live_before, reserved = known.peak_bytes, known.live_before_bytes, None  # type: ignore[union-attr]

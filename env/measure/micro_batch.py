@@ -15,6 +15,7 @@ steps): the first step timed after one warm-up step read 0.984-1.011 of the thre
 one warm-up step against two moved a plan's median by 0.990-1.010. A throughput search measures many
 configurations again (its deciding rounds and its quote), so the step saved is a fifth of each of those;
 the search at the workload's own batch keeps two (``env.measure.measurement.warmup_before_timing`` says why).
+A measurement of the peak alone runs none on CPU (``AtMicroBatch.warmup_for``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import measure, release_after_oom
-from env.measure.peers import Peer, measure_peer
+from env.measure.peers import Peer, PeerKind, measure_peer
 from env.measure.profiler import profile
 from env.measure.timeline import is_oom
 from env.runtime.apply import plan_for
@@ -72,14 +73,28 @@ class AtMicroBatch:
                 measurement_id: str, known: MeasuredPlan | None = None, stop_above: int | None = None) -> MeasuredPlan:
         """A plan (action names per unit) or a peer measured at ``micro_batch``; ``known``: the plan or peer
         measured there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``);
-        ``stop_above``: no step timed where the peak is above these bytes (``measure_prepared``)."""
+        ``stop_above``: no step timed where the peak is above these bytes (``measure_prepared``), none at all where
+        it is negative (the peak only, after ``warmup_for`` steps)."""
         with self.batches(batch_dim).use(micro_batch) as w:
+            warmup = self.warmup_for(item, stop_above)
             if isinstance(item, Peer):
-                return measure_peer(w, item, repeats=self.repeats, warmup=WARMUP, compile=self.compile,
+                return measure_peer(w, item, repeats=self.repeats, warmup=warmup, compile=self.compile,
                                     measurement_id=measurement_id, known=known, stop_above=stop_above)
             plan = plan_for(w.model, self.units, [Action(a) for a in item])
-            return measure(w, plan, self.units, repeats=self.repeats, warmup=WARMUP, source=source,
+            return measure(w, plan, self.units, repeats=self.repeats, warmup=warmup, source=source,
                            measurement_id=measurement_id, compile=self.compile, known=known, stop_above=stop_above)
+
+    def warmup_for(self, item: Sequence[str] | Peer, stop_above: int | None) -> int:
+        """``WARMUP``, or none for a peak alone (``stop_above`` negative) on CPU, eager: there the peak is the sum
+        of the profiler's memory events over one step, and once the optimizer's state exists the step allocates
+        the same bytes with a warm-up step before it or without (``bench/warmup.py``'s peaks: gpt/small, the CNN,
+        hf/llama and diffusers/unet2d, three plans and two peers each at three micro-batches, byte for byte; half
+        the seconds). A search finds the ladder and each peer's largest micro-batch by peaks alone. On CUDA the
+        peak is the allocator's, which a first step at a new size can raise (its workspaces), and a compiled
+        step is compiled in its warm-up."""
+        compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+        peak_only = stop_above is not None and stop_above < 0
+        return 0 if peak_only and self.workload.device.type == "cpu" and not compiled else WARMUP
 
     def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile | None:
         """The profile at ``micro_batch``, checked by the search against plans measured there, not here; None
