@@ -72,11 +72,24 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
     # the contenders' largest fitting micro-batches, the lowest-memory plan and the ladder were found by peaks
     # alone (the quote and the fit's checks time them); anything else proposed was timed when it was proposed
     assert not any(m.step_seconds_samples for d, m in measured.items() if d[1].startswith("peer:"))
-    top = curve.caps[-1].cap_bytes
-    assert all(m.step_seconds_samples for m in measured.values() if not m.oom and m.peak_bytes <= top
-               and not all(src.startswith(("rule:", "peer:", "throughput:lowest")) for src in m.sources))
-    assert all((c.measured_seconds is None) == (c.measured_peak_bytes > curve.caps[-1].cap_bytes)
-               for c in curve.fit_checks)
+    # (the ladder's probe times its steps up to the largest micro-batch the fit was made from, measure_ladder)
+    top, fitted_to = curve.caps[-1].cap_bytes, max(curve.profiled_batches)
+    assert all(m.step_seconds_samples for (b, _), m in measured.items() if not m.oom and m.peak_bytes <= top
+               and not all(src.startswith(("rule:", "peer:", "throughput:lowest")) or src == "throughput:probe"
+                           and b > fitted_to for src in m.sources))
+    # the fit's checks: timed up to there, and above it where the quote measured the plan; the peak alone elsewhere
+    quoted = {(p.micro_batch, p.digest) for r in curve.caps for p in r.quote}
+    keep = next(p.digest for p in curve.caps[0].quote if p.name == "rule:none")
+    for c in curve.fit_checks:
+        if c.measured_peak_bytes > top:
+            assert c.measured_seconds is None
+        elif c.micro_batch <= fitted_to:
+            assert c.measured_seconds is not None
+        elif c.plan == "all keep":
+            assert (c.measured_seconds is not None) == ((c.micro_batch, keep) in quoted)
+        else:
+            assert c.measured_seconds is None or any(b == c.micro_batch for b, _ in quoted)
+    assert len({(c.micro_batch, c.plan) for c in curve.fit_checks}) == len(curve.fit_checks)
     unfitted = [c for c in curve.fit_checks if not c.fitted]
     assert unfitted and all(abs(c.predicted_peak_bytes / c.measured_peak_bytes - 1) < 0.05 for c in unfitted)
     assert curve.frontiers and all(pts for pts in curve.frontiers.values())

@@ -45,7 +45,7 @@ class FitCheck:
     predicted_peak_bytes: int
     measured_peak_bytes: int
     predicted_seconds: float
-    measured_seconds: float | None  # None: only the peak was measured (it is above every cap)
+    measured_seconds: float | None  # None: only the peak was measured
 
     @property
     def peak_error(self) -> float:

@@ -97,7 +97,7 @@ class FitCheckRow(BaseModel):
     predicted_peak_bytes: int
     measured_peak_bytes: int
     predicted_seconds: float
-    measured_seconds: float | None = None  # None: only the peak was measured (above every cap, no step timed)
+    measured_seconds: float | None = None  # None: the peak alone (above every cap, or above the fit and not quoted)
 
 
 class ThroughputCurve(BaseModel):

@@ -9,8 +9,8 @@ checks), on the first Evaluator too once its profile is done.
 one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.throughput_evaluators``):
 
 1. the per-unit fit through the workload's own profile and the probe's (``env.cost.batch_fit``; ``fitted``); all keep
-   and the lowest-memory plan measured at every ladder size and checked against the fit there
-   (``ThroughputCurve.fit_checks``);
+   and the lowest-memory plan measured at every ladder size, timed up to the largest size the fit was made from
+   (``measure_ladder``), and checked against the fit there (``ThroughputCurve.fit_checks``);
 2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
    those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
    with the rules;
@@ -52,7 +52,7 @@ from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasur
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
                                           no_plan_fits, resolve_caps)
 from search.engine.throughput.peers import FitSearch
-from search.engine.throughput.plans import ThroughputModel, solver_relative
+from search.engine.throughput.plans import ThroughputModel, ladder_plans, solver_relative
 from search.engine.throughput.quote import (AGENT, BOTH, PROPOSERS, Answer, contenders_for, interleaved_rounds,
                                             measured_under, names_proposer, peers_at_caps, quote_and_curve,
                                             samples_per_second)
@@ -115,8 +115,8 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
 
         def find() -> list[int]:
             found = find_ladder(measure_lowest, caps, setup.counted, limit, what)
-            measurer.measure(ladder_jobs(codec, found, lowest))  # step 1's, on the first too once it profiled
-            return found
+            measure_ladder(measurer, ladder_jobs(codec, found, lowest), max(far, setup.base))  # step 1's, on the
+            return found  # first Evaluator too once it has profiled
 
         ladder, _ = profile_beside(ctx, far, batch_dim, find)  # no profile (CUDA, out of memory): ``fitted``'s
     return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
@@ -181,12 +181,13 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     keep, lowest = jobs[0::2], jobs[1::2]
     store = ctx.ledger.store
     profiles = store.read(meta.THROUGHPUT_PROFILES)
-    if profiles:
-        run.measurer.measure(jobs)  # measured by the probe already, unless it was given the ladder or resumed
+    if profiles:  # measured by the probe already, unless it was given the ladder or resumed
+        measure_ladder(run.measurer, jobs, max(base, *profiles))
     else:
         kept = run.measurer.measure(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
-        _, profiles = profile_beside(ctx, far, run.measurer.batch_dim, lambda: run.measurer.measure(lowest))
+        _, profiles = profile_beside(ctx, far, run.measurer.batch_dim,
+                                     lambda: measure_ladder(run.measurer, lowest, max(base, far)))
         if profiles is None:
             raise ThroughputError(f"the profile at micro-batch {far} ran out of memory where all keep did not; "
                                   "give the micro-batches to search (--micro-batches) below it")
@@ -215,6 +216,19 @@ def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[Ba
     return [BatchJob(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
 
 
+def measure_ladder(measurer: BatchMeasurer, jobs: list[BatchJob], timed_to: int) -> list[MeasuredPlan]:
+    """``jobs`` measured, steps timed up to micro-batch ``timed_to`` (the largest the fit was made from) and
+    the peaks alone above it. A step's time above the fit checks an extrapolation the quote checks too, where
+    it measures all keep or the lowest-memory plan there (``check_where_quoted``), and the lowest plan's steps at
+    the ladder's top are the slowest of a search: on gpt/small the probe's jobs at micro-batches 32 and 46 took
+    14.6 Evaluator-seconds with both plans timed there and 2.0 with peaks alone (the lowest plan's peaks there
+    are the ladder's own), for a plan the quote measures at 0.63x all keep's samples per second. Where such a
+    configuration is an answer, the fit prices it first and the candidates' step times it."""
+    measurer.measure([j for j in jobs if j.micro_batch > timed_to], timed=False)
+    measurer.measure([j for j in jobs if j.micro_batch <= timed_to])
+    return [measurer.known(j) for j in jobs]  # type: ignore[misc]
+
+
 def fit_batch(runs: list[int], base: int) -> int:
     """The micro-batch of the fit's second profile: of ``runs`` (the ladder sizes but the workload's own batch
     ``base`` where all keep runs), the smallest at least ``FIT_SPAN`` times ``base``, else the largest; with
@@ -229,15 +243,14 @@ def fit_batch(runs: list[int], base: int) -> int:
 
 
 def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> None:
-    """All keep and the lowest-memory plan at every ladder size, each checked against the fit."""
-    codec = ctx.ledger.codec
-    keep = codec.uniform(Action.KEEP)
-    plans = {"all keep": keep, "lowest-memory plan": run.setup.lowest}
-    jobs = [(label, p, BatchJob(codec.names(p), b, "throughput:probe")) for b in run.setup.ladder
-            for label, p in plans.items()]
-    for (label, p, job), m in zip(jobs, run.measurer.measure([j for *_, j in jobs])):
+    """All keep and the lowest-memory plan at every ladder size (``measure_ladder``), each checked against the
+    fit."""
+    jobs = [(label, p, BatchJob(ctx.ledger.codec.names(p), b, "throughput:probe")) for b in run.setup.ladder
+            for label, p in ladder_plans(ctx.ledger.codec, run.setup.lowest).items()]
+    for (label, p, job), m in zip(jobs, measure_ladder(run.measurer, [j for *_, j in jobs], max(model.fit.batches))):
         if not m.oom:
             model.check(job.micro_batch, p, label, m)
+
 
 
 def conditioned_agent(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> PlanAgent | None:

@@ -29,6 +29,7 @@ from env.cost.cost_model import CostModel
 from env.cost.headroom import lowest_and_keep_peak
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
+from env.data.plan import Action
 from env.data.types import Indices
 from search.engine.throughput.caps import ThroughputSetup
 from search.engine.throughput.peers import largest_under
@@ -55,6 +56,11 @@ def search_batches(ladder: Sequence[int], fixed: bool = False) -> list[int]:
         return list(range(1, top + 1))
     grid = np.unique(np.geomspace(1, top, GRID_POINTS).round().astype(int)).tolist()
     return sorted(set(grid) | set(ladder))
+
+
+def ladder_plans(codec: PlanCodec, lowest: Indices) -> dict[str, Indices]:
+    """The plans measured along the ladder and checked against the fit, by the label their checks carry."""
+    return {"all keep": codec.uniform(Action.KEEP), "lowest-memory plan": lowest}
 
 
 class ThroughputModel:
@@ -96,6 +102,14 @@ class ThroughputModel:
         ratios = [c.measured_peak_bytes / c.predicted_peak_bytes for c in self.checks if c.micro_batch == micro_batch]
         self._scales[micro_batch] = float(np.mean(ratios))
         return check
+
+    def fit_checks(self) -> list[FitCheck]:
+        """The checks of all keep and the lowest-memory plan (not the candidates'), by micro-batch, a peak alone
+        left out where the same plan was timed at the same micro-batch too."""
+        timed = {(c.micro_batch, c.plan) for c in self.checks if c.measured_seconds is not None}
+        return sorted((c for c in self.checks if c.plan != "candidate"
+                       and (c.measured_seconds is not None or (c.micro_batch, c.plan) not in timed)),
+                      key=lambda c: (c.micro_batch, c.plan))
 
     def peak_scale(self, micro_batch: int) -> float:
         """Measured over predicted peak at the nearest micro-batch where plans were measured (1 before any)."""

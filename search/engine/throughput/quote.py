@@ -20,13 +20,14 @@ import numpy as np
 from agents.baselines import baseline_rules
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
+from env.data.types import Indices
 from env.measure.peers import Peer, PeerKind
 from search.engine import ray_session
 from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
 from search.engine.phases.context import RunContext
 from search.engine.phases.peers import PEER_KINDS
 from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
-from search.engine.throughput.plans import ThroughputModel
+from search.engine.throughput.plans import ThroughputModel, ladder_plans
 from search.records import meta
 from search.records.pareto import nondominated
 from search.records.throughput import CapRow, FitCheckRow, ThroughputCurve, ThroughputPoint, mib
@@ -166,16 +167,29 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
     quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
+    check_where_quoted(model, codec, run.setup.lowest, quoted)
     rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted, proposed[cap])
             for cap in run.setup.caps]
     curve = ThroughputCurve(
         caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,
         global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,
         gradient_bytes=run.setup.gradient_bytes, batching=run.setup.how, profiled_batches=model.fit.batches,
-        fit_checks=[FitCheckRow(**c.__dict__) for c in model.checks if c.plan != "candidate"],
+        fit_checks=[FitCheckRow(**c.__dict__) for c in model.fit_checks()],
         frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS, evaluators=len(run.measurer.pool.live))
     ctx.ledger.store.write(meta.THROUGHPUT, curve)
     return curve
+
+
+def check_where_quoted(model: ThroughputModel, codec: PlanCodec, lowest: Indices,
+                       quoted: dict[tuple[str, int], MeasuredPlan]) -> None:
+    """The fit checked against the quote's measurements of all keep and the lowest-memory plan wherever the
+    ladder's probe did not time them: between the ladder's sizes, and above the largest micro-batch the fit was
+    made from, where the probe measures peaks alone (``measure_ladder``)."""
+    timed = {(c.micro_batch, c.plan) for c in model.checks if c.measured_seconds is not None}
+    for label, plan in ladder_plans(codec, lowest).items():
+        for (digest, b), m in sorted(quoted.items(), key=lambda kv: kv[0][1]):
+            if digest == codec.digest(plan) and not m.oom and m.step_seconds_samples and (b, label) not in timed:
+                model.check(b, plan, label, m)
 
 
 def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, units: list[str], cap: int,

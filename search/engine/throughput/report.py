@@ -66,7 +66,8 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
         lines += ["### The cost model in the micro-batch", "",
                   "Per-unit lines through the profiles at micro-batches "
                   f"{', '.join(map(str, curve.profiled_batches))}; each row a plan measured at a micro-batch against "
-                  "the fit's prediction there.", "",
+                  "the fit's prediction there. Steps are timed up to the largest micro-batch profiled, and above it "
+                  "where the quote measured the plan; elsewhere the peak alone was measured.", "",
                   "| micro-batch | plan | fitted there | predicted MiB | measured MiB | peak error | predicted ms | "
                   "measured ms | time error |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
         for c in curve.fit_checks:
@@ -75,5 +76,5 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
                          f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | "
                          f"{c.predicted_seconds * 1e3:.1f} | " + (
                              f"{c.measured_seconds * 1e3:.1f} | {c.predicted_seconds / c.measured_seconds - 1:+.1%} |"
-                             if c.measured_seconds is not None else "not timed (above every cap) | |"))
+                             if c.measured_seconds is not None else "peak alone | |"))
     return lines
