@@ -212,7 +212,7 @@ def profile_beside(ctx: RunContext, far: int, batch_dim: int | None,
 def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[BatchJob]:
     """All keep and the lowest-memory plan at every ladder size, in turn, largest first (no Evaluator left
     waiting on a long step at the end): what ``probe_ladder`` checks the fit against."""
-    plans = (codec.names(codec.uniform(Action.KEEP)), codec.names(lowest))
+    plans = [codec.names(p) for p in ladder_plans(codec, lowest).values()]
     return [BatchJob(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
 
 
@@ -250,7 +250,6 @@ def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) ->
     for (label, p, job), m in zip(jobs, measure_ladder(run.measurer, [j for *_, j in jobs], max(model.fit.batches))):
         if not m.oom:
             model.check(job.micro_batch, p, label, m)
-
 
 
 def conditioned_agent(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> PlanAgent | None:
