@@ -332,6 +332,8 @@ class _Passes:
         return self.led.record(_m(self.digest[p], self.act[p], [after if self.confirming else before], [],
                                   f"e:{next(self.ids)}", peak=peak, source=source))
 
+    evaluators = 1
+
     def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
         return [self.record(self.plan_of[self.setup.codec.digest(idx)]) for idx, _ in jobs]
 

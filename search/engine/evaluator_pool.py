@@ -241,17 +241,23 @@ class EvaluatorPool:
         return t
 
     def on_each(self, names: Sequence[str], source: PlanSource) -> list[MeasuredPlan]:
-        """The same plan measured once on every live Evaluator (the baseline: a slow device shows)."""
+        """The same plan measured once on every live Evaluator, on all of them at once, as they measure plans
+        (the baseline: a slow device shows). One after the other, the others waited: in a gpt/small throughput
+        search's confirming passes, two Evaluators were busy 4.4 and 4.8 of 12.4 seconds."""
+        def ask(slot: EvaluatorSlot) -> Any:
+            return slot.handle.evaluate.remote(list(names), source, True)
+
         out = []
-        for slot in list(self.live):
+        for slot, ref in [(slot, ask(slot)) for slot in list(self.live)]:
             for _ in range(2):  # a restarted Evaluator measures it too
                 try:
-                    out.append(ray_session.get(slot.handle.evaluate.remote(list(names), source, True)))
+                    out.append(ray_session.get(ref))
                     break
                 except ray_session.actor_gone() as e:
                     self._died(slot, e)
                     if not slot.alive:
                         break
+                    ref = ask(slot)
         return out
 
     def seconds(self) -> dict[str, float]:

@@ -40,6 +40,11 @@ class Measurer:
                 " on GPUs" if self.pool.on_gpus else " (--overlap on)")
         return f"exclusive: agents wait while {n} Evaluator(s) measure, as they would share CPU cores"
 
+    @property
+    def evaluators(self) -> int:
+        """How many Evaluators measure now (those alive)."""
+        return len(self.pool.live)
+
     def measure(self, plans: Sequence[PlanJob], again: bool = False) -> list[MeasuredPlan]:
         """Measure (plan indices, source) pairs on the Evaluators; each is recorded as it arrives."""
         done = self.pool.measure(self._jobs(plans, again), on_result=self.ledger.record)

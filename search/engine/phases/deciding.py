@@ -42,7 +42,7 @@ from search.records.ranking import timing_noise
 
 DECIDING_MEASUREMENTS = 1  # the deciding passes measure each plan that decides a frontier this often, side by side
 CONFIRMING_MEASUREMENTS = 2  # the confirming passes measure each frontier plan this often; it is reported on them
-CONFIRMING_STRETCH = 3  # the confirming passes measure a reference after at most this many plans
+CONFIRMING_STRETCH = 3  # the confirming passes measure a reference after at most this many plans an Evaluator
 
 
 def deciding_passes(ctx: RunContext) -> None:
@@ -75,8 +75,10 @@ def deciding_passes(ctx: RunContext) -> None:
 def confirming_passes(ctx: RunContext) -> None:
     """The passes, as the module says: every plan on the frontier of all plans but the baseline (whose
     measurements are the references) measured until it has ``CONFIRMING_MEASUREMENTS`` in them, a pass
-    at a time, alternating peak order and its reverse, with a reference after every ``CONFIRMING_STRETCH``
-    plans (``close_references``): the machine's speed moved by 30% within 20 plans of a 48-unit search,
+    at a time, alternating peak order and its reverse, with a reference on every Evaluator after every
+    ``CONFIRMING_STRETCH`` plans each (``close_references``; a throughput search measures on several, and with
+    three plans between references in all, each of two measured one or two and then waited): the machine's
+    speed moved by 30% within 20 plans of a 48-unit search,
     and a plan is ranked against the references nearest to it. Store meta ``confirmed_from`` (where they
     began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
     plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
@@ -88,11 +90,12 @@ def confirming_passes(ctx: RunContext) -> None:
     ledger.store.write(meta.CONFIRMING_NOISE, noise)
     done: list[str] = []
     passes = 0
+    stretch = CONFIRMING_STRETCH * ctx.measurer.evaluators  # per Evaluator: they share the plans between
     while todo := [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
                    if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS]:
         order = todo[::-1] if passes % 2 else todo
-        for k in range(0, len(order), CONFIRMING_STRETCH):
-            done = _remeasure(ctx, order[k:k + CONFIRMING_STRETCH], done, meta.CONFIRMED)
+        for k in range(0, len(order), stretch):
+            done = _remeasure(ctx, order[k:k + stretch], done, meta.CONFIRMED)
             close_references(ctx)
         passes += 1
 

@@ -25,7 +25,7 @@ def measure_rules(ctx: RunContext) -> None:
     measured = ctx.measurer.measure(plans)
     ledger.store.write(meta.RULES, {k: m.digest for k, m in zip(chosen, measured)})
     ledger.set_baseline(measured[list(chosen).index("none")].digest)
-    if len(ctx.measurer.pool.live) > 1:
+    if ctx.measurer.evaluators > 1:
         each = ctx.measurer.on_each(codec.names(chosen["none"]), PlanSource.rule("none"))
         ledger.store.write(meta.BASELINE_BY_EVALUATOR, {
             m.evaluators[0]: {"peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "clock": m.clock}
