@@ -198,10 +198,6 @@ class EvaluatorPool:
         Returns what ``on_result`` returned, in the jobs' order."""
         return self._dispatch(jobs, lambda handle, job: handle.evaluate.remote(list(job[0]), job[1], job[2]), on_result)
 
-    def measure_peers(self, peers: Sequence[Any], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
-        """Measure ``env.measure.peers.Peer``s the same way, on whichever Evaluator is free."""
-        return self._dispatch(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), on_result)
-
     def run_jobs(self, jobs: Sequence[Any], call: Callable[[Any, Any], Any],
                  on_result: Callable[[Any], Any]) -> list[Any]:
         """Any remote ``call(handle, job)`` run as plans are (``measure``): each job on whichever Evaluator is
@@ -244,11 +240,8 @@ class EvaluatorPool:
         """The same plan measured once on every live Evaluator, on all of them at once, as they measure plans
         (the baseline: a slow device shows). One after the other, the others waited: in a gpt/small throughput
         search's confirming passes, two Evaluators were busy 4.4 and 4.8 of 12.4 seconds."""
-        def ask(slot: EvaluatorSlot) -> Any:
-            return slot.handle.evaluate.remote(list(names), source, True)
-
         out = []
-        for slot, ref in [(slot, ask(slot)) for slot in list(self.live)]:
+        for slot, ref in [(s, s.handle.evaluate.remote(list(names), source, True)) for s in list(self.live)]:
             for _ in range(2):  # a restarted Evaluator measures it too
                 try:
                     out.append(ray_session.get(ref))
@@ -257,7 +250,7 @@ class EvaluatorPool:
                     self._died(slot, e)
                     if not slot.alive:
                         break
-                    ref = ask(slot)
+                    ref = slot.handle.evaluate.remote(list(names), source, True)
         return out
 
     def seconds(self) -> dict[str, float]:

@@ -90,8 +90,10 @@ class Measurer:
     def measure_peers(self, peers: Sequence[Any]) -> None:
         """``env.measure.peers.Peer``s measured as plans are, each kept beside the plans (``Ledger.record_peer``)."""
         notes = {p.digest: p.note for p in peers}
-        self.pool.measure_peers(peers, on_result=lambda m: self.ledger.record_peer(
-            PlanSource(m.digest).name, m, notes.get(m.digest, "")))
+        def record(m: MeasuredPlan) -> MeasuredPlan:
+            return self.ledger.record_peer(PlanSource(m.digest).name, m, notes.get(m.digest, ""))
+
+        self.pool.run_jobs(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), record)  # as plans are
         self.drain()
         self._pool_state()
 
