@@ -176,14 +176,11 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     steps every action, and on a GPU all keep runs out of memory long before the lowest-memory plan does),
     while the other Evaluators measure the lowest-memory plan along the ladder. All keep and the lowest plan are
     measured at every ladder size (``probe_ladder`` checks the fit against them)."""
-    base, codec = run.setup.base, ctx.ledger.codec
-    jobs = ladder_jobs(codec, run.setup.ladder, run.setup.lowest)
-    keep, lowest = jobs[0::2], jobs[1::2]
-    store = ctx.ledger.store
-    profiles = store.read(meta.THROUGHPUT_PROFILES)
-    if profiles:  # measured by the probe already, unless it was given the ladder or resumed
-        measure_ladder(run.measurer, jobs, max(base, *profiles))
-    else:
+    base = run.setup.base
+    profiles = ctx.ledger.store.read(meta.THROUGHPUT_PROFILES)
+    if not profiles:  # else the probe took it, and measured along the ladder (``probe_ladder`` completes that)
+        jobs = ladder_jobs(ctx.ledger.codec, run.setup.ladder, run.setup.lowest)
+        keep, lowest = jobs[0::2], jobs[1::2]
         kept = run.measurer.measure(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
         _, profiles = profile_beside(ctx, far, run.measurer.batch_dim,

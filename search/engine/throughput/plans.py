@@ -103,10 +103,15 @@ class ThroughputModel:
         self._scales[micro_batch] = float(np.mean(ratios))
         return check
 
+    @property
+    def timed_checks(self) -> set[tuple[int, str]]:
+        """(micro-batch, label) of every check whose steps were timed."""
+        return {(c.micro_batch, c.plan) for c in self.checks if c.measured_seconds is not None}
+
     def fit_checks(self) -> list[FitCheck]:
         """The checks of all keep and the lowest-memory plan (not the candidates'), by micro-batch, a peak alone
         left out where the same plan was timed at the same micro-batch too."""
-        timed = {(c.micro_batch, c.plan) for c in self.checks if c.measured_seconds is not None}
+        timed = self.timed_checks
         return sorted((c for c in self.checks if c.plan != "candidate"
                        and (c.measured_seconds is not None or (c.micro_batch, c.plan) not in timed)),
                       key=lambda c: (c.micro_batch, c.plan))

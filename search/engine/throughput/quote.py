@@ -185,11 +185,12 @@ def check_where_quoted(model: ThroughputModel, codec: PlanCodec, lowest: Indices
     """The fit checked against the quote's measurements of all keep and the lowest-memory plan wherever the
     ladder's probe did not time them: between the ladder's sizes, and above the largest micro-batch the fit was
     made from, where the probe measures peaks alone (``measure_ladder``)."""
-    timed = {(c.micro_batch, c.plan) for c in model.checks if c.measured_seconds is not None}
-    for label, plan in ladder_plans(codec, lowest).items():
-        for (digest, b), m in sorted(quoted.items(), key=lambda kv: kv[0][1]):
-            if digest == codec.digest(plan) and not m.oom and m.step_seconds_samples and (b, label) not in timed:
-                model.check(b, plan, label, m)
+    timed = model.timed_checks
+    plans = {codec.digest(plan): (label, plan) for label, plan in ladder_plans(codec, lowest).items()}
+    for (digest, b), m in sorted(quoted.items(), key=lambda kv: kv[0][1]):
+        label, plan = plans.get(digest, ("", None))
+        if plan is not None and not m.oom and m.step_seconds_samples and (b, label) not in timed:
+            model.check(b, plan, label, m)
 
 
 def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, units: list[str], cap: int,
