@@ -181,3 +181,16 @@ def test_the_whole_model_pass_aims_at_the_peers_that_no_plan_measured_either_way
              record(100.0, 0, oom=True)]  # out of memory: nothing to answer
     assert unanswered(peers, ours) == [int(231.4 * MIB), int(120.0 * MIB)]
     assert unanswered(peers, ours + [record(231.4, 1231)]) == [int(120.0 * MIB)]  # as fast at its peak: answered
+
+
+def test_the_whole_model_pass_sends_the_aimed_plans_as_whole_model_jobs_an_evaluator_takes() -> None:
+    from env.data.codec import PlanCodec
+    from env.data.types import PlanSource
+    from search.engine.phases.whole_model import aimed_jobs
+
+    codec = PlanCodec(["a", "b", "c"], ["keep", "recompute", "chain"], "fp")
+    jobs = aimed_jobs(codec, [(0, 1, 2), (1, 1, 0)])
+    assert jobs == [(["keep", "recompute", "chain"], "exact"), (["recompute", "recompute", "keep"], "exact")]
+    for names, source in jobs:  # as Evaluator.evaluate_whole_model reads them: a plan of the codec, a known source
+        assert codec.indices(names) in {(0, 1, 2), (1, 1, 0)}
+        assert PlanSource(source).kind == PlanSource.EXACT.kind

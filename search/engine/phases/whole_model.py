@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from env.cost.correction import MeasuredCorrection
+from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices, PlanSource
 from search.engine.phases.context import RunContext
@@ -49,7 +50,7 @@ def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     aimed = aim_at_peers(ctx, exact)
     if aimed:  # measured unit by unit too: every plan measured whole is a plan of the search
         ctx.measurer.measure([(p, PlanSource.EXACT) for p in aimed])
-        _measure_whole(ctx, [(list(ledger.codec.names(p)), PlanSource.EXACT.value) for p in aimed])
+        _measure_whole(ctx, aimed_jobs(ledger.codec, aimed))
     return len(todo) + len(aimed)
 
 
@@ -70,6 +71,11 @@ def aim_at_peers(ctx: RunContext, exact: Sequence[Indices]) -> list[Indices]:
         correction.add(codec.indices(m.actions), m.peak_bytes, m.step_seconds)
     done = {codec.indices(m.actions) for m in whole}
     return aimed_picks(correction.predict, list(exact), peaks, done)[:AIMED_MOST]
+
+
+def aimed_jobs(codec: PlanCodec, aimed: Sequence[Indices]) -> list[tuple[list[str], str]]:
+    """The whole-model jobs of the aimed plans: each plan's action names and its source (the exact solver's)."""
+    return [(list(codec.names(p)), PlanSource.EXACT) for p in aimed]
 
 
 def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> list[int]:
