@@ -172,7 +172,9 @@ VIEWS = [
          "below 1.0 on models with dropout, pytorch/pytorch#190758) is shown, and not counted among those that win.",
          "python bench/peers.py", peers_table, peers_summary, peers_headlines),
     View("peers_compiled", "Peers, compiled training", "As above with `--compile`: every plan applied, then the model "
-         "compiled; compile time is reported apart.", "python bench/peers.py --compile", peers_table, peers_summary,
+         "compiled; compile time is reported apart. The `?dropout=0` rows are models of the rows above without "
+         "dropout, where the compile budgets keep the gradients, so that every budget there counts against our plans.",
+         "python bench/peers.py --compile", peers_table, peers_summary,
          peers_headlines),
     View("peers_probe", "Compiled training, probed", "Peak and step time of one workload eager (no checkpointing, "
          "our recompute-all plan) and compiled (`activation_memory_budget` per row, our recompute-all plan applied "
