@@ -240,8 +240,11 @@ class EvaluatorPool:
         """The same plan measured once on every live Evaluator, on all of them at once, as they measure plans
         (the baseline: a slow device shows). One after the other, the others waited: in a gpt/small throughput
         search's confirming passes, two Evaluators were busy 4.4 and 4.8 of 12.4 seconds."""
+        def ask(slot: EvaluatorSlot) -> Any:
+            return slot.handle.evaluate.remote(list(names), source, True)
+
         out = []
-        for slot, ref in [(s, s.handle.evaluate.remote(list(names), source, True)) for s in list(self.live)]:
+        for slot, ref in [(slot, ask(slot)) for slot in list(self.live)]:
             for _ in range(2):  # a restarted Evaluator measures it too
                 try:
                     out.append(ray_session.get(ref))
@@ -250,7 +253,7 @@ class EvaluatorPool:
                     self._died(slot, e)
                     if not slot.alive:
                         break
-                    ref = slot.handle.evaluate.remote(list(names), source, True)
+                    ref = ask(slot)
         return out
 
     def seconds(self) -> dict[str, float]:
