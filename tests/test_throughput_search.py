@@ -78,7 +78,7 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
                and not all(src.startswith(("rule:", "peer:", "throughput:lowest")) or src == "throughput:probe"
                            and b > fitted_to for src in m.sources))
     # the fit's checks: timed up to there, and above it where the quote measured the plan; the peak alone elsewhere
-    quoted = {(p.micro_batch, p.digest) for r in curve.caps for p in r.quote}
+    quoted = {(p.micro_batch, p.digest) for r in curve.caps for p in [*r.quote, *r.by_proposer.values()]}
     keep = next(p.digest for p in curve.caps[0].quote if p.name == "rule:none")
     for c in curve.fit_checks:
         if c.measured_peak_bytes > top:
