@@ -240,3 +240,14 @@ def test_warm_up_steps_until_the_step_time_settles() -> None:
     settled = warm_up(w, max_steps=30, min_steps=4, tolerance=0.5)
     last = sorted(settled[-3:])
     assert 4 <= len(settled) <= 30 and (len(settled) == 30 or last[-1] - last[0] <= 0.5 * last[1])
+
+
+def test_compare_times_calls_faster_or_slower_only_beyond_both_spreads() -> None:
+    from env.data.measured import compare_times
+
+    within = compare_times((0.95, 0.02), (1.00, 0.06))  # 5% apart, the second's spread 6%: noise
+    assert within.verdict == "within noise" and str(within) == "within noise (±6%)"
+    faster = compare_times((0.90, 0.02), (1.00, 0.03))
+    assert faster.verdict == "faster" and abs(faster.ratio - 0.9) < 1e-12
+    assert compare_times((1.00, 0.03), (0.90, 0.02)).verdict == "slower"
+    assert compare_times((0.40, 0.019), (0.21, 0.0099), (4, 2)).verdict == "faster"  # per sample: 0.100 against 0.105

@@ -2,7 +2,7 @@
 from the Evaluator to the store, the archive, ``frontier.json``, the report, the dashboard and
 the benchmarks. Repeated measurements of a plan merge in one place, ``merged()``. Beside it the
 statistics of step-time samples (``median_seconds``, ``spread_seconds``) and the test by which two measurements
-at micro-batches compare (``within_spreads``). Torch-free.
+at micro-batches compare (``within_spreads``, ``compare_times``). Torch-free.
 """
 
 from __future__ import annotations
@@ -35,6 +35,33 @@ def within_spreads(a: tuple[float, int, float], b: tuple[float, int, float]) -> 
     quote and the throughput bench's view call two configurations apart or not."""
     (sa, ba, pa), (sb, bb, pb) = a, b
     return abs(sa / ba - sb / bb) <= max(pa / ba, pb / bb)
+
+
+class TimeVerdict(BaseModel):
+    """Two step times compared, each with its spread: ``faster`` or ``slower`` (the first against the second)
+    only where they differ by more than both spreads; else ``within noise``."""
+
+    verdict: str  # "faster", "slower" or "within noise"
+    ratio: float  # first / second seconds (per sample)
+    noise: float  # the larger spread over the second's seconds (per sample): the "±x%" of "within noise"
+
+    def __str__(self) -> str:
+        if self.verdict == "within noise":
+            return f"within noise (±{self.noise:.0%})"
+        return f"{self.ratio:.2f}x, {self.verdict} beyond both spreads"
+
+
+def compare_times(first: tuple[float, float], second: tuple[float, float],
+                  micro_batches: tuple[int, int] = (1, 1)) -> TimeVerdict:
+    """``first`` against ``second``, each (seconds a step, spread seconds), per sample at ``micro_batches``: the
+    one verdict the report, the dashboard and the benchmarks give when they call a plan or peer faster."""
+    (sa, pa), (sb, pb) = first, second
+    ba, bb = micro_batches
+    noise = max(pa / ba, pb / bb) / (sb / bb)
+    ratio = (sa / ba) / (sb / bb)
+    if within_spreads((sa, ba, pa), (sb, bb, pb)):
+        return TimeVerdict(verdict="within noise", ratio=ratio, noise=noise)
+    return TimeVerdict(verdict="faster" if ratio < 1 else "slower", ratio=ratio, noise=noise)
 
 
 class MeasuredPlan(BaseModel):
