@@ -34,6 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from env.cost.line_fit import fit_line as _fit_line
 from env.data.errors import CkptSearchError
 
 GB = 10**9  # GPU memory as vendors state it (80 GB = 80e9 bytes)
@@ -97,8 +98,7 @@ def fit_line(batches: Sequence[float], values: Sequence[float], what: str = "pea
     if len(np.unique(x)) < 2:
         raise PricingError(f"{what} is measured at batch sizes {sorted(set(x.tolist()))}; a linear fit needs 2 or more "
                            "distinct sizes: run the search with --batch-scaling")
-    slope, intercept = np.polyfit(x, y, 1)
-    return LinearFit(float(intercept), float(slope))
+    return LinearFit(*_fit_line(x, y))
 
 
 def fit_scaling(points: Sequence[dict[str, Any]]) -> tuple[LinearFit, LinearFit]:

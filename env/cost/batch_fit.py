@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from env.cost.cost_model import CostModel
+from env.cost.line_fit import fit_line
 from env.data.errors import MeasurementError
 from env.data.model_profile import ModelProfile, Segment, UnitCost
 
@@ -56,17 +57,11 @@ class FitCheck:
         return None if self.measured_seconds is None else self.predicted_seconds / self.measured_seconds - 1
 
 
-def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(intercept, slope) of the least-squares line; through both points when there are two."""
-    slope, intercept = np.polyfit(x, y, 1)
-    return float(intercept), float(slope)
-
-
 def _time_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line with both at 0 or above (a fixed cost and a cost per
     sample): the free line where it has them, else the better of the line through 0 and the constant,
     each kept at 0 or above (the two-parameter non-negative least squares, in closed form)."""
-    intercept, slope = _line(x, y)
+    intercept, slope = fit_line(x, y)
     if intercept >= 0 and slope >= 0:
         return intercept, slope
     bounded = [(0.0, max(0.0, float(x @ y / (x @ x)))), (max(0.0, float(y.mean())), 0.0)]
@@ -90,7 +85,7 @@ class BatchFit:
         x = np.array(list(self.profiles), dtype=float)
         table = np.array([_numbers(p) for p in self.profiles.values()], dtype=float)  # (batches, numbers)
         seconds = _seconds_columns(first)
-        self.lines = np.array([(_time_line if k in seconds else _line)(x, table[:, k])
+        self.lines = np.array([(_time_line if k in seconds else fit_line)(x, table[:, k])
                                for k in range(table.shape[1])])  # (numbers, 2)
 
     @property

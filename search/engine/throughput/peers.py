@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from env.cost.line_fit import fit_line
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from env.measure.peers import Peer
@@ -68,8 +69,7 @@ def _line(points: dict[int, int]) -> tuple[float, float] | None:
     """(intercept, slope) through the measured peaks, when there are two sizes or more."""
     if len(points) < 2:
         return None
-    slope, intercept = np.polyfit(list(points), list(points.values()), 1)
-    return float(intercept), float(slope)
+    return tuple(fit_line(list(points), list(points.values())))
 
 
 def largest_under(estimate: Callable[[int], float], cap: int, sizes: Sequence[int]) -> int | None:
