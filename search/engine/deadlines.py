@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from env.data.errors import ModelError
 
-SAY_AFTER = 10.0  # seconds a call runs before the search says what it waits on
+SAY_AFTER = 10.0  # seconds a call runs before the search says what it waits on, or a twentieth of its deadline
 BUILD_STEPS = 2  # the factory, and the instrumented step that finds the units
 STEP_FACTOR = 20.0  # once the first step is measured: a step may take this many times as long ...
 STEP_FLOOR = 30.0  # ... and at least these seconds (a shared machine, a cold cache)
@@ -77,14 +77,19 @@ class Deadlines:
             left = seconds - spent
             if left <= 0:
                 raise self.passed(stage, seconds, where)
-            step = left if stage in self.said else min(left, max(0.1, SAY_AFTER - spent))
+            step = left if stage in self.said else min(left, max(0.1, say_after(seconds) - spent))
             ready, _ = ray.wait(refs, num_returns=want, timeout=step)
             if len(ready) >= want:
                 return ready
-            if stage not in self.said and time.monotonic() - start >= SAY_AFTER:
-                self.said.add(stage)
-                print(f"waiting on {stage} ({time.monotonic() - start:.0f} s so far; it is given {seconds:.0f} s, "
-                      "--step-timeout sets it)", file=sys.stderr, flush=True)
+            self.say(stage, time.monotonic() - start, seconds)
+
+    def say(self, stage: str, spent: float, seconds: float) -> None:
+        """One line on stderr, once per stage, when a call waited on for ``spent`` of its ``seconds`` has run
+        longer than ``say_after`` them."""
+        if stage not in self.said and spent >= say_after(seconds):
+            self.said.add(stage)
+            print(f"waiting on {stage} ({spent:.0f} s so far; it is given {seconds:.0f} s, --step-timeout sets it)",
+                  file=sys.stderr, flush=True)
 
     def passed(self, stage: str, seconds: float, where: Callable[[], str] | None) -> DeadlineError:
         at = ""
@@ -96,6 +101,11 @@ class Deadlines:
         return DeadlineError(f"{stage} did not return within {seconds:.0f} s{' ' + at if at else ''}; a step that "
                              f"never ends (a wait, a deadlock, a stuck device) in the model or its factory, or a slow "
                              f"one: fix it, or give it longer with --step-timeout SECONDS (now {self.step_timeout:g})")
+
+
+def say_after(seconds: float) -> float:
+    """When the search says what it waits on, for a call given ``seconds``: ``SAY_AFTER`` or a twentieth."""
+    return max(SAY_AFTER, seconds / 20)
 
 
 def ask_where(ray: Any, handle: Any) -> str:

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 import time
 from collections import deque
@@ -292,18 +291,15 @@ class EvaluatorPool:
 
     def _overdue(self, running: dict[Any, tuple[EvaluatorSlot, int]], started: dict[Any, float],
                  jobs: Sequence[Any], deadline: Callable[[Any], float]) -> None:
-        """Of the calls running, one past a quarter of its deadline said on stderr (once), one past its deadline
-        ended in ``DeadlineError`` (``search.engine.deadlines``)."""
+        """Of the calls running, one waited on for long said on stderr (once), one past its deadline ended in
+        ``DeadlineError`` (``search.engine.deadlines``)."""
         for ref, (slot, k) in running.items():
             seconds, spent = deadline(jobs[k]), time.monotonic() - started[ref]
             stage = f"{slot.name}: the measurement of {describe_job(jobs[k])}"
             if spent > seconds:
                 raise self.deadlines.passed(stage, seconds, (lambda h=slot.handle: ask_where(self.ray, h))
                                             if not self.cfg.fsdp else None)
-            if spent > max(SAY_AFTER, seconds / 4) and stage not in self.deadlines.said:
-                self.deadlines.said.add(stage)
-                print(f"waiting on {stage} ({spent:.0f} s so far; it is given {seconds:.0f} s, --step-timeout sets "
-                      "it)", file=sys.stderr, flush=True)
+            self.deadlines.say(stage, spent, seconds)
 
     def _aside_ended(self, slot: EvaluatorSlot) -> None:
         """A slot's call of its own (``first_aside``) ended: it takes jobs from now on; where its process died in

@@ -39,16 +39,18 @@ class Net(nn.Module):
         return nn.functional.mse_loss(x, y)
 
 
-def _inputs(batch_size: int, width: int = 32):
-    return torch.randn(batch_size, width), torch.randn(batch_size, width)
+def _inputs(batch_size: int, width: int = 32, seq: int = 1):
+    """(inputs, targets) of ``batch_size`` samples, each ``seq`` tokens of ``width`` (the activations grow with
+    ``seq``, so that a memory cap bounds the micro-batch)."""
+    return torch.randn(batch_size, seq, width), torch.randn(batch_size, seq, width)
 
 
-def too_big_above(batch_size: int = 4, fits: int = 12):
-    return Net(fits=fits, how="raise"), _inputs(batch_size)
+def too_big_above(batch_size: int = 4, fits: int = 12, width: int = 32, seq: int = 1):
+    return Net(width, fits=fits, how="raise"), _inputs(batch_size, width, seq)
 
 
-def killed_above(batch_size: int = 4, fits: int = 12):
-    return Net(fits=fits, how="kill"), _inputs(batch_size)
+def killed_above(batch_size: int = 4, fits: int = 12, width: int = 32, seq: int = 1):
+    return Net(width, fits=fits, how="kill"), _inputs(batch_size, width, seq)
 
 
 def sleeps_in_factory(batch_size: int = 4):
