@@ -191,7 +191,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
             ray_session.start_ray(cfg.address)
         signals.install()
         with clock.phase("Evaluators' start and warm-up"):
-            pool = EvaluatorPool(cfg)
+            pool = EvaluatorPool(cfg, signals.stop_if_received)
         with clock.phase("profile"):
             ledger = Ledger(prepare(store, pool), store)
         explain_units(store.read(meta.UNIT_CHOICE), store.read(meta.HEADROOM))

@@ -31,7 +31,7 @@ from env.data.plan import action_summary
 from env.data.types import PlanSource
 from env.measure.compiled import CompileOptions
 from search.engine import ray_session
-from search.engine.deadlines import SAY_AFTER, WARM_UP_STEPS, Deadlines, ask_where
+from search.engine.deadlines import PROCESS_START, SAY_AFTER, WARM_UP_STEPS, Deadlines, ask_where, where_call
 from search.engine.evaluator import ray_evaluator, resolve_device
 from search.engine.fsdp.group import group_count, group_nodes, ray_fsdp_group
 from search.records.config import SearchConfig
@@ -50,6 +50,7 @@ class EvaluatorSlot:
     aside: Any = None  # a long call of its own (``EvaluatorPool.first_aside``): no job goes to it until it is done
     aside_what: str = ""  # that call, in words
     aside_died: Any = None  # that call, where the Evaluator's process died in it (``EvaluatorPool.aside_result``)
+    gone: Exception | None = None  # found dead between jobs: restarted before the next (``EvaluatorPool._gather``)
 
 
 KILLS_NOT_FITTING = 2  # Evaluators a configuration killed (their processes) before it is recorded as not fitting
@@ -108,13 +109,14 @@ def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
 
 
 class EvaluatorPool:
-    def __init__(self, cfg: SearchConfig) -> None:
+    def __init__(self, cfg: SearchConfig, stop_if_asked: Callable[[], None] = lambda: None) -> None:
+        """``stop_if_asked``: called between waits, raises where the run was told to stop (Ctrl-C, SIGTERM)."""
         import ray
 
         self.ray, self.cfg = ray, cfg
         n, gpu = evaluator_count(cfg, ray.cluster_resources().get("GPU", 0.0))
         self.slots = [EvaluatorSlot(f"evaluator_{i}", gpu) for i in range(n)]
-        self.deadlines = Deadlines(cfg.step_timeout, cfg.repeats)
+        self.deadlines = Deadlines(cfg.step_timeout, cfg.repeats, stop_if_asked=stop_if_asked)
         self.events: list[str] = []  # deaths and restarts, for the store and the report (``on_event`` too)
         self.on_event: Callable[[str], None] | None = None
         self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up ({evaluator, steps}), for the report
@@ -158,18 +160,21 @@ class EvaluatorPool:
                                    "cuda" if slot.gpu else "cpu", threads, slot.name, _compile_options(cfg),
                                    cfg.max_units, cfg.reference_every, *group, **lazy)
         if lazy:
-            self.get(slot.handle.build.remote(), self.deadlines.build(),
+            built = slot.handle.build.remote()
+            self.get(where_call(slot.handle), PROCESS_START, f"{slot.name}'s process start", fixed=True)
+            self.get(built, self.deadlines.build(),
                      f"{slot.name}: building the workload {cfg.workload} (its factory, then one training step)", slot)
         slot.info = self.get(slot.handle.info.remote(), self.deadlines.step(), f"{slot.name}'s start", slot)
         if self.deadlines.first_step is None and slot.info.get("first_step_seconds"):
             self.deadlines.first_step = float(slot.info["first_step_seconds"])
 
-    def get(self, ref: Any, seconds: float, stage: str, slot: EvaluatorSlot | None = None) -> Any:
+    def get(self, ref: Any, seconds: float, stage: str, slot: EvaluatorSlot | None = None,
+            stoppable: bool = True, fixed: bool = False) -> Any:
         """``ray_session.get`` within ``seconds`` (``search.engine.deadlines``), saying meanwhile what it waits
         on; past them, ``DeadlineError`` names ``stage`` and where ``slot``'s Evaluator is."""
         refs = ref if isinstance(ref, list) else [ref]
         where = (lambda: ask_where(self.ray, slot.handle)) if slot is not None and not self.cfg.fsdp else None
-        self.deadlines.wait(self.ray, refs, seconds, stage, where)
+        self.deadlines.wait(self.ray, refs, seconds, stage, where, stoppable=stoppable, fixed=fixed)
         return ray_session.get(ref)
 
     def _warm_up(self, slots: Sequence[EvaluatorSlot]) -> None:
@@ -209,7 +214,11 @@ class EvaluatorPool:
             slot.aside = None
 
     def _free_for_jobs(self) -> list[EvaluatorSlot]:
-        """The live Evaluators but one whose call of its own (``first_aside``) is still running."""
+        """The live Evaluators but one whose call of its own (``first_aside``) is still running; one found dead
+        between jobs (``_gather``) restarted first."""
+        for s in [s for s in self.live if s.gone is not None]:
+            gone, s.gone = s.gone, None
+            self._died(s, gone)
         for s in self.live:
             if s.aside is not None and self.ray.wait([s.aside], timeout=0)[0]:
                 self._aside_ended(s)
@@ -264,6 +273,7 @@ class EvaluatorPool:
         started: dict[Any, float] = {}
         deadline = deadline or self.measurement_seconds
         while queue or running:
+            self.deadlines.stop_if_asked()
             free = self._free_for_jobs()
             for slot in free:
                 if queue and all(s is not slot for s, _ in running.values()):
@@ -367,12 +377,14 @@ class EvaluatorPool:
         return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]
 
     def _gather(self, refs: list[Any]) -> list[Any]:
+        """Each live Evaluator's answer to a short call (``drain``, ``seconds``), also while a stopped run drains
+        them; one that died meanwhile answers nothing and is restarted before it gets a job (``_free_for_jobs``)."""
         out = []
         for slot, ref in zip(list(self.live), refs):
             try:
-                out.append(ray_session.get(ref))
+                out.append(self.get(ref, self.measurement_seconds(), f"{slot.name}'s answer", slot, stoppable=False))
             except ray_session.actor_gone() as e:
-                self._died(slot, e)
+                slot.gone = e
         return out
 
     def _event(self, text: str) -> None:
