@@ -16,6 +16,7 @@ finished run resumed says so and changes nothing; a run whose driver is alive is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -172,9 +173,9 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if store.read(meta.CONFIG) is None:
-        store.write(meta.CONFIG, json.loads(cfg.to_json()))
+    if store.read(meta.STARTED_AT) is None:
         store.write(meta.STARTED_AT, time.time())
+    store.write(meta.CONFIG, json.loads(dataclasses.replace(cfg, resume="").to_json()))  # a resume's flags too
     store.write(meta.STATUS, "running")
     store.write(meta.DRIVER, {"pid": os.getpid(), "host": socket.gethostname()})  # a killed run reads as stopped
     view = ProgressView(enabled=cfg.progress)

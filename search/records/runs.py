@@ -58,8 +58,8 @@ def make_run_dir(cfg: SearchConfig, given: Iterable[str] = ()) -> tuple[SearchCo
             if saved is None:
                 raise StoreError(f"--resume {run_dir}: the store has no config; it is not a ckpt-search run")
             resumed = resumed_config(SearchConfig(**{**saved, "resume": str(run_dir)}), cfg, given)
-            if resumed.to_json() != SearchConfig(**{**saved, "resume": str(run_dir)}).to_json():
-                (run_dir / CONFIG_NAME).write_text(resumed.to_json() + "\n")
+            if resumed.to_json() != SearchConfig(**{**saved, "resume": str(run_dir)}).to_json():  # what it searches now
+                (run_dir / CONFIG_NAME).write_text(dataclasses.replace(resumed, resume="").to_json() + "\n")
         except BaseException:
             lock.release()
             raise
