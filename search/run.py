@@ -98,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(done, file=sys.stderr)
             print(cfg.resume)
             return EXIT_OK
+        import search.engine.driver  # noqa: F401 - torch and Ray imported before the run folder exists (seconds on a
+        # busy machine): a Ctrl-C meanwhile leaves nothing behind
         cfg, run_dir, lock = make_run_dir(cfg, given_flags(argv))
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -212,7 +212,8 @@ def _arg_type(f: dataclasses.Field) -> Any:
 
 
 EXIT_CODES = ("exit codes: 0 finished (or a finished run resumed: nothing to do); 2 bad input or a refusal (one "
-              "line on stderr); 3 the model failed (its own error in one line; the run's status is 'failed: <cause>'); "
+              "line on stderr); 3 the model failed (its own error in one line, or a step past its --step-timeout deadline; "
+              "the run's status is 'failed: <cause>'); "
               "130 Ctrl-C and 143 SIGTERM (the measurements are drained into the store and the frontier and report "
               "written from them; continue with --resume RUN)")
 

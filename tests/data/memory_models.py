@@ -60,3 +60,8 @@ def sleeps_in_factory(batch_size: int = 4):
 
 def sleeps_in_forward(batch_size: int = 4):
     return Net(sleeping_block=1), _inputs(batch_size)
+
+
+def blocks(batch_size: int = 4, width: int = 32, seq: int = 1):
+    """The same model with no limit of its own: where it stops fitting is the allocator's (``ulimit -v``)."""
+    return Net(width), _inputs(batch_size, width, seq)

@@ -184,13 +184,13 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
 def not_fitting(run: "ThroughputRun", codec: PlanCodec) -> list[str]:
     """Each configuration measured as not fitting (an allocation of its step failed, or it killed its Evaluators:
     ``env.measure.measurement.not_fitting``), in words: plan or peer, micro-batch, the bytes it asked for."""
-    out = []
+    said: dict[str, int] = {}  # plans that differ in which units they recompute read alike: counted
     for (b, digest), m in sorted(run.book.records.items()):
         if m.oom:
             what = digest if digest.startswith("peer:") else codec.plan(codec.indices(m.actions)).summary()
             asked = f", its allocation asked for {mib(m.requested_bytes)}" if m.requested_bytes else ""
-            out.append(f"{what} at micro-batch {b}{asked}")
-    return out
+            said[f"{what} at micro-batch {b}{asked}"] = said.get(f"{what} at micro-batch {b}{asked}", 0) + 1
+    return [f"{text} ({n} plans)" if n > 1 else text for text, n in said.items()]
 
 
 def check_where_quoted(model: ThroughputModel, codec: PlanCodec, lowest: Indices,
