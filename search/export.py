@@ -25,7 +25,11 @@ from typing import Literal, Sequence
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
-from search.records.frontier_file import COMPILE_HOW, FrontierError, FrontierFile, FrontierPoint, load_frontier
+from search.records import meta
+from search.records.frontier_file import (COMPILE_HOW, FrontierError, FrontierFile, FrontierPoint, frontier_path,
+                                          load_frontier)
+from search.records.runs import RunLock
+from search.records.store import STORE_NAME, RunStore
 from search.records.throughput import ThroughputPoint
 from search.training.snippet import plan_snippet
 
@@ -41,6 +45,7 @@ class Exported:
     point: FrontierPoint | ThroughputPoint  # a throughput answer with --memory-cap
     text: str
     path: Path | None
+    note: str | None = None  # a partial frontier (``--allow-partial``): why the run did not finish
 
 
 def choose(frontier: FrontierFile, budget_mb: float | None) -> FrontierPoint:
@@ -101,10 +106,33 @@ def render_throughput(frontier: FrontierFile, point: ThroughputPoint, fmt: str) 
                                     f"{point.samples_per_second:.1f} samples/s (clock {frontier.clock})")
 
 
+def unfinished(run_dir: str | Path) -> str | None:
+    """Why a run folder's search did not finish (its store's status: interrupted, failed, or running with no
+    live driver), in words naming ``--resume``; None for a finished run, a live one, or a folder with no store."""
+    run_dir = Path(run_dir)
+    if not (run_dir / STORE_NAME).is_file():
+        return None
+    with RunStore(run_dir / STORE_NAME, readonly=True) as store:
+        status = store.read(meta.STATUS) or "running"
+    if status == "finished" or (status == "running" and RunLock(run_dir).holder() is not None):
+        return None
+    state = "stopped (its driver is gone)" if status == "running" else status
+    return f"run '{run_dir}' is {state}; continue it with python -m search.run --resume {run_dir}"
+
+
 def export(run_dir: str | Path, budget_mb: float | None = None, fmt: str = "json",
-           out: str | Path | None = None, memory_cap_mb: float | None = None) -> Exported:
+           out: str | Path | None = None, memory_cap_mb: float | None = None,
+           allow_partial: bool = False) -> Exported:
     """Pick the fastest frontier plan under the budget (or, with ``memory_cap_mb``, the throughput answer
-    under the cap) and render it; write it to ``out`` if given."""
+    under the cap) and render it; write it to ``out`` if given. A run that did not finish (``unfinished``) is
+    refused in one line naming ``--resume``; with ``allow_partial`` its frontier (what was measured before it
+    stopped) is exported, and ``Exported.note`` says so."""
+    why = unfinished(run_dir)
+    if why is not None and not (allow_partial and frontier_path(run_dir).is_file()):
+        has = ("its frontier.json holds only what was measured before it stopped: export that with "
+               "--allow-partial, or" if frontier_path(run_dir).is_file() else "it has no frontier.json yet:")
+        raise CkptSearchError(f"{why.split('; ')[0]}; {has} {why.split('; ')[1]}")
+    note = f"note: a partial frontier: {why}" if why else None
     frontier = load_frontier(run_dir)
     if memory_cap_mb is not None:
         if budget_mb is not None:
@@ -113,10 +141,10 @@ def export(run_dir: str | Path, budget_mb: float | None = None, fmt: str = "json
         answer = choose_throughput(frontier, memory_cap_mb)
         text = render_throughput(frontier, answer, fmt)
         return Exported(Plan.from_json(text) if fmt == "json" else frontier.plan(_as_point(answer)), answer, text,
-                        _write(out, text))
+                        _write(out, text), note)
     point = choose(frontier, budget_mb)
     text = render(frontier, point, fmt)
-    return Exported(frontier.plan(point), point, text, _write(out, text))
+    return Exported(frontier.plan(point), point, text, _write(out, text), note)
 
 
 def _as_point(answer: ThroughputPoint) -> FrontierPoint:
@@ -145,16 +173,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="json",
                    help="json: versioned plan for search.apply_plan; py: standalone snippet needing only torch")
     p.add_argument("--out", default=None, help="file to write (default: print to standard output)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="export from a run that was interrupted or failed (its frontier holds what was measured "
+                        "before it stopped), with a note on stderr; without it such a run is refused")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        done = export(args.run_dir, args.budget_mb, args.format, args.out, args.memory_cap)
+        done = export(args.run_dir, args.budget_mb, args.format, args.out, args.memory_cap, args.allow_partial)
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if done.note:
+        print(done.note, file=sys.stderr)
     if done.path is None:
         sys.stdout.write(done.text)
     else:

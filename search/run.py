@@ -16,6 +16,7 @@ finished run resumed says so and changes nothing; a run whose driver is alive is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -31,9 +32,10 @@ from env.data.errors import CkptSearchError, ModelError
 from env.data.unit_choice import UnitChoice
 from env.workloads.spec import WorkloadSpec, builtin_options
 from search.records import meta
-from search.records.config import parse_config
-from search.records.runs import RunLock, make_run_dir
-from search.records.store import STORE_NAME, RunStore
+from search.records.config import SearchConfig, given_flags, parse_config
+from search.records.frontier_file import frontier_path
+from search.records.runs import check_writable, make_run_dir
+from search.records.store import STORE_NAME, RunStore, StoreError
 
 # the exit codes --help lists (search.records.config.EXIT_CODES)
 EXIT_OK = 0
@@ -90,14 +92,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     signals.install()
     try:
         cfg = parse_config(argv)
-        if WorkloadSpec.parse(cfg.workload).is_builtin:  # fail before a run folder exists
-            builtin_options(WorkloadSpec.parse(cfg.workload))
+        if not cfg.resume:  # fail before Ray starts and before a run folder exists
+            check_workload(cfg.workload)
         if cfg.resume and (done := finished_run(Path(cfg.resume))):
             print(done, file=sys.stderr)
             print(cfg.resume)
             return EXIT_OK
-        cfg, run_dir = make_run_dir(cfg)
-        lock = RunLock(run_dir).acquire()
+        import search.engine.driver  # noqa: F401 - torch and Ray imported before the run folder exists (seconds on a
+        # busy machine): a Ctrl-C meanwhile leaves nothing behind
+        cfg, run_dir, lock = make_run_dir(cfg, given_flags(argv))
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         signals.restore()
@@ -112,16 +115,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         signals.restore()
 
 
+def check_workload(workload: str) -> None:
+    """The workload spec checked in this process, before Ray starts and a run folder is made: a built-in's
+    options, or a user's factory found (its file imported, ``env.workloads.workload.resolve_factory``)."""
+    spec = WorkloadSpec.parse(workload)
+    if spec.is_builtin:
+        builtin_options(spec)
+    else:
+        from env.workloads.workload import resolve_factory
+
+        resolve_factory(spec.target)
+
+
 def finished_run(run_dir: Path) -> str | None:
-    """One line when ``run_dir`` holds a finished run (resuming it changes nothing); else None."""
+    """One line when ``run_dir`` holds a finished run (resuming it changes nothing but a missing frontier.json,
+    rebuilt from the store with the report: ``rebuild_outputs``); else None."""
     if not (run_dir / STORE_NAME).is_file():
         return None
     with RunStore(run_dir / STORE_NAME, readonly=True) as store:
         if store.read(meta.STATUS) != "finished":
             return None
         measured = store.count(measured_only=True)
-    return (f"run '{run_dir}' finished already ({measured} plans measured; frontier.json and report.md written); "
-            f"nothing was changed. To search again, start a new run: python -m search.run --config {run_dir}/config.json")
+    done = "frontier.json and report.md written; nothing was changed"
+    if not frontier_path(run_dir).is_file():
+        rebuild_outputs(run_dir)
+        done = "frontier.json was missing: rebuilt from the store, with report.md and plans/"
+    return (f"run '{run_dir}' finished already ({measured} plans measured; {done}). To search again, start a new "
+            f"run: python -m search.run --config {run_dir}/config.json")
+
+
+def rebuild_outputs(run_dir: Path) -> None:
+    """frontier.json, report.md and plans/ written again from the run's store alone."""
+    from search.engine.ledger import Ledger, SearchSetup
+    from search.engine.report import write_outputs
+
+    check_writable(run_dir)
+    with RunStore(run_dir / STORE_NAME) as store:
+        profile, saved = store.read(meta.PROFILE), store.read(meta.CONFIG)
+        if profile is None or saved is None:
+            raise StoreError(f"run '{run_dir}' is finished but its store holds no profile or config to rebuild "
+                             "frontier.json from; start a new run: python -m search.run --config "
+                             f"{run_dir}/config.json")
+        ledger = Ledger(SearchSetup.from_profile(profile), store)
+        ledger.load_store()
+        write_outputs(SearchConfig(**saved), run_dir, ledger)
 
 
 def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
@@ -138,9 +175,9 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
     except CkptSearchError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if store.read(meta.CONFIG) is None:
-        store.write(meta.CONFIG, json.loads(cfg.to_json()))
+    if store.read(meta.STARTED_AT) is None:
         store.write(meta.STARTED_AT, time.time())
+    store.write(meta.CONFIG, json.loads(dataclasses.replace(cfg, resume="").to_json()))  # a resume's flags too
     store.write(meta.STATUS, "running")
     store.write(meta.DRIVER, {"pid": os.getpid(), "host": socket.gethostname()})  # a killed run reads as stopped
     view = ProgressView(enabled=cfg.progress)
@@ -157,7 +194,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
             ray_session.start_ray(cfg.address)
         signals.install()
         with clock.phase("Evaluators' start and warm-up"):
-            pool = EvaluatorPool(cfg)
+            pool = EvaluatorPool(cfg, signals.stop_if_received)
         with clock.phase("profile"):
             ledger = Ledger(prepare(store, pool), store)
         explain_units(store.read(meta.UNIT_CHOICE), store.read(meta.HEADROOM))

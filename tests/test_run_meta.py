@@ -44,6 +44,8 @@ SAMPLES = {  # one value of every declared key, as a run writes it
     "fingerprint": "3f2a",
     "evaluators": [{"name": "evaluator_0", "label": "evaluator_0@n", "node": "n", "device": "cpu, 1 threads",
                     "pid": 7, "restarts": 1, "alive": True, "warm_up_steps": 12, "rank_pids": [8, 9]}],
+    "events": ["evaluator_0 died in the measurement of plan (keep 4) at micro-batch 16 (ActorDiedError: The actor "
+               "died unexpectedly before finishing this task.); restarted; the configuration is measured again"],
     "fsdp": {"ranks": 2, "backend": "gloo", "sharded": ["", "blocks.0", "blocks.1"], "peers": "not under FSDP"},
     "max_measurements": 33,
     "measurement_mode": "exclusive: agents wait while 1 Evaluator(s) measure, as they would share CPU cores",
@@ -81,7 +83,7 @@ SAMPLES = {  # one value of every declared key, as a run writes it
 
 def test_every_key_is_declared_once_with_a_docstring_and_a_sample_here():
     assert set(meta.KEYS) == set(SAMPLES)  # a new key gets a sample above, so its round trip is tested
-    assert len(meta.KEYS) == 37
+    assert len(meta.KEYS) == 38
     for name, key in meta.KEYS.items():
         assert key.name == name and meta_key(name) is key and key.doc.strip()
 

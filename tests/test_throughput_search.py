@@ -225,9 +225,9 @@ def test_a_long_call_on_the_first_evaluator_sends_the_jobs_to_the_others_until_i
         return got
 
     with pool.first_aside(lambda handle: handle.profile_at.remote(16, None)) as profiled:
-        got = pool.run_jobs([1, 2, 3, 4] * 6, lambda handle, b: handle.measure_at.remote(names, b, None), measured)
+        got = pool.run_jobs([1, 2, 3, 4] * 6, lambda handle, b, killed: handle.measure_at.remote(names, b, None, not_fitting=killed), measured)
         profile = ray_session.get(profiled)
-        after = pool.run_jobs([2, 3], lambda handle, b: handle.measure_at.remote(names, b, None), lambda g: g)
+        after = pool.run_jobs([2, 3], lambda handle, b, killed: handle.measure_at.remote(names, b, None, not_fitting=killed), lambda g: g)
     assert pool.live[0].aside is None and len(got) == 24 and profile["units"] == pool.units
     assert got[0]["record"].evaluators[0] == second  # dispatched while the first profiled
     assert all(who == second for who, done in arrived if not done)  # none queued behind the profile

@@ -83,6 +83,7 @@ class MeasuredPlan(BaseModel):
     device: str
     torch_version: str
     oom: bool = False  # the plan ran out of memory: infeasible on this device
+    requested_bytes: int | None = None  # oom: the bytes the failed allocation asked for, where its error said
     measurement_ids: list[str] = Field(default_factory=list)  # one per measurement merged in
     evaluators: list[str] = Field(default_factory=list)  # who measured it (evaluator@node), per measurement
     compile_seconds: float | None = None  # torch.compile's warm-up, apart from the steps; None: eager steps
@@ -153,6 +154,7 @@ class MeasuredPlan(BaseModel):
             "reference_seconds": (self.reference_seconds + other.reference_seconds
                                   if self.is_paired and other.is_paired else []),
             "oom": self.oom and other.oom,
+            "requested_bytes": self.requested_bytes if other.requested_bytes is None else other.requested_bytes,
             "measurement_ids": self.measurement_ids + fresh,
             "evaluators": self.evaluators + other.evaluators,
         })

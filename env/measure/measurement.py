@@ -20,7 +20,10 @@ what was live before the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Sequence
+import gc
+import os
+import resource
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -29,7 +32,7 @@ from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Plan
 from env.measure.compiled import CompileOptions, compiled, unit_compiler
-from env.measure.timeline import is_oom, profiled_step, step_clock, sync, train_step
+from env.measure.timeline import is_oom, profiled_step, requested_bytes, step_clock, sync, train_step
 from env.runtime.apply import apply_actions
 from env.workloads.workload import Workload
 
@@ -83,8 +86,9 @@ def measure(workload: Workload, plan: Plan, units: Sequence[str] | None = None, 
             stop_above: int | None = None) -> MeasuredPlan:
     """Apply ``plan``, run ``warmup`` steps, one memory step and ``repeats`` timed steps; remove it.
 
-    Model weights move with every step (the optimizer runs), as in training. An out-of-memory
-    error on CUDA returns a measurement marked ``oom`` instead of raising. ``source`` (who
+    Model weights move with every step (the optimizer runs), as in training. An allocation that fails
+    (``env.measure.timeline.is_oom``: CUDA's out of memory, the CPU allocator's, ``MemoryError``) returns a
+    measurement marked ``oom`` (``not_fitting``) instead of raising. ``source`` (who
     proposed the plan) and ``measurement_id`` (unique per measurement) label the record.
     ``compile``: measure compiled steps (the plan applied, then the model compiled; see
     :mod:`env.measure.compiled`). ``known``: an earlier measurement of the plan, whose peak
@@ -139,12 +143,10 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
     device = workload.device
     optimizer = workload.optimizer
     steady_numerics(device)
-    clock_name, clock = step_clock(device)
-    base = dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
-                sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
-                device=_device_name(device), torch_version=torch.__version__, clock=clock_name)
+    _, clock = step_clock(device)
+    base = record_fields(workload, digest, actions, source, measurement_id)
     options = compile_options(compile)
-    oom = False
+    oom: BaseException | None = None
     with (compiled(workload, options) if options else contextlib.nullcontext()) as session:
         stepped = session.workload if session else workload
         try:
@@ -159,27 +161,57 @@ def measure_prepared(workload: Workload, digest: str, actions: Sequence[str] = (
                 peak, live_before, reserved = _peak(stepped, optimizer)
             timed = stop_above is None or peak <= stop_above
             samples = [_timed_step(stepped, optimizer, clock) for _ in range(repeats)] if timed else []
-        except RuntimeError as e:
-            if device.type != "cuda" or not is_oom(e):
+        except Exception as e:  # noqa: BLE001 - an allocation that failed is a measurement; anything else is raised
+            if not is_oom(e):
                 raise
-            oom = True  # cleaned up below, once the exception no longer holds the step's tensors
+            oom = e  # cleaned up below, once the step's frames no longer hold its tensors
+            e.__traceback__ = None
         stats = session.stats() if session else None
     compile_fields = {} if stats is None else dict(compile_seconds=stats.compile_seconds, recompiles=stats.recompiles,
                                                    graph_breaks=stats.graph_breaks)
-    if oom:
+    if oom is not None:
         release_after_oom(workload)
-        return MeasuredPlan(**base, peak_bytes=torch.cuda.get_device_properties(device).total_memory,
-                            live_before_bytes=0, step_seconds_samples=[], oom=True, **compile_fields)
+        return not_fitting(workload, base, requested_bytes(oom), **compile_fields)
     return MeasuredPlan(**base, peak_bytes=peak, live_before_bytes=live_before, peak_reserved_bytes=reserved,
                         step_seconds_samples=samples, **compile_fields)
 
 
+def record_fields(workload: Workload, digest: str, actions: Sequence[str] = (), source: str = "",
+                  measurement_id: str = "") -> dict[str, Any]:
+    """What every record of a measurement on ``workload`` says besides its numbers: the workload, batch shape,
+    plan, who proposed it, its id, the device, torch's version and the clock its steps are timed by."""
+    return dict(workload=workload.spec, batch_shape=workload.batch_shape, digest=digest, actions=list(actions),
+                sources=[source] if source else [], measurement_ids=[measurement_id] if measurement_id else [],
+                device=_device_name(workload.device), torch_version=torch.__version__,
+                clock=step_clock(workload.device)[0])
+
+
+def not_fitting(workload: Workload, fields: dict[str, Any], asked: int | None = None, **compiled: Any) -> MeasuredPlan:
+    """The record of a configuration that does not fit the device (``oom``): an allocation of its step failed
+    (``asked``: the bytes it asked for, where the error said), or its measuring process was killed on it. Its
+    peak is the device's memory (``device_memory_bytes``), the least it would have needed; no step is timed."""
+    return MeasuredPlan(**fields, peak_bytes=device_memory_bytes(workload.device), live_before_bytes=0,
+                        step_seconds_samples=[], oom=True, requested_bytes=asked, **compiled)
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """The memory a step may use on ``device``: a GPU's, or on a CPU the smaller of the machine's memory and
+    this process's address-space limit (``ulimit -v``)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return machine if limit == resource.RLIM_INFINITY else min(machine, limit)
+
+
 def release_after_oom(workload: Workload) -> None:
-    """What a step that ran out of CUDA memory left (its gradients, the allocator's cached blocks) given back,
-    once the exception no longer holds the step's tensors, so that the next measurement starts clean."""
+    """What a step whose allocation failed left (its gradients; on CUDA the allocator's cached blocks) given
+    back, once the exception no longer holds the step's tensors, so that the next measurement starts clean."""
     workload.optimizer.zero_grad(set_to_none=True)
-    torch.cuda.synchronize(workload.device)
-    torch.cuda.empty_cache()
+    gc.collect()  # the failed step's frames and their tensors, held in reference cycles by the exception
+    if workload.device.type == "cuda":
+        torch.cuda.synchronize(workload.device)
+        torch.cuda.empty_cache()
 
 
 def steady_numerics(device: torch.device) -> None:

@@ -28,7 +28,7 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
-from env.measure.measurement import measure, release_after_oom
+from env.measure.measurement import measure, not_fitting, record_fields, release_after_oom
 from env.measure.peers import Peer, PeerKind, measure_peer
 from env.measure.profiler import profile
 from env.measure.timeline import is_oom
@@ -98,13 +98,27 @@ class AtMicroBatch:
 
     def profile(self, micro_batch: int, batch_dim: int | None) -> ModelProfile | None:
         """The profile at ``micro_batch``, checked by the search against plans measured there, not here; None
-        where its steps run out of CUDA memory (the throughput search profiles at a size it guessed before it
+        where its steps run out of memory (an allocation fails, ``env.measure.timeline.is_oom``) (the throughput search profiles at a size it guessed before it
         knew where all keep fits)."""
         with self.batches(batch_dim).use(micro_batch) as w:
             try:
                 return profile(w, self.units, self.actions, repeats=self.repeats, baseline=False, check=False)
-            except RuntimeError as e:
-                if w.device.type != "cuda" or not is_oom(e):
+            except Exception as e:  # noqa: BLE001 - an allocation that failed is an answer; anything else is raised
+                if not is_oom(e):
                     raise
+                e.__traceback__ = None
             release_after_oom(w)
             return None
+
+    def not_fitting(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
+                    measurement_id: str) -> MeasuredPlan:
+        """The record of a plan or peer at ``micro_batch`` that killed the process measuring it (the kernel's
+        out-of-memory killer), made without a step: ``env.measure.measurement.not_fitting``."""
+        with self.batches(batch_dim).use(micro_batch) as w:
+            if isinstance(item, Peer):  # filed as ``measure_peer`` files it
+                fields = record_fields(w, item.digest, [], source or item.digest, measurement_id)
+            else:
+                plan = plan_for(w.model, self.units, [Action(a) for a in item])
+                fields = record_fields(w, plan.digest, list(item), source, measurement_id)
+            compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+            return not_fitting(w, fields, **({"compile_seconds": 0.0} if compiled else {}))

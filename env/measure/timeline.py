@@ -10,6 +10,7 @@ numbers it is judged against.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -22,8 +23,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from env.measure.trace import MARK_PREFIX, MEMORY_EVENT, MemoryTrace, ProfilerEvent, memory_trace
 from env.workloads.workload import Workload
 
-__all__ = ["MARK_PREFIX", "MemoryTrace", "UnitMarkers", "profiled_step", "profiler_events", "step_clock", "sync",
-           "train_step"]
+__all__ = ["MARK_PREFIX", "MemoryTrace", "UnitMarkers", "is_oom", "profiled_step", "profiler_events", "requested_bytes",
+           "step_clock", "sync", "train_step"]
 
 
 def sync(device: torch.device) -> None:
@@ -31,9 +32,28 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# what an allocator that could not allocate says: CUDA's ("out of memory"), the CPU allocator's under a
+# memory limit ("DefaultCPUAllocator: can't allocate memory", "... not enough memory")
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory", "not enough memory")
+_ASKED = re.compile(r"tried to allocate ([\d.]+)\s*(bytes|[KMGT]iB)", re.IGNORECASE)
+_UNIT = {"bytes": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
 def is_oom(e: BaseException) -> bool:
-    """An out-of-memory error, raised as itself or wrapped (e.g. by the compiler) with its message."""
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+    """An allocation that failed: CUDA's out-of-memory error, the CPU allocator's ``RuntimeError`` under a
+    memory limit, or Python's ``MemoryError``, raised as itself or wrapped (e.g. by the compiler) with its
+    message. Such a step does not fit the device: a measurement, not the model's fault."""
+    if isinstance(e, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    text = str(e).lower()
+    return any(w in text for w in _OOM_WORDS)
+
+
+def requested_bytes(e: BaseException) -> int | None:
+    """The bytes a failed allocation asked for, where its message says ("tried to allocate 2.00 GiB",
+    "you tried to allocate 1073741824 bytes"); None where it does not."""
+    found = _ASKED.search(str(e))
+    return int(float(found.group(1)) * _UNIT[found.group(2).lower()]) if found else None
 
 
 def step_clock(device: torch.device) -> tuple[str, Callable[[], int]]:

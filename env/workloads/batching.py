@@ -30,7 +30,7 @@ import torch
 
 from env.data.errors import WorkloadError
 from env.workloads.spec import WorkloadSpec, builtin_options
-from env.workloads.workload import Inputs, Workload, _resolve_factory, load_workload
+from env.workloads.workload import Inputs, Workload, resolve_factory, load_workload
 
 __all__ = ["MicroBatches", "batching_for", "tokens_per_sample", "resize_inputs"]
 
@@ -105,7 +105,7 @@ def batching_for(workload: Workload, batch_dim: int | None = None) -> MicroBatch
     spec = WorkloadSpec.parse(workload.spec)
     if spec.is_builtin:
         return MicroBatches(workload, int(builtin_options(spec)["batch_size"]), "the batch_size option")
-    parameter = inspect.signature(_resolve_factory(spec.target)).parameters.get("batch_size")
+    parameter = inspect.signature(resolve_factory(spec.target)).parameters.get("batch_size")
     if parameter is None or parameter.kind in (parameter.POSITIONAL_ONLY, parameter.VAR_POSITIONAL):
         raise WorkloadError(
             f"workload factory '{spec.target}' takes no batch_size, so its micro-batch cannot change; add a "

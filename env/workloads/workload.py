@@ -148,7 +148,9 @@ assert set(BUILDERS) == set(BUILTIN_DEFAULTS), "every built-in spec needs a buil
 
 
 
-def _resolve_factory(target: str) -> Callable[..., Any]:
+def resolve_factory(target: str) -> Callable[..., Any]:
+    """A user's factory ``path/to/file.py:factory`` or ``package.module:factory``, its file imported; one
+    ``WorkloadError`` line where the file is missing, fails to import or lacks the factory."""
     where, _, func = target.rpartition(":")
     if not where or not func:
         raise WorkloadError(f"workload '{target}' must look like path/to/file.py:factory or package.module:factory")
@@ -197,7 +199,7 @@ def load_workload(spec: str | WorkloadSpec, seed: int = 0, device: str | torch.d
 
 
 def _call_factory(parsed: WorkloadSpec, seed: int) -> Workload:
-    factory = _resolve_factory(parsed.target)
+    factory = resolve_factory(parsed.target)
     kwargs = {k: guess_option(v) for k, v in parsed.options}
     try:
         made = factory(**kwargs)

@@ -155,14 +155,14 @@ class AgentPool:
         slot.restarts += 1
         slot.last_error = ray_session.death_cause(error)
         if slot.restarts <= 1:
-            self.ledger.events.append(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
+            self.ledger.note(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
             slot.status = "running"
             self._spawn(slot)
             self._catch_up(slot)
             if self.cfg.reward == RewardMode.HYBRID:
                 self.feed(self.ledger.points(), [slot])
         else:
-            self.ledger.events.append(f"{slot.name} died again ({slot.last_error}); the run went on without it")
+            self.ledger.note(f"{slot.name} died again ({slot.last_error}); the run went on without it")
             slot.status = "died"
         self._save_progress(slot)
 

@@ -44,6 +44,9 @@ class Driver:
         self.cfg, self.run_dir, self.ledger, self.pool, self.on_round = cfg, run_dir, ledger, pool, on_round
         overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and pool.on_gpus)
         self.measurer = Measurer(ledger, pool, overlap)
+        for event in pool.events:  # those of the Evaluators' start; the rest into the store as they happen
+            ledger.note(event)
+        pool.on_event = self._event
         measure_for = None
         if cfg.reward == RewardMode.MEASURED:  # each agent measures on one Evaluator, in turn
             baseline = ledger.setup.profile.baseline
@@ -56,6 +59,11 @@ class Driver:
         pool.preload(ledger.load_store())  # a resumed run: these are never measured again
         self.clock = clock or PhaseClock(ledger.store)
         self.context = RunContext(cfg, ledger, self.measurer, self.agents, self.max_measurements, self.clock)
+
+    def _event(self, text: str) -> None:
+        """An Evaluator's death or restart, into the store as it happens, with the Evaluators' state."""
+        self.ledger.note(text)
+        self.ledger.store.write(meta.EVALUATORS, self.pool.describe())
 
     def run(self) -> None:
         ctx, phase = self.context, self.clock.phase

@@ -35,7 +35,8 @@ from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
 from env.measure.compiled import CompileOptions
-from env.measure.measurement import compile_options, measure, warm_up, warmup_before_timing
+from env.measure.measurement import (compile_options, measure, not_fitting, record_fields, warm_up,
+                                    warmup_before_timing)
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
 from env.measure.profiler import profile
@@ -43,6 +44,7 @@ from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
 from env.workloads.spec import WorkloadSpec
 from env.workloads.workload import Workload, load_workload
+from search.engine.stuck import where_stuck
 from search.records.ranking import REFERENCE_WINDOW, pooled_reference, reference_due
 
 
@@ -55,15 +57,37 @@ def resolve_device(name: str) -> str:
 class Evaluator:
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
                  device: str = "auto", threads: int | None = None, name: str = "evaluator_0",
-                 compile: bool | CompileOptions = False, max_units: int = MAX_UNITS, reference_every: float = 0.0) -> None:
+                 compile: bool | CompileOptions = False, max_units: int = MAX_UNITS, reference_every: float = 0.0,
+                 build: bool = True) -> None:
+        """``build`` False: the workload is built by ``build``, a call of its own that the driver can wait on
+        with a deadline and ask ``where`` it is meanwhile (an actor's constructor answers no other call)."""
+        self._args = (workload_spec, seed, units, actions, repeats, device, threads, name, compile, max_units,
+                      reference_every)
+        self.workload: Workload | None = None  # type: ignore[assignment]
+        self.units = []
+        if build:
+            self.build()
+
+    def build(self) -> None:
+        """Build the workload (its factory) and choose the decision units (one instrumented training step)."""
+        (workload_spec, seed, units, actions, repeats, device, threads, name, compile, max_units,
+         reference_every) = self._args
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)
-        self.workload: Workload = load_workload(workload_spec, seed=seed, device=self.device)
+        self.workload = load_workload(workload_spec, seed=seed, device=self.device)
+        start = time.perf_counter()
         with model_errors("the choice of decision units (one instrumented training step)"):
             unit_choice = resolve_units(self.workload, list(units) or ["auto"], max_units)
+        self.first_step_seconds = time.perf_counter() - start
         self._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
         self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)  # --memory-cap
+
+    def where(self) -> str:
+        """Where this process's busy call is now (``search.engine.stuck.where_stuck``): asked by the driver when
+        a call passes its deadline, in a concurrency group of its own so that it answers meanwhile."""
+        return where_stuck(self.workload.model if self.workload is not None else None, list(self.units),
+                           busy_in=os.path.basename(__file__))
 
     def _keep_records(self, workload_spec: str, seed: int, repeats: int, compile: bool | CompileOptions,
                       unit_choice: UnitChoice, actions: Sequence[str], name: str, reference_every: float) -> None:
@@ -92,6 +116,7 @@ class Evaluator:
         return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"),
                 "device": self.device, "pid": os.getpid(), "node": self.node,
                 "batch_shape": self.workload.batch_shape, "evaluator": self.label,
+                "first_step_seconds": self.first_step_seconds,
                 "device_model": device_model(self.workload.device)}
 
     def profile(self) -> dict[str, Any]:
@@ -110,20 +135,25 @@ class Evaluator:
             self.cache[r.digest] = r
         return len(self.cache)
 
-    def evaluate(self, actions: Sequence[str], source: str, again: bool = False) -> MeasuredPlan:
+    def evaluate(self, actions: Sequence[str], source: str, again: bool = False,
+                 not_fitting: bool = False) -> MeasuredPlan:
         """Measure a plan (action names per unit, in ``units`` order) unless it is cached.
 
         Returns the new measurement, or the cached record when nothing was measured. ``again``
-        measures a cached plan once more (the store merges the two).
+        measures a cached plan once more (the store merges the two). ``not_fitting``: measure nothing, record
+        the plan as not fitting (it killed the Evaluators that measured it, ``EvaluatorPool``).
         """
         plan = self._plan(actions)
         cached = self.cache.get(plan.digest)
-        if cached is not None and not again:
+        if cached is not None and not again and not not_fitting:
             return cached.proposed_by(source)
         is_reference = list(actions) == self._keep
-        if not is_reference:
-            self._refresh_reference()
-        m = self._measure(plan, source, is_reference, known=cached)
+        if not_fitting:
+            m = self._labelled(self._killed(self.workload, plan.digest, actions, source), is_reference)
+        else:
+            if not is_reference:
+                self._refresh_reference()
+            m = self._measure(plan, source, is_reference, known=cached)
         self.cache[plan.digest] = cached.merged(m) if cached is not None else m
         self.journal.append(m)
         return m
@@ -149,6 +179,13 @@ class Evaluator:
         self.busy[kind] += time.perf_counter() - start
         self.busy[f"{kind[:-1]}_measurements"] += 1
         return self._labelled(m, is_reference)
+
+    def _killed(self, workload: Workload, digest: str, actions: Sequence[str], source: str) -> MeasuredPlan:
+        """The record of a configuration whose measurement killed this Evaluator's process twice (the kernel's
+        out-of-memory killer): not fitting, ``env.measure.measurement.not_fitting``, made without a step."""
+        self.n_measured += 1
+        fields = record_fields(workload, digest, actions, source, f"{self._id_prefix}:{self.n_measured}")
+        return not_fitting(workload, fields, **({"compile_seconds": 0.0} if self.compile else {}))
 
     def seconds(self) -> dict[str, float]:
         """Seconds spent measuring plans and references (the all-keep plan against drift), and how many."""
@@ -185,8 +222,11 @@ class Evaluator:
         """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
         return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
 
-    def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
-        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
+    def evaluate_peer(self, peer: Peer, not_fitting: bool = False) -> MeasuredPlan:
+        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles);
+        ``not_fitting``: as ``evaluate`` takes it."""
+        if not_fitting:
+            return self._labelled(self._killed(self.workload, peer.digest, [], peer.digest), is_reference=False)
         self._refresh_reference()
         self.n_measured += 1
         with model_errors(f"the measurement of peer {peer.name}"):
@@ -194,7 +234,7 @@ class Evaluator:
                              measurement_id=f"{self._id_prefix}:{self.n_measured}")
         return self._labelled(m, is_reference=False)
 
-    def evaluate_whole_model(self, actions: Sequence[str], source: str) -> MeasuredPlan:
+    def evaluate_whole_model(self, actions: Sequence[str], source: str, not_fitting: bool = False) -> MeasuredPlan:
         """Measure a plan with the plan applied and then the whole model compiled (``--compile-scope both``'s
         pass over the frontier), as a user who calls ``torch.compile(model)`` runs it: a compile of its own,
         never cached with the plan's regional measurements, its times paired with this Evaluator's references
@@ -203,6 +243,8 @@ class Evaluator:
         if options is None:
             raise CkptSearchError("a whole-model measurement needs a compiled search; run with --compile "
                                   "--compile-scope both")
+        if not_fitting:  # as ``evaluate`` takes it
+            return self._labelled(self._killed(self.workload, self._plan(actions).digest, actions, source), False)
         self._refresh_reference()
         return self._measure(self._plan(actions), source, is_reference=False,
                              whole_model=dataclasses.replace(options, scope="model"))
@@ -224,14 +266,18 @@ class Evaluator:
 
     def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
                    source: str = "", known: MeasuredPlan | None = None,
-                   stop_above: int | None = None) -> dict[str, Any]:
+                   stop_above: int | None = None, not_fitting: bool = False) -> dict[str, Any]:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
         ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
-        ``stop_above`` as ``AtMicroBatch.measure`` takes them."""
+        ``stop_above`` as ``AtMicroBatch.measure`` takes them, ``not_fitting`` as ``evaluate`` does."""
         self.n_measured += 1
         with model_errors(f"a measurement at micro-batch {micro_batch}"):
-            m = self.at_batch.measure(item, micro_batch, batch_dim, source, f"{self._id_prefix}:{self.n_measured}",
-                                      known, stop_above)
+            if not_fitting:
+                m = self.at_batch.not_fitting(item, micro_batch, batch_dim, source,
+                                              f"{self._id_prefix}:{self.n_measured}")
+            else:
+                m = self.at_batch.measure(item, micro_batch, batch_dim, source,
+                                          f"{self._id_prefix}:{self.n_measured}", known, stop_above)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any] | None:
@@ -301,4 +347,5 @@ def ray_evaluator(num_gpus: int = 0):  # type: ignore[no-untyped-def]
     """The Evaluator as a Ray actor class pinned to one device (a GPU when ``num_gpus``)."""
     import ray
 
-    return ray.remote(num_cpus=0, num_gpus=num_gpus, max_concurrency=1)(Evaluator)
+    # one call at a time measures ("default"); ``where`` answers beside it
+    return ray.remote(num_cpus=0, num_gpus=num_gpus, max_concurrency=1, concurrency_groups={"watch": 1})(Evaluator)

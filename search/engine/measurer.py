@@ -93,7 +93,8 @@ class Measurer:
         def record(m: MeasuredPlan) -> MeasuredPlan:
             return self.ledger.record_peer(PlanSource(m.digest).name, m, notes.get(m.digest, ""))
 
-        self.pool.run_jobs(peers, lambda handle, peer: handle.evaluate_peer.remote(peer), record)  # as plans are
+        self.pool.run_jobs(peers, lambda handle, peer, killed: handle.evaluate_peer.remote(peer, killed),
+                           record)  # as plans are
         self.drain()
         self._pool_state()
 
@@ -103,8 +104,8 @@ class Measurer:
         return [(self.ledger.codec.names(idx), source, again) for idx, source in plans]
 
     def _pool_state(self) -> None:
-        """The Evaluators' deaths and restarts, into the events and the store, for the report."""
-        self.ledger.events[:] = list(dict.fromkeys(self.ledger.events + self.pool.events))
+        """The Evaluators, with their deaths and restarts, into the store (their events went there as they
+        happened: ``Driver``)."""
         self.ledger.store.write(meta.EVALUATORS, self.pool.describe())
 
 

@@ -31,6 +31,7 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
 
     if ray.is_initialized():
         return
+    raylet_messages_to_stderr()
     root = str(Path(__file__).resolve().parent.parent)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     env_vars = {"PYTHONPATH": os.pathsep.join([root, *paths]), "RAY_DEDUP_LOGS": "0"}
@@ -53,6 +54,26 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def raylet_messages_to_stderr() -> None:
+    """What Ray's raylet reports to the driver (a worker that died: an Evaluator killed on a configuration that
+    does not fit) goes to stderr, its first sentence only, where Ray prints all of it on stdout, whose last line
+    a search keeps for its run folder. The run's events (store and report) say what happened."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "raylet_to_stderr", False):
+        return
+
+    def printed(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            lines = [line.split(". ")[0].rstrip(".") + "." for line in data.get("lines", [])]
+            data = {**data, "is_err": True, "lines": lines}
+        original(data, ignore_prefix)
+
+    printed.raylet_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = printed
 
 
 def get(ref: Any) -> Any:
@@ -87,5 +108,6 @@ def actor_gone() -> tuple[type[BaseException], ...]:
 
 def death_cause(error: BaseException, limit: int = 200) -> str:
     """``Type: first line naming an error`` of a dead actor's exception, for the run's events."""
-    cause = next((line.strip() for line in str(error).splitlines() if "Error" in line and line.strip()), "")
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = next((line for line in lines if "Error" in line), lines[0] if lines else "")
     return f"{type(error).__name__}: {cause[:limit]}"

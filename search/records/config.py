@@ -109,6 +109,10 @@ class SearchConfig:
                       "rank), the workload sharded with fully_shard on the units and the root after the plan is "
                       "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time). Chain "
                       "is not searched under FSDP: fully_shard gathers a unit's parameters only when it is called")
+    step_timeout: float = _f(300.0, "seconds one training step of the workload may take before the search ends in "
+                                    "one line naming where it waits (the factory and the first step get twice "
+                                    "that; once a step is measured, 20 times it, at least 30 s and at most this, "
+                                    "per step of each call: search/engine/deadlines.py)")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
@@ -163,6 +167,8 @@ class SearchConfig:
         if self.fsdp and self.compile:
             raise CkptSearchError("--compile with --fsdp: compiled FSDP2 steps are not measured; drop --compile to "
                                   "measure under FSDP, or --fsdp to measure compiled steps")
+        if not (math.isfinite(self.step_timeout) and self.step_timeout > 0):
+            raise CkptSearchError(f"--step-timeout must be a positive number of seconds, got {self.step_timeout}")
         if self.max_measurements < 0:
             raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
         self._validate_throughput()
@@ -206,7 +212,8 @@ def _arg_type(f: dataclasses.Field) -> Any:
 
 
 EXIT_CODES = ("exit codes: 0 finished (or a finished run resumed: nothing to do); 2 bad input or a refusal (one "
-              "line on stderr); 3 the model failed (its own error in one line; the run's status is 'failed: <cause>'); "
+              "line on stderr); 3 the model failed (its own error in one line, or a step past its --step-timeout deadline; "
+              "the run's status is 'failed: <cause>'); "
               "130 Ctrl-C and 143 SIGTERM (the measurements are drained into the store and the frontier and report "
               "written from them; continue with --resume RUN)")
 
@@ -234,6 +241,11 @@ def build_parser() -> argparse.ArgumentParser:
                     kw[k] = f.metadata[k]
         p.add_argument(flag, **kw)
     return p
+
+
+def given_flags(argv: Sequence[str] | None = None) -> set[str]:
+    """The config fields the command line sets (a ``--resume`` honours some of them)."""
+    return set(vars(build_parser().parse_args(argv)))
 
 
 def parse_config(argv: Sequence[str] | None = None) -> SearchConfig:

@@ -174,6 +174,9 @@ FINGERPRINT: MetaKey[str | None] = _key(
     "fingerprint", str | None, "The model's fingerprint: a plan for another model is refused.")
 EVALUATORS: MetaKey[list[EvaluatorInfo]] = _key(
     "evaluators", list[EvaluatorInfo], "Every Evaluator of the run, with its deaths and restarts.", list)
+EVENTS: MetaKey[list[str]] = _key(
+    "events", list[str], "What the report must mention, as it happened: an Evaluator's or agent's death and restart, "
+    "a configuration recorded as not fitting (an allocation failed, or it killed its Evaluators).", list)
 FSDP: MetaKey[FsdpRun | None] = _key(
     "fsdp", FsdpRun | None, "Measured under FSDP2 with N ranks per Evaluator (peaks and times per rank); None: one "
     "device.")

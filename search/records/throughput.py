@@ -115,6 +115,7 @@ class ThroughputCurve(BaseModel):
     frontiers: dict[int, list[ThroughputPoint]] = Field(default_factory=dict)  # measured frontier per micro-batch
     quote_rounds: int = 0  # rounds in which the quote measured every configuration again
     evaluators: int = 1  # Evaluators that measured at micro-batches side by side (each one measurement at a time)
+    not_fitting: list[str] = Field(default_factory=list)  # configurations that ran out of memory, in words
 
     def answers(self) -> list[ThroughputPoint]:
         """Every cap's quoted answer, lowest cap first (caps nothing fits left out)."""

@@ -86,9 +86,10 @@ def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True,
     fp = fingerprint(model, present)
     if handle.skipped or fp != plan.fingerprint:
         skipped = ", ".join(handle.skipped[:5]) + (", ..." if len(handle.skipped) > 5 else "")
+        why = (f"plan fingerprint {plan.fingerprint} is not this {type(model).__name__}'s ({fp})"
+               if fp != plan.fingerprint else f"the plan names units this {type(model).__name__} lacks")
         warnings.warn(
-            f"plan fingerprint {plan.fingerprint} is not this {type(model).__name__}'s ({fp}): applied "
-            f"{len(present)} of {len(plan.actions)} units"
+            f"{why}: applied {len(present)} of {len(plan.actions)} units"
             + (f", skipped {len(handle.skipped)} the model lacks ({skipped})" if handle.skipped else "")
             + "; search this model to get a plan made for it",
             PlanMismatchWarning, stacklevel=2)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from env.cost.headroom import nothing_to_save
 from env.data.model_profile import ModelProfile
-from search.engine import ray_session
 from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import SearchSetup
 from search.records import meta
@@ -20,7 +19,11 @@ def prepare(store: RunStore, pool: EvaluatorPool) -> SearchSetup:
         store.write(meta.UNIT_CHOICE, pool.slots[0].info["unit_choice"])
     profile = store.read(meta.PROFILE)
     if profile is None:
-        profile = ModelProfile.model_validate(ray_session.get(pool.first.profile.remote()))
+        units, actions = pool.slots[0].info["units"], pool.cfg.actions
+        seconds = pool.deadlines.profile(len(units), len(actions))
+        profile = ModelProfile.model_validate(pool.get(pool.first.profile.remote(), seconds,
+                                                       f"{pool.live[0].name}: the profile of the decision units",
+                                                       pool.live[0]))
         store.write(meta.PROFILE, profile)
     setup = SearchSetup.from_profile(profile)
     store.write(meta.HEADROOM, nothing_to_save(setup.profile))  # None, or why no plan can save much

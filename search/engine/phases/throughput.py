@@ -97,7 +97,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     codec = ledger.codec
     setup = ThroughputSetup.of(facts, caps, [], cfg.global_batch, ())
     measurer = BatchMeasurer(pool, BatchBook(ledger.store), batch_dim, lambda names: codec.digest(codec.indices(names)),
-                             lambda b: max(caps) - setup.counted(0, b))
+                             lambda b: max(caps) - setup.counted(0, b), setup.base)
     limit = min(cfg.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH)
     smallest = min(cfg.micro_batches) if cfg.micro_batches else 1
     lowest = lowest_per_sample(ctx, measurer, setup, smallest, limit)
@@ -118,7 +118,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
             measure_ladder(measurer, ladder_jobs(codec, found, lowest), max(far, setup.base))  # step 1's, on the
             return found  # first Evaluator too once it has profiled
 
-        ladder, _ = profile_beside(ctx, far, batch_dim, find)  # no profile (CUDA, out of memory): ``fitted``'s
+        ladder, _ = profile_beside(ctx, far, batch_dim, find, setup.base)  # no profile (CUDA, out of memory): ``fitted``'s
     return ThroughputRun(ThroughputSetup.of(facts, caps, ladder, cfg.global_batch, lowest, bool(cfg.micro_batches)),
                          measurer)
 
@@ -184,21 +184,26 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
         kept = run.measurer.measure(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
         _, profiles = profile_beside(ctx, far, run.measurer.batch_dim,
-                                     lambda: measure_ladder(run.measurer, lowest, max(base, far)))
+                                     lambda: measure_ladder(run.measurer, lowest, max(base, far)), base)
         if profiles is None:
             raise ThroughputError(f"the profile at micro-batch {far} ran out of memory where all keep did not; "
                                   "give the micro-batches to search (--micro-batches) below it")
     return BatchFit({base: ctx.ledger.setup.profile, **profiles})
 
 
-def profile_beside(ctx: RunContext, far: int, batch_dim: int | None,
-                   work: Callable[[], T]) -> tuple[T, dict[int, ModelProfile] | None]:
+def profile_beside(ctx: RunContext, far: int, batch_dim: int | None, work: Callable[[], T],
+                   base: int) -> tuple[T, dict[int, ModelProfile] | None]:
     """``work``'s result, with the fit's second profile at micro-batch ``far`` taken on the first Evaluator
     while ``work`` measures on the others, and on the first once it has profiled (``EvaluatorPool.first_aside``);
-    the profile stored for a resumed run, or None where it ran out of memory (CUDA)."""
-    with ctx.measurer.pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim)) as profiled:
+    the profile stored for a resumed run, or None where it did not fit (an allocation failed, or the kernel killed
+    the Evaluator's process in it: restarted)."""
+    pool = ctx.measurer.pool
+    with pool.first_aside(lambda first: first.profile_at.remote(far, batch_dim), f"the profile at micro-batch {far}") \
+            as profiled:
         done = work()
-    got = ray_session.get(profiled)
+    codec = ctx.ledger.codec
+    seconds = pool.deadlines.profile(codec.n_units, len(codec.actions), far / base)
+    got = pool.aside_result(profiled, seconds)  # None: out of memory, or its process killed on it
     if got is None:
         return done, None
     profiles = {far: ModelProfile.model_validate(got)}

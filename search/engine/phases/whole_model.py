@@ -95,6 +95,6 @@ def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> l
 
 def _measure_whole(ctx: RunContext, jobs: list[tuple[list[str], str]]) -> None:
     if jobs:
-        ctx.measurer.pool.run_jobs(jobs, lambda handle, job: handle.evaluate_whole_model.remote(*job),
+        ctx.measurer.pool.run_jobs(jobs, lambda handle, job, killed: handle.evaluate_whole_model.remote(*job, killed),
                                    on_result=ctx.ledger.record_whole_model)
         ctx.measurer.drain()  # the references measured between them

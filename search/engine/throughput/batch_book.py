@@ -84,8 +84,10 @@ class BatchMeasurer:
     times none of its steps (``env.measure.measurement.measure_prepared``: ``stop_above``)."""
 
     def __init__(self, pool: EvaluatorPool, book: BatchBook, batch_dim: int | None,
-                 digest_of: Callable[[tuple[str, ...]], str], ceiling: Callable[[int], int] | None = None) -> None:
+                 digest_of: Callable[[tuple[str, ...]], str], ceiling: Callable[[int], int] | None = None,
+                 base: int = 0) -> None:
         self.pool, self.book, self.batch_dim, self.digest_of, self.ceiling = pool, book, batch_dim, digest_of, ceiling
+        self.base = base  # the workload's own micro-batch: a measurement's deadline grows with the micro-batch
 
     def digest(self, job: BatchJob) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.digest_of(job.item)
@@ -99,8 +101,8 @@ class BatchMeasurer:
         measurement adds the times)."""
         unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
         todo = [j for j in unique if again or self.lacks(j, timed)]
-        self.pool.run_jobs(todo, lambda handle, job: self._call(handle, job, self._stop_above(job, timed)),
-                           self.book.record)
+        self.pool.run_jobs(todo, lambda handle, job, killed: self._call(handle, job, self._stop_above(job, timed), killed),
+                           self.book.record, self._deadline)
         return [self.known(j) for j in jobs]  # type: ignore[misc]
 
     def lacks(self, job: BatchJob, timed: bool = True) -> bool:
@@ -114,14 +116,18 @@ class BatchMeasurer:
 
     def fresh(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
         """A new measurement of each job, in the jobs' order, not recorded in the book."""
-        return self.pool.run_jobs(list(jobs), lambda handle, job: self._call(handle, job, None),
-                                  lambda got: got["record"])
+        return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call(handle, job, None, killed),
+                                  lambda got: got["record"], self._deadline)
+
+    def _deadline(self, job: BatchJob) -> float:
+        return self.pool.measurement_seconds(job, self.base)
 
     def _stop_above(self, job: BatchJob, timed: bool) -> int | None:
         if not timed:
             return -1  # every peak is above it
         return self.ceiling(job.micro_batch) if self.ceiling else None
 
-    def _call(self, handle: Any, job: BatchJob, stop_above: int | None) -> Any:
+    def _call(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool) -> Any:
         known = self.known(job)  # its peak is lent on CPU
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, stop_above)
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, stop_above,
+                                        not_fitting)

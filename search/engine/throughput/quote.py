@@ -175,9 +175,22 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
         global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,
         gradient_bytes=run.setup.gradient_bytes, batching=run.setup.how, profiled_batches=model.fit.batches,
         fit_checks=[FitCheckRow(**c.__dict__) for c in model.fit_checks()],
-        frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS, evaluators=len(run.measurer.pool.live))
+        frontiers=_frontiers(run, units), quote_rounds=QUOTE_ROUNDS, evaluators=len(run.measurer.pool.live),
+        not_fitting=not_fitting(run, codec))
     ctx.ledger.store.write(meta.THROUGHPUT, curve)
     return curve
+
+
+def not_fitting(run: "ThroughputRun", codec: PlanCodec) -> list[str]:
+    """Each configuration measured as not fitting (an allocation of its step failed, or it killed its Evaluators:
+    ``env.measure.measurement.not_fitting``), in words: plan or peer, micro-batch, the bytes it asked for."""
+    said: dict[str, int] = {}  # plans that differ in which units they recompute read alike: counted
+    for (b, digest), m in sorted(run.book.records.items()):
+        if m.oom:
+            what = digest if digest.startswith("peer:") else codec.plan(codec.indices(m.actions)).summary()
+            asked = f", its allocation asked for {mib(m.requested_bytes)}" if m.requested_bytes else ""
+            said[f"{what} at micro-batch {b}{asked}"] = said.get(f"{what} at micro-batch {b}{asked}", 0) + 1
+    return [f"{text} ({n} plans)" if n > 1 else text for text, n in said.items()]
 
 
 def check_where_quoted(model: ThroughputModel, codec: PlanCodec, lowest: Indices,
@@ -222,8 +235,8 @@ def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, uni
         c = s.contender
         if s.fits is None:
             seen = min(s.seen.items(), default=None)
-            unfit[c.name] = (f"does not fit at micro-batch {seen[0]} ({mib(seen[1].peak_bytes)})" if seen else
-                             "not measured")
+            unfit[c.name] = (f"does not fit at micro-batch {seen[0]} ("
+                             f"{'out of memory' if seen[1].oom else mib(seen[1].peak_bytes)})" if seen else "not measured")
             continue
         b, m = s.fits
         quote.append(_point(run, quoted[(m.digest, b)], b, c.name, c.label, units if c.plan is not None else None))

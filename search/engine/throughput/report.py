@@ -62,6 +62,9 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
                 if curve.evaluators > 1 else ""), ""]
     for row in sorted(curve.caps, key=lambda r: r.cap_bytes):
         lines += cap_markdown(row, curve.quote_rounds)
+    if curve.not_fitting:
+        lines += ["Measured as not fitting this device (an allocation of the step failed, or the kernel killed the "
+                  "Evaluator measuring it, twice): " + "; ".join(curve.not_fitting) + ".", ""]
     if curve.fit_checks:
         lines += ["### The cost model in the micro-batch", "",
                   "Per-unit lines through the profiles at micro-batches "

@@ -1,0 +1,67 @@
+"""User models that do not fit above a batch size, or never return: for the checks that out of memory is a
+measurement and a hang is said out loud (tests/test_out_of_memory.py, tests/test_deadlines.py)."""
+import os
+import signal
+import time
+
+import torch
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, sleeps: bool = False) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+        self.sleeps = sleeps
+
+    def forward(self, x):
+        while self.sleeps:  # a forward that never returns (a wait on something that never comes)
+            time.sleep(1)
+        return x + self.net(x)
+
+
+class Net(nn.Module):
+    """Four residual MLP blocks; above ``fits`` samples a step does not fit: the CPU allocator's own error
+    (``how="raise"``), or the process killed as the kernel's out-of-memory killer kills it (``how="kill"``)."""
+
+    def __init__(self, width: int = 32, fits: int = 0, how: str = "raise", sleeping_block: int = -1) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(width, i == sleeping_block) for i in range(4))
+        self.fits, self.how = fits, how
+
+    def forward(self, x, y):
+        if self.fits and x.shape[0] > self.fits:
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            torch.empty(1 << 52, dtype=torch.uint8)  # more than any machine has: DefaultCPUAllocator's RuntimeError
+        for block in self.blocks:
+            x = block(x)
+        return nn.functional.mse_loss(x, y)
+
+
+def _inputs(batch_size: int, width: int = 32, seq: int = 1):
+    """(inputs, targets) of ``batch_size`` samples, each ``seq`` tokens of ``width`` (the activations grow with
+    ``seq``, so that a memory cap bounds the micro-batch)."""
+    return torch.randn(batch_size, seq, width), torch.randn(batch_size, seq, width)
+
+
+def too_big_above(batch_size: int = 4, fits: int = 12, width: int = 32, seq: int = 1):
+    return Net(width, fits=fits, how="raise"), _inputs(batch_size, width, seq)
+
+
+def killed_above(batch_size: int = 4, fits: int = 12, width: int = 32, seq: int = 1):
+    return Net(width, fits=fits, how="kill"), _inputs(batch_size, width, seq)
+
+
+def sleeps_in_factory(batch_size: int = 4):
+    while True:  # a factory that never returns
+        time.sleep(1)
+
+
+def sleeps_in_forward(batch_size: int = 4):
+    return Net(sleeping_block=1), _inputs(batch_size)
+
+
+def blocks(batch_size: int = 4, width: int = 32, seq: int = 1):
+    """The same model with no limit of its own: where it stops fitting is the allocator's (``ulimit -v``)."""
+    return Net(width), _inputs(batch_size, width, seq)
