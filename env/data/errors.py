@@ -36,3 +36,7 @@ class ModelError(CkptSearchError):
     def during(cls, where: str, error: BaseException) -> "ModelError":
         return cls(f"the model raised {type(error).__name__}: {error} (during {where}); fix the model or its "
                    "factory: a plain training step of it fails the same way")
+
+
+class BudgetError(CkptSearchError):
+    """A memory budget that cannot be read, or that no measured plan fits."""

@@ -35,6 +35,7 @@ from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
 from env.measure.compiled import CompileOptions
+from env.measure.gate import check_plan, gate_step
 from env.measure.measurement import compile_options, measure, warm_up, warmup_before_timing
 from env.measure.micro_batch import AtMicroBatch
 from env.measure.peers import Peer, measure_peer, peers_for
@@ -98,6 +99,14 @@ class Evaluator:
         with model_errors("the profile of the decision units"):
             prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
         return prof.model_dump(mode="json")
+
+    def check(self, plans: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+        """The correctness gate's verdict on each plan (action names per unit): one step with it against one
+        without, from the same weights, inputs and RNG state (``env.measure.gate.check_plan``), eager."""
+        with model_errors("the correctness gate (a training step with each shown plan against one without)"):
+            reference = gate_step(self.workload, self.seed)
+            return [check_plan(self.workload, self._plan(a), self.units, seed=self.seed, reference=reference)
+                    .model_dump(mode="json") for a in plans]
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""
