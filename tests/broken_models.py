@@ -82,25 +82,25 @@ class Net(nn.Module):
         return F.cross_entropy(self.head(x), y)
 
 
-def _made(broken: type[Block] | None, everywhere: bool = False, batch_size: int = 32) -> tuple[nn.Module, tuple]:
+def _made(broken: type[Block] | None, everywhere: bool = False, batch_size: int = 512) -> tuple[nn.Module, tuple]:
     torch.manual_seed(0)
     blocks = [(broken if broken is not None and (everywhere or i == 1) else Block)(WIDTH, i) for i in range(DEPTH)]
     return Net(blocks), (torch.randn(batch_size, WIDTH), torch.randint(0, 10, (batch_size,)))
 
 
-def sound(batch_size: int = 32) -> tuple[nn.Module, tuple]:
+def sound(batch_size: int = 512) -> tuple[nn.Module, tuple]:
     return _made(None, batch_size=batch_size)
 
 
-def numpy_noise(batch_size: int = 32) -> tuple[nn.Module, tuple]:
+def numpy_noise(batch_size: int = 512) -> tuple[nn.Module, tuple]:
     return _made(NumpyNoise, batch_size=batch_size)
 
 
-def counting(batch_size: int = 32) -> tuple[nn.Module, tuple]:
+def counting(batch_size: int = 512) -> tuple[nn.Module, tuple]:
     return _made(Counting, batch_size=batch_size)
 
 
-def global_backward(batch_size: int = 32) -> tuple[nn.Module, tuple]:
+def global_backward(batch_size: int = 512) -> tuple[nn.Module, tuple]:
     return _made(GlobalBackward, everywhere=True, batch_size=batch_size)
 
 

@@ -52,19 +52,26 @@ def check_plan(workload: Workload, plan: Plan, units: Sequence[str], precision: 
 
 def culprits(workload: Workload, plan: Plan, units: Sequence[str], seed: int, reference: Step,
              tolerance: float) -> list[str]:
-    """The units (a chain region by its first unit) whose action alone, every other unit kept, changes the step
-    beyond ``tolerance``, in execution order; empty where none does alone (one step each)."""
+    """The units whose action alone, every other unit kept, changes the step beyond ``tolerance``, in execution
+    order; empty where none does alone (one step each). A chain region is tried as one; where it changes the step,
+    each of its units is tried alone as ``recompute``, and all of them are named where none does alone."""
     actions = plan.action_list(units)
     alone = regions(actions)
     alone += [(i, i + 1) for i, a in enumerate(actions)
               if a is not Action.KEEP and not any(s <= i < e for s, e in alone)]
-    found = []
-    for start, stop in sorted(alone):
+
+    def changes(start: int, stop: int, part: Sequence[Action]) -> bool:
         one = [Action.KEEP] * len(units)
-        one[start:stop] = actions[start:stop]
+        one[start:stop] = part
         single = Plan.from_list(units, one, plan.fingerprint)
-        if step_error(gate_step(workload, seed, single, units), reference) > tolerance:
-            found.append(units[start])
+        return step_error(gate_step(workload, seed, single, units), reference) > tolerance
+
+    found: list[str] = []
+    for start, stop in sorted(alone):
+        if not changes(start, stop, actions[start:stop]):
+            continue
+        inside = [units[i] for i in range(start, stop) if stop - start > 1 and changes(i, i + 1, [Action.RECOMPUTE])]
+        found.extend(inside or units[start:stop])
     return found
 
 

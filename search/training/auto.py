@@ -195,10 +195,11 @@ def choose(workload: Workload, memory_budget: MemoryBudget, precision: str) -> t
     cm = CostModel(prof)
     measured: dict[str, MeasuredPlan] = {}
     condemned: set[int] = set()
-    reference = gate_step(workload, seed=0)
+    refused: set[str] = set()  # digests the gate failed
     while True:  # each round that fails a check condemns one unit or more, so the rounds end
         fits = measure_candidates(workload, cm, frontier(cm, condemned), budget, measured)
         before = len(condemned)
+        reference = gate_step(workload, seed=0)  # from the weights as the measured steps left them
         for plan, m in sorted(fits, key=lambda pm: pm[1].step_seconds):
             acts = plan.action_list(units)
             if any(acts[i] is not Action.KEEP for i in condemned):
@@ -211,11 +212,14 @@ def choose(workload: Workload, memory_budget: MemoryBudget, precision: str) -> t
                 return Choice(plan=plan, units=list(units), peak_bytes=m.peak_bytes, step_seconds=m.step_seconds,
                               check=check), base, budget
             print(f"auto_checkpoint: {plan.summary()} {check.line()}")
+            refused.add(plan.digest)
             condemned |= ({units.index(u) for u in check.culprits} if check.culprits
                           else {i for i, a in enumerate(acts) if a is not Action.KEEP})
         if not fits or len(condemned) == before:
             break
-    raise no_fit(budget, prof.baseline, measured, [units[i] for i in sorted(condemned)])
+    passed = {d: m for d, m in measured.items()  # what a plan that keeps the condemned units reaches
+              if d not in refused and all(m.actions[i] == Action.KEEP.value for i in condemned)}
+    raise no_fit(budget, prof.baseline, passed, [units[i] for i in sorted(condemned)])
 
 
 def frontier(cm: CostModel, condemned: set[int]) -> list[FrontierPoint]:
