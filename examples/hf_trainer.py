@@ -49,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> float:
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=args.layers,
-                         num_attention_heads=4, max_position_embeddings=args.seq_len)
+                         num_attention_heads=4, max_position_embeddings=args.seq_len,
+                         use_cache=False)  # a KV cache is state a recompute would append to again
     model = LlamaForCausalLM(config)
     data = Tokens(args.batch_size * args.steps, args.seq_len, config.vocab_size)
     batch = {k: torch.stack([data[i][k] for i in range(args.batch_size)]) for k in ("input_ids", "labels")}
