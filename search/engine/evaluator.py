@@ -17,18 +17,17 @@ from the measurement ids, which count everything one Evaluator measured in order
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from env.data.errors import CkptSearchError, ModelError
+from env.data.errors import CkptSearchError, model_errors
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, action_summary, parse_action
@@ -267,18 +266,6 @@ def batch_point(batch_size: int, m: MeasuredPlan) -> dict[str, Any]:
     """A plan measured at another batch size, as ``search.records.meta.BatchPoint``."""
     return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
             "clock": m.clock}
-
-
-@contextlib.contextmanager
-def model_errors(where: str) -> Iterator[None]:
-    """The model's own exception, raised while the Evaluator ran ``where``, as one ``ModelError`` line that
-    names both (the driver shows it once, without Ray's frames); the project's own errors pass as they are."""
-    try:
-        yield
-    except CkptSearchError:
-        raise
-    except Exception as e:
-        raise ModelError.during(where, e) from e
 
 
 def device_model(device: torch.device) -> str:

@@ -34,7 +34,7 @@ import torch.nn as nn
 
 from agents.exact import FrontierPoint, exact_frontier
 from env.cost.cost_model import CostModel
-from env.data.errors import BudgetError, PlanError, WorkloadError
+from env.data.errors import BudgetError, PlanError, WorkloadError, model_errors
 from env.data.measured import MeasuredPlan
 from env.data.memory_budget import MemoryBudget, resolve_budget
 from env.data.plan import Action, Plan, action_summary, fingerprint
@@ -187,8 +187,9 @@ def _apply_cached(model: nn.Module, entry: CacheEntry, memory_budget: MemoryBudg
 def choose(workload: Workload, memory_budget: MemoryBudget, precision: str) -> tuple[Choice, MeasuredPlan, int]:
     """The fastest measured plan within the budget that passes the gate, the unplanned step (measured), and the
     budget in bytes. Model state changes (training steps run): the caller keeps it (``training_state_kept``)."""
-    units = resolve_units(workload).units
-    prof = profile(workload, units, ACTIONS, repeats=REPEATS, check=False)
+    with model_errors("the choice of decision units and their profile (training steps with each action)"):
+        units = resolve_units(workload).units
+        prof = profile(workload, units, ACTIONS, repeats=REPEATS, check=False)
     assert prof.baseline is not None
     units = prof.units  # in execution order
     budget = resolve_budget(memory_budget, prof.baseline.peak_bytes)
