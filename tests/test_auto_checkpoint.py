@@ -111,6 +111,7 @@ def test_budget_nothing_fits_is_one_line(tmp_path):
     assert same_state(model, opt, snap) and planned_units(model) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(broken_models.BROKEN))
 def test_broken_units_are_kept(name, tmp_path, capsys):
     """The plan applied keeps every broken unit and passed the gate; a plan tried and refused on the way names
