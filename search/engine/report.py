@@ -159,9 +159,8 @@ def gate_markdown(gate: dict[str, Any]) -> list[str]:
              "with the plan against one without, from the same weights, inputs and RNG state; largest error of the "
              f"loss or a gradient {largest:.2g} (relative to its magnitude)."]
     for r in gate["refused"]:
-        lines += ["", f"- plan {r['plan']} ({r['digest']}) {r['line']}; likely causes: "
-                  + ("; ".join(r["causes"]) or "none seen") + ". Every plan proposed after keeps "
-                  + (", ".join(r["culprits"]) or "its recomputed units") + "."]
+        lines += ["", f"- plan {r['plan']} ({r['digest']}) {r['line']}. Every plan proposed after keeps "
+                  + (", ".join(r["culprits"]) or "its recomputed units") + "."]  # the line names the causes
     return lines
 
 
