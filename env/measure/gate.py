@@ -29,6 +29,7 @@ from env.runtime.chains import Step, state_kept, step_error, training_step
 from env.runtime.state import plain_attributes, python_state_kept
 from env.workloads.workload import Workload
 
+
 def gate_step(workload: Workload, seed: int, plan: Plan | None = None, units: Sequence[str] = ()) -> Step:
     """Loss and gradients of one step (``training_step``) with the Python-side state put back after it."""
     with python_state_kept(workload.model):
