@@ -87,6 +87,7 @@ class RunData:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why a failed run failed (its status's cause, else its log's last line)
     fsdp_ranks: int = 0  # 0: one device; N: measured under FSDP2 with N ranks (peaks and times per rank)
+    refused: dict[str, str] = field(default_factory=dict)  # digest -> the correctness gate's line: never exported
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -284,6 +285,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         workload=str(config.get("workload", profile.workload if profile else "")), notes=notes,
         error=_failure(run_dir, store.read(meta.STATUS) or ""),
         fsdp_ranks=(store.read(meta.FSDP) or {}).get("ranks", 0),
+        refused={d: c.line() for d, c in store.read(meta.GATE).items() if not c.passed},
     )
 
 

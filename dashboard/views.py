@@ -175,6 +175,9 @@ def _compare_with_rule(run: RunData, digest: str) -> None:
 
 
 def export_section(run: RunData, digest: str) -> None:
+    if digest in run.refused:  # the correctness gate failed it: no download
+        st.error(f"Not exportable: this plan was {run.refused[digest]}")
+        return
     plan = run.plan(digest)
     text = plan.to_json()
     snippet = plan_snippet(plan, title=run.workload)

@@ -1,6 +1,7 @@
 """Search orchestration, run store, frontier file and plan export.
 
-``from search import apply_plan`` is the entry point for training code. Attributes are
+``from search import auto_checkpoint`` (one call: a plan measured and applied) and ``from search import
+apply_plan`` (a searched plan) are the entry points for training code. Attributes are
 imported lazily, so ``import search`` stays light (no torch, Ray or Streamlit until used).
 """
 
@@ -11,6 +12,8 @@ from typing import Any
 
 _LAZY = {
     "apply_plan": "search.training.apply",
+    "auto_checkpoint": "search.training.auto",
+    "AutoCheckpoint": "search.training.auto",
     "read_plan": "search.training.apply",
     "DynamicPlan": "search.training.dynamic",
     "load_frontier": "search.records.frontier_file",

@@ -190,3 +190,15 @@ def test_price_table_on_measured_batch_scaling(run_dir: Path) -> None:
         largest = max_micro_batch(peak, gpu_gb * GB)
         assert r.micro_batch <= largest and peak(largest + 1) > gpu_gb * GB
         assert r.gpus * r.accumulation * r.micro_batch >= 256
+
+
+@pytest.mark.slow
+def test_a_plan_the_gate_refused_reads_as_refused(run_copy: Path) -> None:
+    from env.data.plan_check import PlanCheck
+
+    digest = load_run(run_copy).evaluations.digest.iloc[-1]
+    check = PlanCheck(digest=digest, passed=False, error=0.5, tolerance=1e-3, culprits=["blocks.1"])
+    with RunStore(run_copy / STORE_NAME) as store:
+        store.write(meta.GATE, {digest: check})
+    assert load_run(run_copy).refused == {digest: check.line()}
+    assert "'blocks.1'" in check.line()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from env.data.plan_check import PlanCheck
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.unit_choice import UnitChoice
@@ -65,6 +66,9 @@ SAMPLES = {  # one value of every declared key, as a run writes it
     "confirmed_from": {"evaluator_0-ab": 15},
     "confirmed": ["d1", "d1"],
     "confirming_noise": 0.055,
+    "gate": {"d1": PlanCheck(digest="d1", passed=True, error=0.0, tolerance=1e-3),
+             "d2": PlanCheck(digest="d2", passed=False, error=0.5, tolerance=1e-3, culprits=["blocks.1"],
+                             causes=["draws random numbers from numpy's global generator"])},
     "batch_scaling": {"d1": [{"batch_size": 1, "peak_bytes": 500, "step_seconds": float("inf"), "oom": True,
                               "clock": "wall"},
                              {"batch_size": 2, "peak_bytes": 900, "step_seconds": 0.2}]},

@@ -1,5 +1,8 @@
 """The project's error types. Each message is one line: the bad input, what was expected, the fix."""
 
+import contextlib
+from typing import Iterator
+
 
 class CkptSearchError(Exception):
     """Base of every error this project raises on bad input.
@@ -36,3 +39,19 @@ class ModelError(CkptSearchError):
     def during(cls, where: str, error: BaseException) -> "ModelError":
         return cls(f"the model raised {type(error).__name__}: {error} (during {where}); fix the model or its "
                    "factory: a plain training step of it fails the same way")
+
+
+class BudgetError(CkptSearchError):
+    """A memory budget that cannot be read, or that no measured plan fits."""
+
+
+@contextlib.contextmanager
+def model_errors(where: str) -> Iterator[None]:
+    """The model's own exception, raised while running ``where``, as one ``ModelError`` line that names both (the
+    search's driver shows it once, without Ray's frames); the project's own errors pass as they are."""
+    try:
+        yield
+    except CkptSearchError:
+        raise
+    except Exception as e:
+        raise ModelError.during(where, e) from e

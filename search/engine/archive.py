@@ -57,6 +57,7 @@ def hypervolume_of(records: Sequence[MeasuredPlan], baseline: MeasuredPlan | Non
 class ParetoArchive:
     measured: dict[str, MeasuredPlan] = field(default_factory=dict)
     predicted: dict[Indices, tuple[int, float]] = field(default_factory=dict)
+    refused: set[str] = field(default_factory=set)  # digests the correctness gate failed: on no frontier
 
     def add(self, record: MeasuredPlan) -> None:
         """A plan's whole record (every measurement merged, every proposer)."""
@@ -71,9 +72,9 @@ class ParetoArchive:
             self.predicted[idx] = (peak_bytes, step_seconds)
 
     def points(self, kinds: Kinds = None) -> list[MeasuredPlan]:
-        """Measured plans that ran (no OOM); with ``kinds``, only those a proposer of one of them
+        """Measured plans that ran (no OOM) and that the correctness gate did not refuse; with ``kinds``, only those a proposer of one of them
         proposed (an agent that proposes a plan a rule also gives still found it)."""
-        rows = [r for r in self.measured.values() if not r.oom]
+        rows = [r for r in self.measured.values() if not r.oom and r.digest not in self.refused]
         if kinds is not None:
             rows = [r for r in rows if any(PlanSource(p).kind in kinds for p in r.sources)]
         return rows

@@ -5,7 +5,8 @@ and returns the typed ``SearchSetup`` before any loop exists. ``Driver.run`` the
 phases in order: the baseline rules, the peers, the exact frontier (and its warm start), the
 agents' rounds (their actors start beside the rules), their answer rounds, the deciding passes
 with the closing references, the confirming passes that the frontier is reported from, and with
-``--compile-scope both`` the whole-model pass over that frontier. Ctrl-C
+``--compile-scope both`` the whole-model pass over that frontier, then the correctness gate over the plans
+shown (``search.engine.phases.gate``). Ctrl-C
 drains the Evaluators into the store (``Driver.drain``) and leaves it resumable.
 """
 
@@ -22,6 +23,7 @@ from search.engine.measurer import Measurer, agents_measure
 from search.engine.phase_clock import PhaseClock
 from search.engine.phases.context import RunContext
 from search.engine.phases.deciding import confirming_passes, deciding_passes
+from search.engine.phases.gate import gate_shown
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact
 from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
@@ -92,6 +94,8 @@ class Driver:
         if self.cfg.whole_model_pass:
             with phase("whole-model pass"):
                 whole_model_pass(ctx, exact)
+        with phase("correctness gate"):
+            gate_shown(ctx)  # every plan shown checked on the workload; a plan that fails is never shown
         if throughput is not None:
             search_throughput(ctx, throughput)  # its own phases: fit, plans, peers, candidates, deciding, quote
         self.ledger.snapshot()

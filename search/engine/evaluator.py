@@ -17,24 +17,24 @@ from the measurement ids, which count everything one Evaluator measured in order
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from env.data.errors import CkptSearchError, ModelError
+from env.data.errors import CkptSearchError, model_errors
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
 from env.measure.compiled import CompileOptions
+from env.measure.gate import check_plan, gate_step
 from env.measure.measurement import (compile_options, measure, not_fitting, record_fields, warm_up,
                                     warmup_before_timing)
 from env.measure.micro_batch import AtMicroBatch
@@ -123,6 +123,14 @@ class Evaluator:
         with model_errors("the profile of the decision units"):
             prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats)
         return prof.model_dump(mode="json")
+
+    def check(self, plans: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+        """The correctness gate's verdict on each plan (action names per unit): one step with it against one
+        without, from the same weights, inputs and RNG state (``env.measure.gate.check_plan``), eager."""
+        with model_errors("the correctness gate (a training step with each shown plan against one without)"):
+            reference = gate_step(self.workload, self.seed)
+            return [check_plan(self.workload, self._plan(a), self.units, seed=self.seed, reference=reference)
+                    .model_dump(mode="json") for a in plans]
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""
@@ -304,18 +312,6 @@ def batch_point(batch_size: int, m: MeasuredPlan) -> dict[str, Any]:
     """A plan measured at another batch size, as ``search.records.meta.BatchPoint``."""
     return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
             "clock": m.clock}
-
-
-@contextlib.contextmanager
-def model_errors(where: str) -> Iterator[None]:
-    """The model's own exception, raised while the Evaluator ran ``where``, as one ``ModelError`` line that
-    names both (the driver shows it once, without Ray's frames); the project's own errors pass as they are."""
-    try:
-        yield
-    except CkptSearchError:
-        raise
-    except Exception as e:
-        raise ModelError.during(where, e) from e
 
 
 def device_model(device: torch.device) -> str:

@@ -23,6 +23,8 @@ from env.cost.cost_model import CostModel
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
+from env.data.plan import Action
+from env.data.plan_check import PlanCheck
 from env.data.types import Indices, PlanSource, SourceKind
 from search.engine.archive import Kinds, ParetoArchive, hypervolume_of
 from search.records import meta
@@ -58,6 +60,7 @@ class Ledger:
         self.baseline_digest: str | None = self.store.read(meta.BASELINE_DIGEST)
         self.events[:0] = [e for e in self.store.read(meta.EVENTS) if e not in self.events]  # a resumed run's
         self._rank = Ranking(None)  # from the baseline as the store has it, once measured
+        self._condemned: set[str] = set()  # units a failed correctness check named (``record_check``)
 
     @property
     def scale(self) -> float | None:
@@ -71,8 +74,25 @@ class Ledger:
     def load_store(self) -> list[MeasuredPlan]:
         """A resumed run: the store's measured plans join the archive (they are never measured again)."""
         known = self.store.measured()
+        failed = [c for c in self.store.read(meta.GATE).values() if not c.passed]
+        self.archive.refused = {c.digest for c in failed}
+        self._condemned = {u for c in failed for u in c.culprits}
         self._rescale(known)
         return known
+
+    def record_check(self, check: PlanCheck) -> None:
+        """The correctness gate's verdict on a plan (store meta ``gate``); a plan that failed leaves every frontier."""
+        with self.lock:
+            checks = self.store.read(meta.GATE)
+            checks[check.digest] = check
+            self.store.write(meta.GATE, checks)
+            if not check.passed:
+                self.archive.refused.add(check.digest)
+                self._condemned |= set(check.culprits)
+
+    def condemned(self) -> set[str]:
+        """The units a failed check named: every plan proposed after keeps them."""
+        return set(self._condemned)
 
     def set_baseline(self, digest: str) -> None:
         """The all-keep plan's digest: the reference every plan's time is paired with."""
@@ -106,6 +126,10 @@ class Ledger:
         pred = self.setup.cost_model.predict(list(idx))
         digest = self.codec.digest(idx)
         is_candidate = PlanSource(source).kind is not SourceKind.RULE if candidate is None else candidate
+        condemned = self._condemned
+        if condemned and any(u in condemned and a != Action.KEEP.value
+                             for u, a in zip(self.codec.units, self.codec.names(idx))):
+            is_candidate = False  # recomputes a unit the correctness gate condemned: never measured
         with self.lock:
             self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)
             self.store.propose(digest, list(self.codec.names(idx)), source, pred.peak_bytes, pred.step_seconds)

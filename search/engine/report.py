@@ -13,6 +13,7 @@ from typing import Any
 
 from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
+from env.data.plan_check import PlanCheck
 from env.data.ranks import split_rank_clock
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
@@ -20,7 +21,7 @@ from search.engine.phases.deciding import confirmable
 from search.engine.throughput.report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig, measured_scope
-from search.records.frontier_file import COMPILE_HOW, FrontierFile, point_from, write_frontier
+from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
 from search.records.ranking import timing_noise
 from search.records.throughput import ThroughputCurve
@@ -84,14 +85,16 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     units = list(codec.units)
     curve = store.read(meta.THROUGHPUT)  # a throughput search's answers per memory cap, once it finished
 
-    points = [point_from(r, units, scope) for r, scope in zip(front, shown.scopes)]
+    checks = store.read(meta.GATE)
+    points = [point_from(r, units, scope, checks.get(r.digest)) for r, scope in zip(front, shown.scopes)]
+    refused = [c for c in checks.values() if not c.passed]
     fsdp = store.read(meta.FSDP)
     frontier = FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device, clock=base.clock,
                             fingerprint=prof.fingerprint, units=units, fsdp_ranks=fsdp["ranks"] if fsdp else 0,
                             baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
                             points=points, readable={"memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
                                                      "left_out": list(dict.fromkeys(left_out))},
-                            throughput=curve)
+                            throughput=curve, refused=refused)
     write_frontier(run_dir, frontier)
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
@@ -128,10 +131,37 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "paired": base.has_references,
         "references": base.n_measurements,
         "throughput": curve.model_dump(mode="json") if curve else None,
+        "gate": gate_summary(points, refused, ledger),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
     return report
+
+
+def gate_summary(points: list[FrontierPoint], refused: list[PlanCheck], ledger: Ledger) -> dict[str, Any]:
+    """What the correctness gate found: how many shown plans it checked, their largest error, each refused plan."""
+    errors = [p.gradient_error for p in points if p.checked and p.gradient_error is not None]
+    measured = ledger.archive.measured
+    return {"shown": len(points), "checked": sum(p.checked for p in points),
+            "largest_error": max(errors, default=None), "tolerance": refused[0].tolerance if refused else None,
+            "refused": [{**c.model_dump(mode="json"), "line": c.line(),
+                         "plan": action_summary(measured[c.digest].actions) if c.digest in measured else c.digest}
+                        for c in refused]}
+
+
+def gate_markdown(gate: dict[str, Any]) -> list[str]:
+    """The report's correctness-gate section: every plan shown checked, and each plan refused with its units."""
+    if not gate["checked"]:
+        return ["## Correctness gate", "", "The plans shown were not checked (an interrupted run, or FSDP)."]
+    largest = gate["largest_error"]
+    lines = ["## Correctness gate", "",
+             f"{gate['checked']} of the {gate['shown']} plans shown were checked on the workload: one training step "
+             "with the plan against one without, from the same weights, inputs and RNG state; largest error of the "
+             f"loss or a gradient {largest:.2g} (relative to its magnitude)."]
+    for r in gate["refused"]:
+        lines += ["", f"- plan {r['plan']} ({r['digest']}) {r['line']}. Every plan proposed after keeps "
+                  + (", ".join(r["culprits"]) or "its recomputed units") + "."]  # the line names the causes
+    return lines
 
 
 def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
@@ -211,6 +241,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
         lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
     if rep.get("throughput"):
         lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))
+    if rep.get("gate"):
+        lines += [""] + gate_markdown(rep["gate"])
     hv = rep["hypervolume"]
     ratio = f"{hv['agents_over_exact']:.3f}" if hv["agents_over_exact"] is not None else "n/a (exact plans not measured)"
     lines += ["", "## Hypervolume (memory and time relative to the baseline)", "",

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ValidationError, field_validator
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action, Plan
+from env.data.plan_check import PlanCheck
 from env.data.types import MIB
 from search.records.pareto import fastest_within
 from search.records.throughput import ThroughputCurve
@@ -66,14 +67,19 @@ class FrontierPoint(BaseModel):
     # how its steps were compiled: None eager; "units" each unit compiled on its own (apply_plan(...,
     # compile_units=True)); "model" the plan applied, then the whole model compiled (torch.compile(model))
     compile_scope: Literal["units", "model"] | None = None
+    checked: bool = False  # the correctness gate compared its loss and gradients with the unplanned step's: same
+    gradient_error: float | None = None  # that check's largest error (env.data.plan_check); None: not checked
 
 
-def point_from(m: MeasuredPlan, units: Sequence[str], compile_scope: str | None = None) -> FrontierPoint:
-    """A frontier point from a measured plan (actions in ``units`` order), compiled in ``compile_scope``."""
+def point_from(m: MeasuredPlan, units: Sequence[str], compile_scope: str | None = None,
+               check: PlanCheck | None = None) -> FrontierPoint:
+    """A frontier point from a measured plan (actions in ``units`` order), compiled in ``compile_scope``, with
+    the correctness gate's ``check`` of it where it has one."""
     return FrontierPoint(plan={u: Action(a) for u, a in zip(units, m.actions)}, peak_bytes=m.peak_bytes,
                          step_seconds=m.step_seconds, spread_seconds=m.spread_seconds,
                          activation_bytes=m.activation_bytes, source=m.source, n_measurements=m.n_measurements,
-                         compile_scope=compile_scope)
+                         compile_scope=compile_scope, checked=check is not None and check.passed,
+                         gradient_error=check.error if check is not None else None)
 
 
 COMPILE_HOW = {"units": "apply_plan(model, plan, compile_units=True): each unit compiled on its own",
@@ -97,6 +103,7 @@ class FrontierFile(BaseModel):
     # {"memory_tolerance_bytes": ..., "timing_noise": ..., "left_out": [digests]}; None: nothing applied
     readable: dict[str, Any] | None = None
     throughput: ThroughputCurve | None = None  # a throughput search's answer per memory cap (--memory-cap)
+    refused: list[PlanCheck] = []  # plans the correctness gate failed: never in ``points``, never exported
 
     @field_validator("points")
     @classmethod

@@ -20,6 +20,7 @@ from typing_extensions import NotRequired, TypedDict
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
+from env.data.plan_check import PlanCheck
 from env.data.unit_choice import UnitChoice
 from search.records.throughput import ThroughputCurve
 
@@ -234,6 +235,12 @@ EVALUATOR_SECONDS: MetaKey[dict[str, float]] = _key(
     "evaluator_seconds", dict[str, float],
     "Seconds the Evaluators spent measuring, summed over them: 'plans', 'references' (the all-keep plan "
     "measured again against drift), and their counts 'plan_measurements', 'reference_measurements'.", dict)
+
+GATE: MetaKey[dict[str, PlanCheck]] = _key(
+    "gate", dict[str, PlanCheck],
+    "The correctness gate: each plan checked before it was shown, digest -> its verdict (loss and gradients "
+    "against the unplanned step, ``env.measure.gate``). A plan that failed is never shown or exported, and "
+    "every plan proposed after keeps the units it names.", dict)
 
 # -- memory pricing ---------------------------------------------------------------------------
 BATCH_SCALING: MetaKey[dict[str, list[BatchPoint]]] = _key(

@@ -13,6 +13,8 @@
    side by side and ranked on those measurements; the references closed after them.
 7. ``whole_model``: with ``--compile-scope both``, the frontier's plans measured with the whole
    model compiled.
+8. ``gate``: every plan of the frontier shown checked once on the workload (loss and gradients against the
+   unplanned step); a plan that fails is taken off, and the units it names are kept by every plan after.
 
 Each phase is a function of the ``RunContext`` (``search.engine.phases.context``).
 """
