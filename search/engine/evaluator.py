@@ -37,7 +37,7 @@ from env.data.unit_choice import UnitChoice
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import compile_options, measure, warm_up, warmup_before_timing
 from env.measure.micro_batch import AtMicroBatch
-from env.measure.peers import Peer, measure_peer, peers_for
+from env.measure.peers import Peer, measure_peer, model_facts, peer_plan, peers_for
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
@@ -77,6 +77,7 @@ class Evaluator:
         self.label = f"{name}@{self.node}"
         self._id_prefix = f"{name}-{uuid.uuid4().hex[:8]}"  # unique across restarts and resumed runs
         self.cache: dict[str, MeasuredPlan] = {}
+        self._peers: dict[str, MeasuredPlan] = {}  # the peers measured, by name (each lends its peak again)
         self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
         self.n_measured = 0
         self._other_batch: Workload | None = None
@@ -185,13 +186,27 @@ class Evaluator:
         """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
         return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
 
+    def peer_plans(self, peers: Sequence[Peer]) -> list[list[str] | None]:
+        """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none
+        (``env.measure.peers.peer_plan``)."""
+        facts = model_facts(self.workload)
+        return [None if (a := peer_plan(self.workload, p, self.units, facts)) is None else [x.value for x in a]
+                for p in peers]
+
     def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
-        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles)."""
+        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles): the same
+        warm-up, and a peer measured before on CPU lends its peak, as a plan does."""
         self._refresh_reference()
         self.n_measured += 1
+        known = self._peers.get(peer.name)
+        start = time.perf_counter()
         with model_errors(f"the measurement of peer {peer.name}"):
-            m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
-                             measurement_id=f"{self._id_prefix}:{self.n_measured}")
+            m = measure_peer(self.workload, peer, repeats=self.repeats,
+                             warmup=warmup_before_timing(self.workload, known, self.compile), compile=self.compile,
+                             measurement_id=f"{self._id_prefix}:{self.n_measured}", known=known)
+        self.busy["plans"] += time.perf_counter() - start
+        self.busy["plan_measurements"] += 1
+        self._peers[peer.name] = known.merged(m) if known is not None else m
         return self._labelled(m, is_reference=False)
 
     def evaluate_whole_model(self, actions: Sequence[str], source: str) -> MeasuredPlan:
