@@ -146,7 +146,7 @@ def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
            "note |", "|---|---:|---:|---|---|---|"]
     for r in rows:
         v = PeerVerdict.model_validate(r)
-        name = v.peer + (f" (our plan {v.plan})" if v.plan else "")
+        name = v.peer + (f" (a plan of ours: {v.plan_summary})" if v.plan else "")
         if v.measured is None:
             out.append(f"| {name} | out of memory | | | | {v.note[:80]} |")
             continue
@@ -219,7 +219,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
         own = by_label.get(e["label"])
         lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
                      + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
-    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {})
+    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {}, b["step_seconds"])
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
@@ -252,14 +252,19 @@ def _clock_words(clock: str) -> str:
             "wall": f"medians of the wall clock between synchronisations (clock {clock})"}.get(own, f"clock {clock}")
 
 
-def time_lines(phases: dict[str, float], evaluators: dict[str, float]) -> list[str]:
-    """Where the wall time went, phase by phase, and how much of the measuring was references."""
+def time_lines(phases: dict[str, float], evaluators: dict[str, float], step_seconds: float | None = None) -> list[str]:
+    """Where the wall time went, phase by phase (and in baseline steps, ``step_seconds`` a step: what a run costs
+    whatever the machine's speed), and how much of the measuring was references."""
     if not phases:
         return []
     total = sum(phases.values())
-    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all:", "",
-             "| phase | seconds | share |", "|---|---:|---:|"]
-    lines += [f"| {name} | {s:.1f} | {s / total:.0%} |" for name, s in phases.items()]
+    steps = bool(step_seconds)
+    in_steps = f" = {total / step_seconds:.0f} baseline steps of {step_seconds * 1e3:.1f} ms" if steps else ""
+    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all{in_steps}:", "",
+             "| phase | seconds |" + (" baseline steps |" if steps else "") + " share |",
+             "|---|---:|" + ("---:|" if steps else "") + "---:|"]
+    lines += [f"| {name} | {s:.1f} |" + (f" {s / step_seconds:.0f} |" if steps else "") + f" {s / total:.0%} |"
+              for name, s in phases.items()]
     if evaluators.get("plan_measurements") or evaluators.get("reference_measurements"):
         lines += ["", f"The Evaluators measured {evaluators.get('plan_measurements', 0):.0f} times for "
                   f"{evaluators.get('plans', 0):.1f} s and took {evaluators.get('reference_measurements', 0):.0f} "

@@ -40,6 +40,7 @@ class OurPlan(Timed):
     """Our fastest measured plan at no more memory than the peer."""
 
     digest: str
+    actions: list[str]  # per unit, in the frontier file's unit order
     plan: str  # its actions in words (``env.data.plan.action_summary``)
 
 
@@ -51,6 +52,7 @@ class PeerVerdict(BaseModel):
     label: str = ""
     note: str = ""
     plan: str | None = None  # the digest of the plan of ours this peer is; None: measured as itself
+    plan_summary: str | None = None  # that plan's actions in words
     measured: Timed | None = None  # None: out of memory
     ours: OurPlan | None = None
     verdict: Verdict
@@ -76,7 +78,8 @@ def peer_verdicts(peers: Mapping[str, MeasuredPlan], strict: Sequence[MeasuredPl
     peaks, times = [r.peak_bytes for r in strict], [r.step_seconds for r in strict]
     out = []
     for name, m in sorted(peers.items(), key=lambda kv: (kv[1].oom, kv[1].peak_bytes)):
-        common = {"peer": name, "label": labels.get(name, ""), "note": notes.get(name, ""), "plan": plans.get(name)}
+        common = {"peer": name, "label": labels.get(name, ""), "note": notes.get(name, ""), "plan": plans.get(name),
+                  "plan_summary": action_summary(m.actions) if plans.get(name) else None}
         if m.oom:
             out.append(PeerVerdict(**common, verdict="out of memory"))
             continue
@@ -85,7 +88,8 @@ def peer_verdicts(peers: Mapping[str, MeasuredPlan], strict: Sequence[MeasuredPl
             out.append(PeerVerdict(**common, measured=Timed.of(m), verdict="no plan of ours this low"))
             continue
         ours = strict[k]
-        answer = OurPlan(**Timed.of(ours).model_dump(), digest=ours.digest, plan=action_summary(ours.actions))
+        answer = OurPlan(**Timed.of(ours).model_dump(), digest=ours.digest, actions=list(ours.actions),
+                         plan=action_summary(ours.actions))
         if ours.digest == m.digest:
             out.append(PeerVerdict(**common, measured=Timed.of(m), ours=answer, verdict="the same plan", ratio=1.0))
             continue
