@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 from enum import Enum
 from typing import Any, Callable, Iterator, Sequence
@@ -52,14 +51,24 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict
-from torch.utils.checkpoint import checkpoint_sequential
 
 from env.data.errors import PlanError, WorkloadError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action
 from env.data.segments import checkpoint_sequential_actions
-from env.measure.block_policies import layer_picks, op_sac_context, wrapped_blocks
+from env.measure.block_policies import layer_picks
 from env.measure.compiled import CompileOptions, compiled
+from env.measure.peer_installs import (
+    checkpoint_sequential_blocks,
+    compile_budget,
+    eager,
+    hf_checkpointing,
+    hf_model,
+    is_hf_checkpointing_layer,
+    supports_every_n,
+    titan_layer_sac,
+    titan_op_sac,
+)
 from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
 from env.runtime.chains import Step, step_error, training_step
@@ -136,21 +145,6 @@ def torchtitan_layer_peer(every: int, blocks: str) -> Peer:
 
 # ---------------------------------------------------------------------------------------------
 # Which peers apply
-
-def is_hf_checkpointing_layer(module: nn.Module) -> bool:
-    """A transformers layer that its own gradient checkpointing wraps (``GradientCheckpointingLayer``)."""
-    return any(c.__name__ == "GradientCheckpointingLayer" for c in type(module).__mro__)
-
-
-def _hf_model(model: nn.Module) -> bool:
-    return bool(getattr(model, "supports_gradient_checkpointing", False)) and (
-        hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable"))
-
-
-def _supports_every_n(model: nn.Module) -> bool:
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    return enable is not None and "every_n_layers" in inspect.signature(enable).parameters
-
 
 def find_chain(workload: Workload) -> str | None:
     """FQN of the largest ``ModuleList``/``Sequential`` whose children run as a chain, else None.
@@ -240,11 +234,11 @@ class ModelFacts:
 
 def model_facts(workload: Workload) -> ModelFacts:
     model = workload.model
-    hf = _hf_model(model)
+    hf = hf_model(model)
     layers = tuple(n for n, m in model.named_modules() if is_hf_checkpointing_layer(m)) if hf else ()
     chain = find_chain(workload)
     blocks = tuple(f"{chain}.{n}" for n, _ in model.get_submodule(chain).named_children()) if chain else ()
-    return ModelFacts(hf, hf and _supports_every_n(model), layers, chain, blocks)
+    return ModelFacts(hf, hf and supports_every_n(model), layers, chain, blocks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,117 +346,6 @@ def _refuse_plan(workload: Workload, peer: Peer) -> None:
                         "remove the plan first (handle.remove()), a peer is measured on the bare model")
 
 
-_HF_ATTRS = ("gradient_checkpointing", "_gradient_checkpointing_func", "_require_grads_hooks", "_require_grads_hook")
-_MISSING = object()
-
-
-@contextlib.contextmanager
-def _hf_checkpointing(workload: Workload, peer: Peer) -> Iterator[None]:
-    model, n = workload.model, int(peer.params["every_n_layers"])
-    if not _hf_model(model):
-        raise WorkloadError(f"peer '{peer.name}' needs a transformers model that supports gradient checkpointing; "
-                            f"workload '{workload.spec}' has a {type(model).__name__}; pick another peer")
-    if n != 1 and not _supports_every_n(model):
-        raise WorkloadError(f"peer '{peer.name}': this transformers has no every_n_layers (transformers 5 does); "
-                            "upgrade transformers or use every_n_layers=1")
-    # transformers' disable leaves its attributes and the input-grad hook behind: put back what was there
-    saved = [(m, {a: m.__dict__.get(a, _MISSING) for a in _HF_ATTRS}) for m in model.modules()]
-    hooks_before = list(getattr(model, "_require_grads_hooks", []) or [])
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=n)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    try:
-        yield
-    finally:
-        for hook in getattr(model, "_require_grads_hooks", []) or []:
-            if hook not in hooks_before:
-                hook.remove()
-        for m, attrs in saved:
-            for a, v in attrs.items():
-                if v is _MISSING:
-                    m.__dict__.pop(a, None)
-                else:
-                    m.__dict__[a] = v
-
-
-def _identity(x: torch.Tensor) -> torch.Tensor:
-    return x
-
-
-@contextlib.contextmanager
-def _checkpoint_sequential(workload: Workload, peer: Peer) -> Iterator[None]:
-    chain, k = str(peer.params["chain"]), int(peer.params["segments"])
-    try:
-        container = workload.model.get_submodule(chain)
-    except AttributeError:
-        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{chain}'; "
-                            "list the peers of this workload with env.measure.peers.peers_for") from None
-    children = list(container.children())
-    if not 1 <= k <= len(children):
-        raise WorkloadError(f"peer '{peer.name}': segments={k} must be between 1 and the chain's {len(children)} blocks")
-    taken = [i for i, c in enumerate(children) if "forward" in c.__dict__]
-    if taken:
-        raise PlanError(f"peer '{peer.name}': block {chain}.{taken[0]} already has its forward replaced; "
-                        "remove that wrapper first")
-    forwards = [c.forward for c in children]
-
-    def segmented(x: torch.Tensor) -> torch.Tensor:
-        return checkpoint_sequential(forwards, k, x, use_reentrant=False, preserve_rng_state=True)
-
-    # The parent calls the blocks in order: the first runs the whole chain in segments, the rest pass through.
-    # (The blocks' own forward hooks are bypassed meanwhile.)
-    children[0].forward = segmented
-    for c in children[1:]:
-        c.forward = _identity
-    try:
-        yield
-    finally:
-        for c in children:
-            c.__dict__.pop("forward", None)
-
-
-def _blocks_of(workload: Workload, peer: Peer) -> list[nn.Module]:
-    """The blocks a torchtitan peer wraps: the children of its ``blocks`` container (transformers' checkpointing
-    layers among them, on a transformers model)."""
-    name = str(peer.params["blocks"])
-    try:
-        container = workload.model.get_submodule(name)
-    except AttributeError:
-        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{name}'; "
-                            "list the peers of this workload with env.measure.peers.peers_for") from None
-    children = list(container.children())
-    layers = [c for c in children if is_hf_checkpointing_layer(c)]
-    return layers or children
-
-
-@contextlib.contextmanager
-def _titan_op_sac(workload: Workload, peer: Peer) -> Iterator[None]:
-    blocks = _blocks_of(workload, peer)
-    with wrapped_blocks(blocks, [True] * len(blocks), op_sac_context):
-        yield
-
-
-@contextlib.contextmanager
-def _titan_layer_sac(workload: Workload, peer: Peer) -> Iterator[None]:
-    blocks = _blocks_of(workload, peer)
-    with wrapped_blocks(blocks, layer_picks(len(blocks), int(peer.params["every"])), None):
-        yield
-
-
-@contextlib.contextmanager
-def _compile_budget(workload: Workload, peer: Peer) -> Iterator[CompileOptions]:
-    yield CompileOptions(activation_memory_budget=float(peer.params["budget"]))
-
-
-@contextlib.contextmanager
-def _eager(install: Callable[[Workload, Peer], contextlib.AbstractContextManager[None]],
-           workload: Workload, peer: Peer) -> Iterator[None]:
-    with install(workload, peer):
-        yield None
-
-
 @dataclasses.dataclass(frozen=True)
 class KindSpec:
     """One kind of peer: which configurations apply to a model (``offer``), how one is installed on a
@@ -482,19 +365,19 @@ def _every(p: Peer, key: str, unit: str) -> str:
 
 KINDS: dict[PeerKind, KindSpec] = {
     PeerKind.COMPILE_BUDGET: KindSpec(
-        _offer_budgets, _compile_budget,
+        _offer_budgets, compile_budget,
         lambda p: f"torch.compile, activation_memory_budget {float(p.params['budget']):.1f}"),
     PeerKind.HF_CHECKPOINTING: KindSpec(
-        _offer_hf, lambda w, p: _eager(_hf_checkpointing, w, p),
+        _offer_hf, lambda w, p: eager(hf_checkpointing, w, p),
         lambda p: "transformers' gradient checkpointing" + _every(p, "every_n_layers", "layers"), _hf_plan),
     PeerKind.CHECKPOINT_SEQUENTIAL: KindSpec(
-        _offer_sequential, lambda w, p: _eager(_checkpoint_sequential, w, p),
+        _offer_sequential, lambda w, p: eager(checkpoint_sequential_blocks, w, p),
         lambda p: f"checkpoint_sequential, {p.params['segments']} segments", _sequential_plan),
     PeerKind.TORCHTITAN_OP_SAC: KindSpec(
-        _offer_titan_op, lambda w, p: _eager(_titan_op_sac, w, p),
+        _offer_titan_op, lambda w, p: eager(titan_op_sac, w, p),
         lambda p: "torchtitan's op selective AC (attention and every second matmul saved)"),
     PeerKind.TORCHTITAN_LAYER_SAC: KindSpec(
-        _offer_titan_layer, lambda w, p: _eager(_titan_layer_sac, w, p),
+        _offer_titan_layer, lambda w, p: eager(titan_layer_sac, w, p),
         lambda p: "torchtitan's layer selective AC" + _every(p, "every", "blocks"), _titan_layer_plan),
 }
 

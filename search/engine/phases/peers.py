@@ -50,8 +50,8 @@ def measure_peers(ctx: RunContext) -> None:
 def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int) -> list[str | Peer]:
     """``todo`` (digests of measured plans) with each peer measured as itself that the passes so far (``done``)
     measured less than ``limit`` times placed right after the plan that answers it (our fastest plan of the
-    strict frontier at no more memory), the answer put in where ``todo`` lacks it: the passes measure the two
-    one after the other. Peers that ran out of memory, and those with no plan of ours as low, are left out."""
+    strict frontier at no more memory), the answer put in where ``todo`` lacks it and the passes measured it less
+    than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that ran out of memory, and those with no plan of ours as low, are left out."""
     ledger = ctx.ledger
     front = ledger.frontier()
     specs = {k: v.get("spec") for k, v in ledger.store.read(meta.PEERS).items()}
@@ -60,9 +60,10 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
         spec, answer = specs.get(name), answer_to(m, front)
         if spec is None or m.oom or answer is None or done.count(f"peer:{name}") >= limit:
             continue
-        if answer.digest not in out:
+        if answer.digest not in out and done.count(answer.digest) < limit:
             out.append(answer.digest)
-        out.insert(out.index(answer.digest) + 1, Peer.model_validate(spec))
+        at = out.index(answer.digest) + 1 if answer.digest in out else len(out)
+        out.insert(at, Peer.model_validate(spec))
     return out
 
 
