@@ -62,8 +62,9 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         phases, busy = s.read(meta.PHASE_SECONDS), s.read(meta.EVALUATOR_SECONDS)  # where the wall time went
         assert {"Ray start", "profile", "rules", "training", "measuring", "deciding passes", "report"} <= set(phases)
         assert all(v >= 0 for v in phases.values()) and busy["plans"] > 0 and busy["reference_measurements"] >= 2
+        apart = [v["record"] for v in s.read(meta.PEERS).values() if not v.get("plan")]  # peers measured as such
         assert busy["plan_measurements"] + busy["reference_measurements"] == sum(
-            m.n_measurements for m in s.measured())
+            m.n_measurements for m in [*s.measured(), *apart])
         # the store's frontier is shown or left out; a plan shown beside it is a confirmed one shown in place of
         # a plan not confirmed
         unconfirmed = json.loads((run_dir / "report.json").read_text())["left_out"]["unconfirmed"]
