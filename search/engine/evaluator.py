@@ -139,17 +139,15 @@ class Evaluator:
         (``env.measure.measurement.reuses_peak``). ``whole_model``: measured with these options instead (the
         whole model compiled, ``evaluate_whole_model``), after two warm-up steps."""
         self.n_measured += 1
-        start = time.perf_counter()
         what = "whole-model compiled measurement" if whole_model else "measurement"
-        with model_errors(f"the {what} of plan {plan.digest} ({action_summary(plan.actions.values())})"):
+        with counted(self.busy, "references" if is_reference else "plans"), model_errors(
+                f"the {what} of plan {plan.digest} ({action_summary(plan.actions.values())})"):
             m = measure(self.workload, plan, self.units, repeats=self.repeats,
                         warmup=2 if whole_model else warmup_before_timing(self.workload, known, self.compile),
                         source=source, measurement_id=f"{self._id_prefix}:{self.n_measured}",
                         compile=whole_model or self.compile, known=known)
-        kind = "references" if is_reference else "plans"
-        self.busy[kind] += time.perf_counter() - start
-        self.busy[f"{kind[:-1]}_measurements"] += 1
         return self._labelled(m, is_reference)
+
 
     def seconds(self) -> dict[str, float]:
         """Seconds spent measuring plans and references (the all-keep plan against drift), and how many."""
@@ -190,8 +188,8 @@ class Evaluator:
         """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none
         (``env.measure.peers.peer_plan``)."""
         facts = model_facts(self.workload)
-        return [None if (a := peer_plan(self.workload, p, self.units, facts)) is None else [x.value for x in a]
-                for p in peers]
+        plans = [peer_plan(self.workload, p, self.units, facts) for p in peers]
+        return [None if a is None else [x.value for x in a] for a in plans]
 
     def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
         """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles): the same
@@ -199,13 +197,10 @@ class Evaluator:
         self._refresh_reference()
         self.n_measured += 1
         known = self._peers.get(peer.name)
-        start = time.perf_counter()
-        with model_errors(f"the measurement of peer {peer.name}"):
+        with counted(self.busy, "plans"), model_errors(f"the measurement of peer {peer.name}"):
             m = measure_peer(self.workload, peer, repeats=self.repeats,
                              warmup=warmup_before_timing(self.workload, known, self.compile), compile=self.compile,
                              measurement_id=f"{self._id_prefix}:{self.n_measured}", known=known)
-        self.busy["plans"] += time.perf_counter() - start
-        self.busy["plan_measurements"] += 1
         self._peers[peer.name] = known.merged(m) if known is not None else m
         return self._labelled(m, is_reference=False)
 
@@ -259,6 +254,16 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+@contextlib.contextmanager
+def counted(busy: dict[str, float], kind: str) -> Iterator[None]:
+    """The seconds of what runs inside, and one more measurement, counted in ``busy`` as ``kind`` (plans or
+    references; ``Evaluator.seconds``)."""
+    start = time.perf_counter()
+    yield
+    busy[kind] += time.perf_counter() - start
+    busy[f"{kind[:-1]}_measurements"] += 1
 
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:

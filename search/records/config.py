@@ -42,9 +42,8 @@ class SearchConfig:
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
                                                "only), hybrid (cost model corrected by measurements; every frontier "
                                                "point measured)", choices=tuple(m.value for m in RewardMode))
-    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (transformers' "
-                             "gradient checkpointing every 1-4 layers on HF models, checkpoint_sequential on chains, "
-                             "torchtitan's op and layer selective AC on blocks); "
+    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (HF models' own "
+                             "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); "
                              "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
                     choices=("none", "eager", "all"))
     peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
