@@ -75,6 +75,7 @@ def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Seque
     base = report["baseline"]["step_seconds"]
     return {"workload": workload, "compiled": compiled, "command": "python -m search.run " + " ".join(flags),
             "wall_seconds": wall, "baseline_steps": wall / base, "phase_seconds": report.get("phase_seconds"),
+            "evaluator_seconds": report.get("evaluator_seconds"), "measured": report["measured"],
             "clock": report["clock"], "baseline": report["baseline"], "hypervolume": report["hypervolume"],
             "search": {k: cfg[k] for k in SEARCH_SETTINGS}, "units": frontier["units"],
             "frontier": report["frontier"], "peers": report["peers"], "load_average_1": load_before}
