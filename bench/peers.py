@@ -7,6 +7,7 @@
     python bench/peers.py --quote-only                      # quote the file's searches again
     python bench/peers.py --gradients-only                  # check the file's peers' gradients again
     python bench/peers.py --quick                           # gpt/tiny, two budgets (smoke test)
+    python bench/peers.py --default --workloads gpt/small --rounds 5  # the README's first command, its verdicts quoted
 
 For each workload, one ``python -m search.run --peers all``: its Evaluator measures the searched
 plans and the peers (torch.compile's ``activation_memory_budget`` at ``--budgets``, transformers'
@@ -43,7 +44,7 @@ from bench.common import code_commit, read_result, write_json  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
 from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
 from bench.views.peers import compile_budgets  # noqa: E402
-from env.data.measured import MeasuredPlan  # noqa: E402
+from env.data.measured import MeasuredPlan, compare_times  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from env.measure.compiled import CompileOptions  # noqa: E402
 from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, peers_for  # noqa: E402
@@ -51,36 +52,45 @@ from env.runtime.chains import training_step  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
 from search.engine.evaluator import Evaluator  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
-from search.records.pareto import fastest_within  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]
 SEARCH_SETTINGS = ("seed", "repeats", "measure_threads", "compile_scope")  # what the quote's Evaluator takes from it
 
 
-def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str]) -> dict[str, Any]:
-    flags = ["--workload", workload, "--peers", "all", "--peer-budgets", *map(str, budgets), "--no-batch-scaling",
-             *extra, *(["--compile"] if compiled else [])]
+def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str],
+           default: bool = False) -> dict[str, Any]:
+    """One search with every peer kind (``--peers all`` at ``budgets``), or with ``default`` the README's first
+    command as it is (``python -m search.run``, its default peers) on ``workload``: its report's figures, the
+    peers' verdicts from its ``frontier.json``, and what the run cost in baseline steps."""
+    flags = (["--workload", workload, *extra] if default else
+             ["--workload", workload, "--peers", "all", "--peer-budgets", *map(str, budgets), "--no-batch-scaling",
+              *extra, *(["--compile"] if compiled else [])])
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         report, wall = run_search(flags, out=Path(tmp))
         cfg = json.loads((Path(tmp) / "run" / "config.json").read_text())
+        frontier = json.loads((Path(tmp) / "run" / "frontier.json").read_text())
     print(f"{workload}: {len(report['peers'])} peers, {wall:.0f} s", file=sys.stderr)
+    base = report["baseline"]["step_seconds"]
     return {"workload": workload, "compiled": compiled, "command": "python -m search.run " + " ".join(flags),
-            "wall_seconds": wall, "clock": report["clock"], "baseline": report["baseline"],
-            "search": {k: cfg[k] for k in SEARCH_SETTINGS},
-            "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
+            "wall_seconds": wall, "baseline_steps": wall / base, "phase_seconds": report.get("phase_seconds"),
+            "evaluator_seconds": report.get("evaluator_seconds"), "measured": report["measured"],
+            "clock": report["clock"], "baseline": report["baseline"], "hypervolume": report["hypervolume"],
+            "search": {k: cfg[k] for k in SEARCH_SETTINGS}, "units": frontier["units"],
+            "frontier": report["frontier"], "peers": report["peers"], "load_average_1": load_before}
 
 
 def selected(row: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
-    """Per measured peer: our fastest frontier point at no more memory, by the search's measurements: its
-    ``plan`` and ``compile_scope`` (how the search measured it; ``--compile-scope both`` shows either)."""
-    front = row["frontier"]
+    """Per measured peer: the plan the search answered it with (our fastest plan of the strict frontier at no more
+    memory, ``search.records.peer_verdicts``): its ``plan`` and ``compile_scope`` (how the search measured it)."""
     out: dict[str, dict[str, Any] | None] = {}
     for p in row["peers"]:
-        if not p["oom"]:
-            k = fastest_within([f["peak_bytes"] for f in front], [f["step_seconds"] for f in front], p["peak_bytes"])
-            out[p["peer"]] = None if k is None else {"plan": front[k]["plan"],
-                                                      "compile_scope": front[k].get("compile_scope")}
+        if p.get("measured") is not None:
+            ours = p.get("ours")
+            out[p["peer"]] = None if ours is None else {"plan": dict(zip(row["units"], ours["actions"])),
+                                                        "compile_scope": row.get("search", {}).get("compile_scope")
+                                                        if row["compiled"] else None}
     return out
 
 
@@ -99,7 +109,8 @@ def search_settings(row: dict[str, Any]) -> dict[str, Any]:
 def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     """Fresh interleaved measurements of the baseline, the peers and our plans selected against them."""
     picks = selected(row)
-    units = list(row["frontier"][0]["plan"])
+    searched_verdicts = {p["peer"]: p.get("verdict") for p in row["peers"]}
+    units = row["units"]
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
     search = search_settings(row)
     scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
@@ -134,13 +145,18 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
         entry: dict[str, Any] = {"peer": name, **_figures(peer), "compile_seconds": peer.compile_seconds,
                                  "note": peers[name].note, "ours": None}
         if mine is not None:
-            diff = peer.step_seconds - mine.step_seconds
+            verdict = compare_times((peer.step_seconds, peer.spread_seconds), (mine.step_seconds, mine.spread_seconds))
             entry["ours"] = {**_figures(mine), "plan": action_summary(plan["plan"].values())
                              + (", whole model compiled" if plan["compile_scope"] == "model" and scope == "both" else ""),
                              "compile_scope": plan["compile_scope"],
                              "fits": mine.peak_bytes <= peer.peak_bytes, "compile_seconds": mine.compile_seconds}
             entry["time_ratio_peer_over_ours"] = peer.step_seconds / mine.step_seconds
-            entry["beyond_spread"] = abs(diff) > peer.spread_seconds + mine.spread_seconds
+            entry["verdict"], entry["verdict_text"] = verdict.verdict, str(verdict)
+            entry["beyond_spread"] = verdict.verdict != "within noise"
+            searched = searched_verdicts.get(name)
+            if searched in ("faster", "slower"):  # the search's verdict, checked: the quote says the opposite
+                entry["search_verdict"] = searched
+                entry["contradicted"] = verdict.verdict in ("faster", "slower") and verdict.verdict != searched
         rows.append(entry)
     return {"rounds": rounds, "samples_per_plan": samples, "wall_seconds": time.perf_counter() - t0,
             "baseline": _figures(got["baseline"]), "peers": sorted(rows, key=lambda e: e["peak_bytes"]),
@@ -185,7 +201,7 @@ def measure(run: Run) -> None:
                     write_json(run.path, run.result)
         return
     for w in args.workloads:
-        row = search(w, args.budgets, args.compile, args.search)
+        row = search(w, args.budgets, args.compile, args.search, args.default)
         row["quote"] = quote(row, args.rounds)
         check_gradients(row)
         run.add_row(row)  # written after every workload: a long run keeps what it did
@@ -196,6 +212,9 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--budgets", type=float, nargs="+", default=[round(0.1 * i, 1) for i in range(11)],
                     help="activation_memory_budget values (a cold compile each)")
     ap.add_argument("--compile", action="store_true", help="search and measure compiled steps")
+    ap.add_argument("--default", action="store_true",
+                    help="the default search (python -m search.run, its default peers) on each workload, then the "
+                         "quote: checks the verdicts the run's report gives (result: peers_default)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the quoted plans")
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[],
                     help="further search.run flags, e.g. --search --agents 2 --timesteps 1024")
@@ -206,7 +225,7 @@ def options(ap: argparse.ArgumentParser) -> None:
 
 
 BENCH = Bench("peers", __doc__, options, rows="workloads", row_id=lambda r: r["workload"],
-              name_of=lambda args: "peers_compiled" if args.compile else "peers",
+              name_of=lambda args: "peers_default" if args.default else "peers_compiled" if args.compile else "peers",
               quick={"workloads": ["gpt/tiny"], "budgets": [0.0, 1.0], "rounds": 1})
 
 if __name__ == "__main__":

@@ -207,13 +207,13 @@ def test_peers_quick(tmp_path: Path) -> None:
     w = load(out)["workloads"][0]
     names = {p["peer"] for p in w["peers"]}
     assert {"compile-budget-0.0", "compile-budget-1.0"} <= names and any(n.startswith("checkpoint-sequential") for n in names)
-    for p in w["peers"]:
-        if not p["oom"] and p["ours_step_seconds"]:
-            assert p["ours_peak_bytes"] <= p["peak_bytes"]  # ours at no more memory
-            assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours_step_seconds"])
+    for p in w["peers"]:  # search.records.peer_verdicts: against ours at no more memory, compare_times' verdict
+        if p["measured"] and p["ours"]:
+            assert p["ours"]["peak_bytes"] <= p["measured"]["peak_bytes"]
+            assert p["ratio"] == pytest.approx(p["measured"]["step_seconds"] / p["ours"]["step_seconds"])
     q = w["quote"]  # fresh measurements: every quoted plan timed alike, ours selected on the search's
     assert q["samples_per_plan"] == 1 and q["baseline"]["samples"] == 1
-    assert {p["peer"] for p in q["peers"]} == {p["peer"] for p in w["peers"] if not p["oom"]}
+    assert {p["peer"] for p in q["peers"]} == {p["peer"] for p in w["peers"] if p["measured"]}
     for p in q["peers"]:
         assert p["samples"] == 1
         if p["ours"] is not None:

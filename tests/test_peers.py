@@ -26,8 +26,11 @@ from env.measure.peers import (
     find_chain,
     hf_checkpointing_peer,
     measure_peer,
+    peer_plan,
     peers_for,
     prepared,
+    torchtitan_layer_peer,
+    torchtitan_op_sac_peer,
 )
 from env.runtime.apply import apply_actions, plan_for
 from env.units.find import find_units
@@ -98,7 +101,8 @@ def test_peers_of_a_transformers_model_are_its_own_checkpointing_every_n_layers(
     assert _names(peers_for(two, budgets=()), PeerKind.HF_CHECKPOINTING) == ["hf-checkpointing", "hf-checkpointing-every-2"]
     # every 2, 3, 4 of 4 layers: {0, 2}, {0, 3}, {0}; no chain (layers take masks and position embeddings)
     assert [p.name for p in peers_for(four, budgets=())] == [
-        "hf-checkpointing", "hf-checkpointing-every-2", "hf-checkpointing-every-3", "hf-checkpointing-every-4"]
+        "hf-checkpointing", "hf-checkpointing-every-2", "hf-checkpointing-every-3", "hf-checkpointing-every-4",
+        "torchtitan-op-sac", "torchtitan-layer-every-2"]  # torchtitan's policies on its decoder layers
     assert find_chain(four) is None
 
 
@@ -112,6 +116,8 @@ def _eager_peer_cases() -> list[tuple[str, Peer]]:
     cases = [("gpt/tiny", checkpoint_sequential_peer(k, "blocks")) for k in (1, 2, 4)]
     cases += [("cnn/tiny", checkpoint_sequential_peer(2, "features"))]
     cases += [(LLAMA4, hf_checkpointing_peer(n)) for n in (1, 2, 4)]
+    cases += [("gpt/tiny", torchtitan_op_sac_peer("blocks")), ("gpt/tiny", torchtitan_layer_peer(2, "blocks"))]
+    cases += [(LLAMA4, torchtitan_op_sac_peer("model.layers"))]
     return cases
 
 
@@ -249,24 +255,26 @@ def test_measure_peer_compiles_each_budget_fresh() -> None:
     assert torch._functorch.config.activation_memory_budget == 1.0  # the budget was set only while compiling
 
 
-@pytest.mark.parametrize("k", [2, 3, 8])
-def test_a_checkpoint_sequential_peer_is_a_plan_of_ours_with_its_measured_peak(k: int) -> None:
-    """The peer, expressed as chain regions over the chain's blocks, measures the peer's own peak
-    (CPU peaks are exact and repeatable: equal, not just close)."""
+@pytest.mark.parametrize("peer", [checkpoint_sequential_peer(k, "blocks") for k in (2, 3, 8)]
+                         + [torchtitan_layer_peer(n, "blocks") for n in (2, 3)], ids=lambda p: p.name)
+def test_a_peer_over_blocks_that_are_units_is_a_plan_of_ours_with_its_measured_peak(peer: Peer) -> None:
+    """The peer as a plan over the blocks (chain regions for checkpoint_sequential, every n-th block recomputed for
+    torchtitan's layer policy) measures the peer's own peak (CPU peaks are exact and repeatable: equal, not just
+    close); over units that are not its blocks it is no plan of ours."""
     from env.data.plan import Action
     from env.measure.measurement import measure
-    from env.measure.peers import sequential_peer_actions
 
     w = load_workload("gpt/tiny?n_layer=8")
     units = find_units(w.model)
-    peer = checkpoint_sequential_peer(k, "blocks")
-    actions = sequential_peer_actions(peer, units)
-    if k == 3:  # segments of 8 // 3 = 2 blocks: two regions, the last segment of 4 kept
+    actions = peer_plan(w, peer, units)
+    assert actions is not None
+    if peer.name == "checkpoint-sequential-3":  # segments of 8 // 3 = 2 blocks: two regions, the last segment of 4 kept
         assert actions == [Action.RECOMPUTE, Action.CHAIN] * 2 + [Action.KEEP] * 4
+    if peer.name == "torchtitan-layer-every-3":  # the 3rd and 6th blocks, counted from 1
+        assert [i for i, a in enumerate(actions) if a is Action.RECOMPUTE] == [2, 5]
     ours = measure(w, plan_for(w.model, units, actions), units, repeats=1)
     theirs = measure_peer(w, peer, repeats=1)
     assert ours.peak_bytes == theirs.peak_bytes
     assert ours.peak_bytes < measure(w, plan_for(w.model, units, [Action.KEEP] * 8), units, repeats=1).peak_bytes
-    with pytest.raises(WorkloadError) as e:
-        sequential_peer_actions(peer, find_units(w.model, "sub-block"))
-    one_line_error(e, "segments the blocks of 'blocks'", "give them as the units")
+    assert peer_plan(w, peer, find_units(w.model, "sub-block")) is None
+    assert peer_plan(w, torchtitan_op_sac_peer("blocks"), units) is None  # per op: no plan of ours

@@ -62,8 +62,9 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         phases, busy = s.read(meta.PHASE_SECONDS), s.read(meta.EVALUATOR_SECONDS)  # where the wall time went
         assert {"Ray start", "profile", "rules", "training", "measuring", "deciding passes", "report"} <= set(phases)
         assert all(v >= 0 for v in phases.values()) and busy["plans"] > 0 and busy["reference_measurements"] >= 2
+        apart = [v["record"] for v in s.read(meta.PEERS).values() if not v.get("plan")]  # peers measured as such
         assert busy["plan_measurements"] + busy["reference_measurements"] == sum(
-            m.n_measurements for m in s.measured())
+            m.n_measurements for m in [*s.measured(), *apart])
         # the store's frontier is shown or left out; a plan shown beside it is a confirmed one shown in place of
         # a plan not confirmed
         unconfirmed = json.loads((run_dir / "report.json").read_text())["left_out"]["unconfirmed"]
@@ -103,6 +104,17 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
                 assert p["n_measurements"] == m.n_measurements
             else:
                 assert p["n_measurements"] == len(late) == confirmed.count(m.digest) == CONFIRMING_MEASUREMENTS
+        # the peers: one that is a plan of ours is that plan, measured as a plan (never as itself); the others are
+        # measured as themselves in the deciding and confirming passes, each right after the plan that answers it
+        peers, verdicts = s.read(meta.PEERS), {v["peer"]: v for v in front["peers"]}
+        assert set(verdicts) == set(peers) >= {"checkpoint-sequential-2", "torchtitan-op-sac"}
+        assert verdicts["checkpoint-sequential-2"]["plan"] == s.read(meta.RULES)["segments_2"]
+        assert verdicts["checkpoint-sequential-2"]["verdict"] != "faster"  # a plan of ours cannot beat our frontier
+        op = peers["torchtitan-op-sac"]["record"]
+        assert op.n_measurements == 1 + remeasured.count(op.digest) + confirmed.count(op.digest)
+        assert remeasured.count(op.digest) == DECIDING_MEASUREMENTS and confirmed.count(op.digest) == 2
+        answer = verdicts["torchtitan-op-sac"]["ours"]["digest"]
+        assert confirmed[confirmed.index(op.digest) - 1] == answer or answer in confirmed
         scaling = s.read(meta.BATCH_SCALING)
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
         fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too
@@ -430,7 +442,7 @@ def test_the_measurement_budget_grows_with_the_units_and_a_negative_one_is_refus
     from env.data.errors import CkptSearchError
     from search.records.config import parse_config
 
-    assert parse_config([]).measurement_budget(6) == 33 and parse_config([]).measurement_budget(48) == 54
+    assert parse_config([]).measurement_budget(6) == 23 and parse_config([]).measurement_budget(48) == 44
     assert parse_config(["--max-measurements", "12"]).measurement_budget(96) == 12  # given: a cap as it is
     with pytest.raises(CkptSearchError) as e:
         parse_config(["--max-measurements", "-1"])

@@ -16,6 +16,17 @@ def _num(x: float | None) -> str:
 
 # --------------------------------------------------------------------------------------------- default_run
 
+def peer_rows(rows: list[Result]) -> list[str]:
+    """A report's peers table (``search.engine.report.peers_markdown``); results written before the verdicts
+    (``search.records.peer_verdicts``) existed show each peer against ours at no more memory as measured then."""
+    if "verdict" in rows[0]:
+        return peers_markdown(rows)
+    return ["| peer | peak MiB | step ms | ours at no more memory: MiB / ms |", "|---|---:|---:|---|"] + [
+        f"| {p['peer']} | {mib(p['peak_bytes']):.1f} | {p['step_seconds'] * 1e3:.1f} | "
+        + (f"{mib(p['ours_peak_bytes']):.1f} / {p['ours_step_seconds'] * 1e3:.1f} |" if p.get("ours_peak_bytes")
+           else "none |") for p in rows if not p["oom"]]
+
+
 def default_run_table(r: Result) -> str:
     b = r["baseline"]
     rows = [(f"{mib(p['peak_bytes']):.1f}", f"{1 - p['peak_bytes'] / b['peak_bytes']:.0%}", f"{p['step_seconds'] * 1e3:.1f}",
@@ -25,10 +36,10 @@ def default_run_table(r: Result) -> str:
            f"{r.get('measurement_mode', '')}.", "",
            table(["peak MiB", "saving", "step ms", "slowdown", "found by"], rows, "rrrrl")]
     if r.get("peers"):
-        out += ["", *peers_markdown(r["peers"])]
+        out += ["", *peer_rows(r["peers"])]
     # the run's own phase clock (``time.perf_counter`` in the driver), as its report.md shows it
     out += [line.replace("## ", "#### ") for line in time_lines(r.get("phase_seconds") or {},
-                                                             r.get("evaluator_seconds") or {})]
+                                                             r.get("evaluator_seconds") or {}, b["step_seconds"])]
     if r.get("against"):
         out += ["", *_against_table(r["against"])]
     return "\n".join(out)
@@ -95,7 +106,7 @@ def compiled_search_table(r: Result) -> str:
     compiled = [row for row in r["rows"] if row["mode"] == "compiled" and row.get("peers")]
     if compiled:
         out += ["", "Peers beside the last compiled search (compiled whole, as their users compile them):", "",
-                *peers_markdown(compiled[-1]["peers"])]
+                *peer_rows(compiled[-1]["peers"])]
     return "\n".join(out)
 
 

@@ -19,7 +19,16 @@ hf_checkpointing       transformers' ``activation_checkpointing_enable``        
 checkpoint_sequential  ``torch.utils.checkpoint.checkpoint_sequential`` over the   ``segments`` k           models whose blocks run as a
                        model's chain of blocks in k segments (every segment but                             chain (:func:`find_chain`)
                        the last is recomputed), ``use_reentrant=False``
+torchtitan_op_sac      torchtitan's op selective AC on every block: attention's    (none)                   models with blocks
+                       and every second matmul's outputs saved, the rest                                    (:attr:`ModelFacts.blocks`)
+                       recomputed (``env.measure.block_policies``)
+torchtitan_layer_sac   torchtitan's layer selective AC: every n-th block fully     ``every`` n (2, as       models with blocks
+                       checkpointed (``env.measure.block_policies``)               torchtitan's default)
 =====================  ==========================================================  =======================  ================================
+
+Each kind is one entry of ``KINDS`` (:class:`KindSpec`): how it is offered, installed and described, and where
+it is a plan of ours (``as_plan``: every ``checkpoint_sequential``, transformers' checkpointing and torchtitan's
+layer policy, when their blocks are decision units), so a search measures it once, as that plan.
 
 All of them keep the gradients of no checkpointing (dropout masks are replayed; tested), except
 compile budgets below 1.0 on a model with dropout: in torch 2.13 the partitioner may recompute a
@@ -27,15 +36,14 @@ dropout in backward with fresh random numbers (pytorch/pytorch#190758, open; rep
 CPU, aot_eager and inductor alike; ``Peer.note`` says so). ``gradient_error`` checks a peer on a
 workload: one step with it against one without, from the same RNG state. ``checkpoint_sequential``
 is skipped by dynamo, so compiled it runs with graph breaks (counted in the measurement).
-Unlike a plan, ``checkpoint_sequential`` and transformers' checkpointing update BatchNorm's
-running statistics again when they recompute: that is how users get them.
+Unlike a plan, ``checkpoint_sequential``, transformers' checkpointing and torchtitan's policies update
+BatchNorm's running statistics again when they recompute: that is how users get them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 from enum import Enum
 from typing import Any, Callable, Iterator, Sequence
@@ -43,13 +51,24 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict
-from torch.utils.checkpoint import checkpoint_sequential
 
 from env.data.errors import PlanError, WorkloadError
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action
 from env.data.segments import checkpoint_sequential_actions
+from env.measure.block_policies import layer_picks
 from env.measure.compiled import CompileOptions, compiled
+from env.measure.peer_installs import (
+    checkpoint_sequential_blocks,
+    compile_budget,
+    eager,
+    hf_checkpointing,
+    hf_model,
+    is_hf_checkpointing_layer,
+    supports_every_n,
+    titan_layer_sac,
+    titan_op_sac,
+)
 from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
 from env.runtime.chains import Step, step_error, training_step
@@ -57,6 +76,7 @@ from env.workloads.workload import Workload
 
 BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(11))  # 0.0, 0.1, ..., 1.0
 EVERY_N_LAYERS: tuple[int, ...] = (1, 2, 3, 4)
+TORCHTITAN_LAYER_EVERY: tuple[int, ...] = (2,)  # torchtitan's default selective_ac_option
 GRADIENT_TOLERANCE = 1e-3  # ``gradient_error`` above this: the peer changes the gradients (summation order: ~1e-6)
 
 
@@ -64,6 +84,8 @@ class PeerKind(str, Enum):
     COMPILE_BUDGET = "compile_budget"
     HF_CHECKPOINTING = "hf_checkpointing"
     CHECKPOINT_SEQUENTIAL = "checkpoint_sequential"
+    TORCHTITAN_OP_SAC = "torchtitan_op_sac"
+    TORCHTITAN_LAYER_SAC = "torchtitan_layer_sac"
 
     def __str__(self) -> str:
         return self.value
@@ -83,6 +105,11 @@ class Peer(BaseModel):
     def digest(self) -> str:
         """What a measurement of this peer is filed under, in place of a plan digest."""
         return f"peer:{self.name}"
+
+    @property
+    def label(self) -> str:
+        """The peer in words."""
+        return KINDS[self.kind].label(self)
 
 
 # pytorch/pytorch#190758 (open in torch 2.13, tested here): below 1.0 the partitioner may recompute random ops
@@ -105,38 +132,19 @@ def checkpoint_sequential_peer(segments: int, chain: str) -> Peer:
                 params={"segments": int(segments), "chain": chain})
 
 
-def sequential_peer_actions(peer: Peer, units: Sequence[str]) -> list[Action]:
-    """A ``checkpoint_sequential`` peer as a plan of ours over ``units``, its chain's blocks in order:
-    each segment but the last one chain region (``recompute`` then ``chain``), the last kept, as
-    torch runs it. The peer is then a point of our plan space, measured by the same code as a plan."""
-    chain, k = str(peer.params["chain"]), int(peer.params["segments"])
-    if peer.kind is not PeerKind.CHECKPOINT_SEQUENTIAL:
-        raise WorkloadError(f"peer '{peer.name}' is a {peer.kind.value} peer; only checkpoint_sequential peers "
-                            "are plans of ours")
-    blocks = [f"{chain}.{i}" for i in range(len(units))]
-    if list(units) != blocks:
-        raise WorkloadError(f"peer '{peer.name}' segments the blocks of '{chain}'; give them as the units, in order "
-                            f"({', '.join(blocks[:3])}, ...), not {', '.join(list(units)[:3])}, ...")
-    return checkpoint_sequential_actions(len(units), k, [False] + [True] * (len(units) - 1))
+def torchtitan_op_sac_peer(blocks: str) -> Peer:
+    """torchtitan's op policy on the blocks of container ``blocks`` (``ModelFacts.container``)."""
+    return Peer(name="torchtitan-op-sac", kind=PeerKind.TORCHTITAN_OP_SAC, params={"blocks": blocks})
+
+
+def torchtitan_layer_peer(every: int, blocks: str) -> Peer:
+    """torchtitan's layer policy, every ``every``-th block of container ``blocks`` checkpointed."""
+    return Peer(name=f"torchtitan-layer-every-{every}", kind=PeerKind.TORCHTITAN_LAYER_SAC,
+                params={"every": int(every), "blocks": blocks})
 
 
 # ---------------------------------------------------------------------------------------------
 # Which peers apply
-
-def is_hf_checkpointing_layer(module: nn.Module) -> bool:
-    """A transformers layer that its own gradient checkpointing wraps (``GradientCheckpointingLayer``)."""
-    return any(c.__name__ == "GradientCheckpointingLayer" for c in type(module).__mro__)
-
-
-def _hf_model(model: nn.Module) -> bool:
-    return bool(getattr(model, "supports_gradient_checkpointing", False)) and (
-        hasattr(model, "activation_checkpointing_enable") or hasattr(model, "gradient_checkpointing_enable"))
-
-
-def _supports_every_n(model: nn.Module) -> bool:
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    return enable is not None and "every_n_layers" in inspect.signature(enable).parameters
-
 
 def find_chain(workload: Workload) -> str | None:
     """FQN of the largest ``ModuleList``/``Sequential`` whose children run as a chain, else None.
@@ -202,23 +210,130 @@ def default_segments(n_blocks: int) -> list[int]:
     return sorted({k for k in (2, round(math.sqrt(n_blocks)), n_blocks) if 2 <= k <= n_blocks})
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """What decides which peers apply to a model, found once (``model_facts``)."""
+
+    hf: bool  # a transformers model with its own gradient checkpointing
+    hf_every_n: bool  # ... that takes every_n_layers (transformers 5)
+    hf_layers: tuple[str, ...]  # FQNs of its checkpointing layers, in module order
+    chain: str | None  # find_chain: the container whose blocks run as a chain
+    chain_blocks: tuple[str, ...]  # its children's FQNs, in order
+
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """The blocks torchtitan's policies wrap: transformers' checkpointing layers, else the chain's blocks."""
+        return self.hf_layers or self.chain_blocks
+
+    @property
+    def container(self) -> str | None:
+        """The FQN of the module whose children the blocks are (None: no blocks, or not all children of one)."""
+        parents = {b.rpartition(".")[0] for b in self.blocks}
+        return parents.pop() if len(parents) == 1 else None
+
+
+def model_facts(workload: Workload) -> ModelFacts:
+    model = workload.model
+    hf = hf_model(model)
+    layers = tuple(n for n, m in model.named_modules() if is_hf_checkpointing_layer(m)) if hf else ()
+    chain = find_chain(workload)
+    blocks = tuple(f"{chain}.{n}" for n, _ in model.get_submodule(chain).named_children()) if chain else ()
+    return ModelFacts(hf, hf and supports_every_n(model), layers, chain, blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Offer:
+    """Which configurations of each kind a search offers (``peers_for``)."""
+
+    budgets: Sequence[float] = BUDGETS
+    every_n: Sequence[int] = EVERY_N_LAYERS
+    segments: Sequence[int] | None = None  # None: default_segments
+    titan_every: Sequence[int] = TORCHTITAN_LAYER_EVERY
+
+
 def peers_for(workload: Workload, budgets: Sequence[float] = BUDGETS, every_n: Sequence[int] = EVERY_N_LAYERS,
               segments: Sequence[int] | None = None) -> list[Peer]:
-    """The peers that apply to this workload: compile budgets always; transformers' checkpointing
-    on a transformers model; ``checkpoint_sequential`` (``segments``, default :func:`default_segments`)
-    where the model has a chain of blocks."""
-    peers = [compile_budget_peer(b) for b in budgets]
-    model = workload.model
-    if _hf_model(model):
-        n_layers = sum(1 for m in model.modules() if is_hf_checkpointing_layer(m))
-        ns = _layer_sets(n_layers, every_n) if _supports_every_n(model) else [1]
-        peers += [hf_checkpointing_peer(n) for n in ns]
-    chain = find_chain(workload)
-    if chain is not None:
-        n_blocks = len(model.get_submodule(chain))
-        ks = default_segments(n_blocks) if segments is None else [k for k in segments if 1 <= k <= n_blocks]
-        peers += [checkpoint_sequential_peer(k, chain) for k in ks]
-    return peers
+    """The peers that apply to this workload, kind by kind in ``KINDS`` order: compile budgets always;
+    transformers' checkpointing on a transformers model; ``checkpoint_sequential`` (``segments``, default
+    :func:`default_segments`) where the model has a chain of blocks; torchtitan's policies where it has blocks."""
+    facts, offer = model_facts(workload), Offer(budgets, every_n, segments)
+    return [p for spec in KINDS.values() for p in spec.offer(facts, offer)]
+
+
+def _offer_budgets(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    return [compile_budget_peer(b) for b in offer.budgets]
+
+
+def _offer_hf(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    if not facts.hf:
+        return []
+    return [hf_checkpointing_peer(n) for n in (_layer_sets(len(facts.hf_layers), offer.every_n) if facts.hf_every_n
+                                               else [1])]
+
+
+def _offer_sequential(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    if facts.chain is None:
+        return []
+    n = len(facts.chain_blocks)
+    ks = default_segments(n) if offer.segments is None else [k for k in offer.segments if 1 <= k <= n]
+    return [checkpoint_sequential_peer(k, facts.chain) for k in ks]
+
+
+def _offer_titan_op(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    return [torchtitan_op_sac_peer(facts.container)] if facts.container is not None else []
+
+
+def _offer_titan_layer(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    if facts.container is None:
+        return []
+    return [torchtitan_layer_peer(n, facts.container) for n in offer.titan_every if 1 < n <= len(facts.blocks)]
+
+
+# ---------------------------------------------------------------------------------------------
+# A peer as a plan of ours
+
+def peer_plan(workload: Workload, peer: Peer, units: Sequence[str], facts: ModelFacts | None = None) -> list[Action] | None:
+    """The plan of ours over ``units`` that ``peer`` is (the same step: the same tensors saved and recomputed),
+    or None where it is none: its blocks are not all units (in order, side by side where it recomputes them as
+    one region), or its kind decides per op or by a compiler. ``facts``: ``model_facts(workload)``, found once."""
+    return KINDS[peer.kind].as_plan(facts or model_facts(workload), peer, list(units))
+
+
+def _on_blocks(units: list[str], blocks: Sequence[str], actions: Sequence[Action]) -> list[Action] | None:
+    """``actions`` on ``blocks`` among ``units``, every other unit kept; None where a block is not a unit, or
+    (with a chain region among them) the blocks are not side by side in order."""
+    if not blocks or any(b not in units for b in blocks):
+        return None
+    at = [units.index(b) for b in blocks]
+    if Action.CHAIN in actions and at != list(range(at[0], at[0] + len(at))):
+        return None
+    plan = [Action.KEEP] * len(units)
+    for i, a in zip(at, actions):
+        plan[i] = a
+    return plan
+
+
+def _no_plan(facts: ModelFacts, peer: Peer, units: list[str]) -> list[Action] | None:
+    return None
+
+
+def _sequential_plan(facts: ModelFacts, peer: Peer, units: list[str]) -> list[Action] | None:
+    n = len(facts.chain_blocks)
+    if facts.chain != peer.params["chain"] or not 1 <= int(peer.params["segments"]) <= n:
+        return None
+    return _on_blocks(units, facts.chain_blocks,
+                      checkpoint_sequential_actions(n, int(peer.params["segments"]), [False] + [True] * (n - 1)))
+
+
+def _hf_plan(facts: ModelFacts, peer: Peer, units: list[str]) -> list[Action] | None:
+    n = int(peer.params["every_n_layers"])  # transformers 5: layer i checkpointed where i % n == 0
+    return _on_blocks(units, facts.hf_layers,
+                      [Action.RECOMPUTE if i % n == 0 else Action.KEEP for i in range(len(facts.hf_layers))])
+
+
+def _titan_layer_plan(facts: ModelFacts, peer: Peer, units: list[str]) -> list[Action] | None:
+    picks = layer_picks(len(facts.blocks), int(peer.params["every"]))
+    return _on_blocks(units, facts.blocks, [Action.RECOMPUTE if p else Action.KEEP for p in picks])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,89 +346,48 @@ def _refuse_plan(workload: Workload, peer: Peer) -> None:
                         "remove the plan first (handle.remove()), a peer is measured on the bare model")
 
 
-_HF_ATTRS = ("gradient_checkpointing", "_gradient_checkpointing_func", "_require_grads_hooks", "_require_grads_hook")
-_MISSING = object()
+@dataclasses.dataclass(frozen=True)
+class KindSpec:
+    """One kind of peer: which configurations apply to a model (``offer``), how one is installed on a
+    workload (``install``: yields the compile options it needs, None eager; undone on exit), where it is a plan
+    of ours (``as_plan``: the plan over the units, None where it is none) and what it is in words (``label``)."""
+
+    offer: Callable[[ModelFacts, Offer], list[Peer]]
+    install: Callable[[Workload, Peer], contextlib.AbstractContextManager[CompileOptions | None]]
+    label: Callable[[Peer], str]
+    as_plan: Callable[[ModelFacts, Peer, list[str]], list[Action] | None] = _no_plan
 
 
-@contextlib.contextmanager
-def _hf_checkpointing(workload: Workload, peer: Peer) -> Iterator[None]:
-    model, n = workload.model, int(peer.params["every_n_layers"])
-    if not _hf_model(model):
-        raise WorkloadError(f"peer '{peer.name}' needs a transformers model that supports gradient checkpointing; "
-                            f"workload '{workload.spec}' has a {type(model).__name__}; pick another peer")
-    if n != 1 and not _supports_every_n(model):
-        raise WorkloadError(f"peer '{peer.name}': this transformers has no every_n_layers (transformers 5 does); "
-                            "upgrade transformers or use every_n_layers=1")
-    # transformers' disable leaves its attributes and the input-grad hook behind: put back what was there
-    saved = [(m, {a: m.__dict__.get(a, _MISSING) for a in _HF_ATTRS}) for m in model.modules()]
-    hooks_before = list(getattr(model, "_require_grads_hooks", []) or [])
-    kwargs = {"use_reentrant": False}
-    if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs, every_n_layers=n)
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    try:
-        yield
-    finally:
-        for hook in getattr(model, "_require_grads_hooks", []) or []:
-            if hook not in hooks_before:
-                hook.remove()
-        for m, attrs in saved:
-            for a, v in attrs.items():
-                if v is _MISSING:
-                    m.__dict__.pop(a, None)
-                else:
-                    m.__dict__[a] = v
+def _every(p: Peer, key: str, unit: str) -> str:
+    n = int(p.params[key])
+    return f", every {n} {unit}" if n > 1 else ""
 
 
-def _identity(x: torch.Tensor) -> torch.Tensor:
-    return x
-
-
-@contextlib.contextmanager
-def _checkpoint_sequential(workload: Workload, peer: Peer) -> Iterator[None]:
-    chain, k = str(peer.params["chain"]), int(peer.params["segments"])
-    try:
-        container = workload.model.get_submodule(chain)
-    except AttributeError:
-        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{chain}'; "
-                            "list the peers of this workload with env.measure.peers.peers_for") from None
-    children = list(container.children())
-    if not 1 <= k <= len(children):
-        raise WorkloadError(f"peer '{peer.name}': segments={k} must be between 1 and the chain's {len(children)} blocks")
-    taken = [i for i, c in enumerate(children) if "forward" in c.__dict__]
-    if taken:
-        raise PlanError(f"peer '{peer.name}': block {chain}.{taken[0]} already has its forward replaced; "
-                        "remove that wrapper first")
-    forwards = [c.forward for c in children]
-
-    def segmented(x: torch.Tensor) -> torch.Tensor:
-        return checkpoint_sequential(forwards, k, x, use_reentrant=False, preserve_rng_state=True)
-
-    # The parent calls the blocks in order: the first runs the whole chain in segments, the rest pass through.
-    # (The blocks' own forward hooks are bypassed meanwhile.)
-    children[0].forward = segmented
-    for c in children[1:]:
-        c.forward = _identity
-    try:
-        yield
-    finally:
-        for c in children:
-            c.__dict__.pop("forward", None)
+KINDS: dict[PeerKind, KindSpec] = {
+    PeerKind.COMPILE_BUDGET: KindSpec(
+        _offer_budgets, compile_budget,
+        lambda p: f"torch.compile, activation_memory_budget {float(p.params['budget']):.1f}"),
+    PeerKind.HF_CHECKPOINTING: KindSpec(
+        _offer_hf, lambda w, p: eager(hf_checkpointing, w, p),
+        lambda p: "transformers' gradient checkpointing" + _every(p, "every_n_layers", "layers"), _hf_plan),
+    PeerKind.CHECKPOINT_SEQUENTIAL: KindSpec(
+        _offer_sequential, lambda w, p: eager(checkpoint_sequential_blocks, w, p),
+        lambda p: f"checkpoint_sequential, {p.params['segments']} segments", _sequential_plan),
+    PeerKind.TORCHTITAN_OP_SAC: KindSpec(
+        _offer_titan_op, lambda w, p: eager(titan_op_sac, w, p),
+        lambda p: "torchtitan's op selective AC (attention and every second matmul saved)"),
+    PeerKind.TORCHTITAN_LAYER_SAC: KindSpec(
+        _offer_titan_layer, lambda w, p: eager(titan_layer_sac, w, p),
+        lambda p: "torchtitan's layer selective AC" + _every(p, "every", "blocks"), _titan_layer_plan),
+}
 
 
 @contextlib.contextmanager
 def prepared(workload: Workload, peer: Peer) -> Iterator[CompileOptions | None]:
     """Install ``peer`` on the workload; yields the compile options it needs (None: eager). Undone on exit."""
     _refuse_plan(workload, peer)
-    if peer.kind is PeerKind.COMPILE_BUDGET:
-        yield CompileOptions(activation_memory_budget=float(peer.params["budget"]))
-        return
-    install: Callable[[Workload, Peer], contextlib.AbstractContextManager[None]] = {
-        PeerKind.HF_CHECKPOINTING: _hf_checkpointing, PeerKind.CHECKPOINT_SEQUENTIAL: _checkpoint_sequential,
-    }[peer.kind]
-    with install(workload, peer):
-        yield None
+    with KINDS[peer.kind].install(workload, peer) as options:
+        yield options
 
 
 def measure_peer(workload: Workload, peer: Peer, repeats: int = 5, warmup: int = 1,

@@ -38,7 +38,7 @@ from env.measure.gate import check_plan, gate_step
 from env.measure.measurement import (compile_options, measure, not_fitting, record_fields, warm_up,
                                     warmup_before_timing)
 from env.measure.micro_batch import AtMicroBatch
-from env.measure.peers import Peer, measure_peer, peers_for
+from env.measure.peers import Peer, measure_peer, model_facts, peer_plan, peers_for
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
@@ -101,6 +101,7 @@ class Evaluator:
         self.label = f"{name}@{self.node}"
         self._id_prefix = f"{name}-{uuid.uuid4().hex[:8]}"  # unique across restarts and resumed runs
         self.cache: dict[str, MeasuredPlan] = {}
+        self._peers: dict[str, MeasuredPlan] = {}  # the peers measured, by name (each lends its peak again)
         self.journal: list[MeasuredPlan] = []  # every new measurement, until the driver drains it
         self.n_measured = 0
         self._other_batch: Workload | None = None
@@ -176,16 +177,13 @@ class Evaluator:
         (``env.measure.measurement.reuses_peak``). ``whole_model``: measured with these options instead (the
         whole model compiled, ``evaluate_whole_model``), after two warm-up steps."""
         self.n_measured += 1
-        start = time.perf_counter()
         what = "whole-model compiled measurement" if whole_model else "measurement"
-        with model_errors(f"the {what} of plan {plan.digest} ({action_summary(plan.actions.values())})"):
+        with counted(self.busy, "references" if is_reference else "plans"), model_errors(
+                f"the {what} of plan {plan.digest} ({action_summary(plan.actions.values())})"):
             m = measure(self.workload, plan, self.units, repeats=self.repeats,
                         warmup=2 if whole_model else warmup_before_timing(self.workload, known, self.compile),
                         source=source, measurement_id=f"{self._id_prefix}:{self.n_measured}",
                         compile=whole_model or self.compile, known=known)
-        kind = "references" if is_reference else "plans"
-        self.busy[kind] += time.perf_counter() - start
-        self.busy[f"{kind[:-1]}_measurements"] += 1
         return self._labelled(m, is_reference)
 
     def _killed(self, workload: Workload, digest: str, actions: Sequence[str], source: str) -> MeasuredPlan:
@@ -230,16 +228,27 @@ class Evaluator:
         """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
         return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
 
+    def peer_plans(self, peers: Sequence[Peer]) -> list[list[str] | None]:
+        """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none
+        (``env.measure.peers.peer_plan``)."""
+        facts = model_facts(self.workload)
+        plans = [peer_plan(self.workload, p, self.units, facts) for p in peers]
+        return [None if a is None else [x.value for x in a] for a in plans]
+
     def evaluate_peer(self, peer: Peer, not_fitting: bool = False) -> MeasuredPlan:
-        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles);
-        ``not_fitting``: as ``evaluate`` takes it."""
+        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles): the same
+        warm-up, and a peer measured before on CPU lends its peak, as a plan does; ``not_fitting``: as
+        ``evaluate`` takes it."""
         if not_fitting:
             return self._labelled(self._killed(self.workload, peer.digest, [], peer.digest), is_reference=False)
         self._refresh_reference()
         self.n_measured += 1
-        with model_errors(f"the measurement of peer {peer.name}"):
-            m = measure_peer(self.workload, peer, repeats=self.repeats, warmup=2, compile=self.compile,
-                             measurement_id=f"{self._id_prefix}:{self.n_measured}")
+        known = self._peers.get(peer.name)
+        with counted(self.busy, "plans"), model_errors(f"the measurement of peer {peer.name}"):
+            m = measure_peer(self.workload, peer, repeats=self.repeats,
+                             warmup=warmup_before_timing(self.workload, known, self.compile), compile=self.compile,
+                             measurement_id=f"{self._id_prefix}:{self.n_measured}", known=known)
+        self._peers[peer.name] = known.merged(m) if known is not None else m
         return self._labelled(m, is_reference=False)
 
     def evaluate_whole_model(self, actions: Sequence[str], source: str, not_fitting: bool = False) -> MeasuredPlan:
@@ -298,6 +307,16 @@ class Evaluator:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
+
+
+@contextlib.contextmanager
+def counted(busy: dict[str, float], kind: str) -> Iterator[None]:
+    """The seconds of what runs inside, and one more measurement, counted in ``busy`` as ``kind`` (plans or
+    references; ``Evaluator.seconds``)."""
+    start = time.perf_counter()
+    yield
+    busy[kind] += time.perf_counter() - start
+    busy[f"{kind[:-1]}_measurements"] += 1
 
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:

@@ -89,12 +89,30 @@ class Measurer:
 
     def measure_peers(self, peers: Sequence[Any]) -> None:
         """``env.measure.peers.Peer``s measured as plans are, each kept beside the plans (``Ledger.record_peer``)."""
-        notes = {p.digest: p.note for p in peers}
-        def record(m: MeasuredPlan) -> MeasuredPlan:
-            return self.ledger.record_peer(PlanSource(m.digest).name, m, notes.get(m.digest, ""))
+        self.side_by_side(list(peers))
 
-        self.pool.run_jobs(peers, lambda handle, peer, killed: handle.evaluate_peer.remote(peer, killed),
-                           record)  # as plans are
+    def side_by_side(self, items: Sequence[PlanJob | Any], again: bool = False) -> None:
+        """Plans (indices, source) and ``env.measure.peers.Peer``s measured in this order, on whichever
+        Evaluator is free, as one queue (peers and the plans they are ranked against, side by side); each
+        recorded as it arrives (a peer by ``Ledger.record_peer``). ``again``: plans measured before are
+        measured once more."""
+        peers = {p.digest: p for p in items if not isinstance(p, tuple)}
+        plans = [p for p in items if isinstance(p, tuple)]
+        jobs = iter(self._jobs(plans, again))
+        queue = [p if not isinstance(p, tuple) else next(jobs) for p in items]
+
+        def call(handle: Any, item: Any, killed: bool) -> Any:
+            if isinstance(item, tuple):
+                return handle.evaluate.remote(list(item[0]), item[1], item[2], not_fitting=killed)
+            return handle.evaluate_peer.remote(item, killed)
+
+        def record(m: MeasuredPlan) -> MeasuredPlan:
+            peer = peers.get(m.digest)
+            if peer is None:
+                return self.ledger.record(m)
+            return self.ledger.record_peer(peer.name, m, peer.note, peer.model_dump(mode="json"), peer.label)
+
+        self.pool.run_jobs(queue, call, record)
         self.drain()
         self._pool_state()
 

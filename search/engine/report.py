@@ -23,6 +23,7 @@ from search.records import meta
 from search.records.config import SearchConfig, measured_scope
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
+from search.records.peer_verdicts import PeerVerdict, peer_verdicts
 from search.records.ranking import timing_noise
 from search.records.throughput import ThroughputCurve
 
@@ -89,12 +90,16 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     points = [point_from(r, units, scope, checks.get(r.digest)) for r, scope in zip(front, shown.scopes)]
     refused = [c for c in checks.values() if not c.passed]
     fsdp = store.read(meta.FSDP)
+    ledger.refresh_peer_plans()
+    entries = store.read(meta.PEERS)
+    verdicts = peer_verdicts(ledger.peers(), strict, ledger.peer_plans(), {k: v["note"] for k, v in entries.items()},
+                             {k: v.get("label", "") for k, v in entries.items()})
     frontier = FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device, clock=base.clock,
                             fingerprint=prof.fingerprint, units=units, fsdp_ranks=fsdp["ranks"] if fsdp else 0,
                             baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
                             points=points, readable={"memory_tolerance_bytes": int(tolerance), "timing_noise": noise,
                                                      "left_out": list(dict.fromkeys(left_out))},
-                            throughput=curve, refused=refused)
+                            throughput=curve, refused=refused, peers=verdicts)
     write_frontier(run_dir, frontier)
     plans_dir = run_dir / "plans"
     plans_dir.mkdir(exist_ok=True)
@@ -107,7 +112,7 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     rule_rows = [{"rule": name, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
                   "on_frontier": r.digest in on_front}
                  for name, digest in rules.items() if (r := ledger.archive.measured.get(digest)) and not r.oom]
-    peer_rows = peers_against(ledger.peers(), front, {k: v["note"] for k, v in store.read(meta.PEERS).items()})
+    peer_rows = [v.model_dump(mode="json") | {"text": v.text} for v in verdicts]
     hv_all, hv_agents, hv_exact = ledger.hv(strict), ledger.hv(agents_front), ledger.hv(exact_front)
     choice = store.read(meta.UNIT_CHOICE)
     report = {
@@ -164,39 +169,22 @@ def gate_markdown(gate: dict[str, Any]) -> list[str]:
     return lines
 
 
-def peers_against(peers: dict[str, MeasuredPlan], front: list[MeasuredPlan],
-                  notes: dict[str, str]) -> list[dict[str, Any]]:
-    """Each peer beside the fastest frontier plan at no more memory (same run, same Evaluators)."""
-    rows = []
-    for name, m in sorted(peers.items(), key=lambda kv: kv[1].peak_bytes):
-        if m.oom:
-            rows.append({"peer": name, "oom": True, "note": notes.get(name, "")})
-            continue
-        best = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], m.peak_bytes)
-        ours = front[best] if best is not None else None
-        rows.append({"peer": name, "oom": False, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
-                     "compile_seconds": m.compile_seconds, "graph_breaks": m.graph_breaks,
-                     "ours_peak_bytes": ours.peak_bytes if ours else None,
-                     "ours_step_seconds": ours.step_seconds if ours else None,
-                     "time_ratio_peer_over_ours": m.step_seconds / ours.step_seconds if ours else None,
-                     "note": notes.get(name, "")})
-    return rows
-
-
 def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
-    """The peers table (rows of ``peers_against``): each peer against our fastest plan at no more memory."""
-    out = ["| peer | peak MiB | step ms | our fastest plan at no more memory: MiB / ms | peer / ours | note |",
-           "|---|---:|---:|---|---:|---|"]
+    """The peers table (rows of ``search.records.peer_verdicts.PeerVerdict`` as JSON): each peer against our
+    fastest measured plan at no more memory, both as ranked, with their spreads and the verdict."""
+    out = ["| peer | peak MiB | step ms (spread) | our fastest plan at no more memory: MiB / ms (spread) | verdict | "
+           "note |", "|---|---:|---:|---|---|---|"]
     for r in rows:
-        if r["oom"]:
-            out.append(f"| {r['peer']} | out of memory | | | | |")
+        v = PeerVerdict.model_validate(r)
+        name = v.peer + (f" (a plan of ours: {v.plan_summary})" if v.plan else "")
+        if v.measured is None:
+            out.append(f"| {name} | out of memory | | | | {v.note[:80]} |")
             continue
-        ours = (f"{r['ours_peak_bytes'] / MIB:.1f} / {r['ours_step_seconds'] * 1e3:.1f}" if r["ours_peak_bytes"]
-                else "none: no plan of ours measured this low")
-        ratio = r["time_ratio_peer_over_ours"]
-        shown = f"{ratio:.2f}x" + (" (peer faster)" if ratio < 1 else "") if ratio else "-"
-        out.append(f"| {r['peer']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | {ours} | {shown} | "
-                   f"{r['note'][:80]} |")
+        m, ours = v.measured, v.ours
+        theirs = f"{m.step_seconds * 1e3:.1f} (±{m.spread_seconds * 1e3:.1f})"
+        answer = (f"{ours.peak_bytes / MIB:.1f} / {ours.step_seconds * 1e3:.1f} (±{ours.spread_seconds * 1e3:.1f}): "
+                  f"{ours.plan}" if ours else "none")
+        out.append(f"| {name} | {m.peak_bytes / MIB:.1f} | {theirs} | {answer} | {v.text} | {v.note[:80]} |")
     return out
 
 
@@ -238,7 +226,11 @@ def to_markdown(rep: dict[str, Any]) -> str:
         lines.append(f"| {r['rule']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
                      f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
     if rep["peers"]:
-        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", ""] + peers_markdown(rep["peers"])
+        lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", "",
+                  "Each peer and our fastest measured plan at no more memory (the strict frontier: a plan left off "
+                  "the table above as within noise still answers a peer at its memory), measured side by side in "
+                  "the same deciding and confirming passes and ranked alike; faster or slower only beyond both "
+                  "spreads. A peer that is a plan of ours is measured once, as that plan.", ""] + peers_markdown(rep["peers"])
     if rep.get("throughput"):
         lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))
     if rep.get("gate"):
@@ -259,7 +251,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
         own = by_label.get(e["label"])
         lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
                      + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
-    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {})
+    lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {}, b["step_seconds"])
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
     return "\n".join(lines) + "\n"
@@ -292,14 +284,19 @@ def _clock_words(clock: str) -> str:
             "wall": f"medians of the wall clock between synchronisations (clock {clock})"}.get(own, f"clock {clock}")
 
 
-def time_lines(phases: dict[str, float], evaluators: dict[str, float]) -> list[str]:
-    """Where the wall time went, phase by phase, and how much of the measuring was references."""
+def time_lines(phases: dict[str, float], evaluators: dict[str, float], step_seconds: float | None = None) -> list[str]:
+    """Where the wall time went, phase by phase (and in baseline steps, ``step_seconds`` a step: what a run costs
+    whatever the machine's speed), and how much of the measuring was references."""
     if not phases:
         return []
     total = sum(phases.values())
-    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all:", "",
-             "| phase | seconds | share |", "|---|---:|---:|"]
-    lines += [f"| {name} | {s:.1f} | {s / total:.0%} |" for name, s in phases.items()]
+    steps = bool(step_seconds)
+    in_steps = f" = {total / step_seconds:.0f} baseline steps of {step_seconds * 1e3:.1f} ms" if steps else ""
+    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all{in_steps}:", "",
+             "| phase | seconds |" + (" baseline steps |" if steps else "") + " share |",
+             "|---|---:|" + ("---:|" if steps else "") + "---:|"]
+    lines += [f"| {name} | {s:.1f} |" + (f" {s / step_seconds:.0f} |" if steps else "") + f" {s / total:.0%} |"
+              for name, s in phases.items()]
     if evaluators.get("plan_measurements") or evaluators.get("reference_measurements"):
         lines += ["", f"The Evaluators measured {evaluators.get('plan_measurements', 0):.0f} times for "
                   f"{evaluators.get('plans', 0):.1f} s and took {evaluators.get('reference_measurements', 0):.0f} "

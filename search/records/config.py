@@ -38,12 +38,12 @@ class SearchConfig:
     actions: list[str] = _f(["keep", "recompute", "selective", "chain"], "actions searched per unit (offload needs "
                             "CUDA; chain recomputes a run of units that chain as one region)", nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
-    timesteps: int = _f(4096, "environment steps per agent (one step = one unit's decision)")
+    timesteps: int = _f(2048, "environment steps per agent (one step = one unit's decision)")
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
                                                "only), hybrid (cost model corrected by measurements; every frontier "
                                                "point measured)", choices=tuple(m.value for m in RewardMode))
-    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (transformers' "
-                             "gradient checkpointing every 1-4 layers on HF models, checkpoint_sequential on chains); "
+    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (HF models' own "
+                             "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); "
                              "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
                     choices=("none", "eager", "all"))
     peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
@@ -60,7 +60,7 @@ class SearchConfig:
                                      "takes the faster way of each plan, and each point says which)",
                             choices=("units", "model", "both"))
     max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
-                                  "(0: 30 and one more per two units, e.g. 54 at 48 units: a frontier of more units "
+                                  "(0: 20 and one more per two units, e.g. 44 at 48 units: a frontier of more units "
                                   "has more points to measure)")
     repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
     reference_every: float = _f(30.0, "seconds after which an Evaluator measures the all-keep plan again (at most "
@@ -141,7 +141,7 @@ class SearchConfig:
 
     def measurement_budget(self, n_units: int) -> int:
         """``max_measurements``, or with 0 the default for a search of ``n_units``."""
-        return self.max_measurements or 30 + n_units // 2
+        return self.max_measurements or 20 + n_units // 2
 
     def validate(self) -> "SearchConfig":
         try:

@@ -11,7 +11,9 @@ The search service writes it (``write_frontier``) and everything downstream read
                  "spread_seconds": 0.001, "activation_bytes": 40, "measured": true, "source": "agent_0",
                  "n_measurements": 2, "compile_scope": null}]}
 
-A throughput search (``--memory-cap``) adds ``"throughput"``: per memory cap the fastest (plan,
+``"peers"`` holds each peer measured beside the search against our fastest measured plan at no more
+memory, with its verdict (``search.records.peer_verdicts.PeerVerdict``). A throughput search
+(``--memory-cap``) adds ``"throughput"``: per memory cap the fastest (plan,
 micro-batch) measured and the peers beside it (``search.records.throughput.ThroughputCurve``).
 Points are kept sorted by ``peak_bytes``. A compiled search's points say how they were compiled
 (``compile_scope``: ``units`` or ``model``; ``--compile-scope both`` shows plans of either, and a plan
@@ -36,6 +38,7 @@ from env.data.plan import Action, Plan
 from env.data.plan_check import PlanCheck
 from env.data.types import MIB
 from search.records.pareto import fastest_within
+from search.records.peer_verdicts import PeerVerdict
 from search.records.throughput import ThroughputCurve
 
 FRONTIER_NAME = "frontier.json"
@@ -104,6 +107,8 @@ class FrontierFile(BaseModel):
     readable: dict[str, Any] | None = None
     throughput: ThroughputCurve | None = None  # a throughput search's answer per memory cap (--memory-cap)
     refused: list[PlanCheck] = []  # plans the correctness gate failed: never in ``points``, never exported
+    # each peer beside our fastest measured plan at no more memory, with the verdict (search.records.peer_verdicts)
+    peers: list[PeerVerdict] = []
 
     @field_validator("points")
     @classmethod

@@ -73,10 +73,16 @@ class BaselineOnEvaluator(TypedDict):
 
 
 class PeerEntry(TypedDict):
-    """A measured peer (``env.measure.peers``): its record, every measurement merged, and why it is one."""
+    """A measured peer (``env.measure.peers``): its record, every measurement merged, and why it is one.
+    A peer that is a plan of ours (``plan``: that plan's digest) is measured as that plan, and its record
+    is the plan's, as it was when last written. ``spec``: the peer itself (``env.measure.peers.Peer`` as JSON),
+    so that the passes at the end of a run measure it again; ``label``: the peer in words."""
 
     record: MeasuredPlan
     note: str
+    plan: NotRequired[str | None]
+    spec: NotRequired[dict[str, Any]]
+    label: NotRequired[str]
 
 
 class AgentBudget(TypedDict):

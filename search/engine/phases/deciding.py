@@ -36,7 +36,9 @@ from typing import Sequence
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource, SourceKind
 from search.engine.archive import frontier_of
+from env.measure.peers import Peer
 from search.engine.phases.context import RunContext
+from search.engine.phases.peers import item_key, side_by_side_peers
 from search.records import meta
 from search.records.ranking import timing_noise
 
@@ -58,8 +60,9 @@ def deciding_passes(ctx: RunContext) -> None:
     closed = False
     while True:  # ends: each pass measures a measured plan that the passes measured less than DECIDING_MEASUREMENTS
         known = ctx.ledger.archive.measured
-        todo = [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=not passes)])
-                if d in known and done.count(d) < DECIDING_MEASUREMENTS]
+        todo = side_by_side_peers(ctx, [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=not passes)])
+                                        if d in known and done.count(d) < DECIDING_MEASUREMENTS],
+                                  done, DECIDING_MEASUREMENTS)
         if not todo:
             if closed or not close_references(ctx):
                 break
@@ -91,8 +94,9 @@ def confirming_passes(ctx: RunContext) -> None:
     done: list[str] = []
     passes = 0
     stretch = CONFIRMING_STRETCH * ctx.measurer.evaluators  # per Evaluator: they share the plans between
-    while todo := [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
-                   if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS]:
+    while todo := side_by_side_peers(ctx, [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
+                                           if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS],
+                                     done, CONFIRMING_MEASUREMENTS):
         order = todo[::-1] if passes % 2 else todo
         for k in range(0, len(order), stretch):
             done = _remeasure(ctx, order[k:k + stretch], done, meta.CONFIRMED)
@@ -140,12 +144,13 @@ def close_references(ctx: RunContext) -> bool:
     return True
 
 
-def _remeasure(ctx: RunContext, todo: Sequence[str], done: list[str],
+def _remeasure(ctx: RunContext, todo: Sequence[str | Peer], done: list[str],
                key: meta.MetaKey[list[str] | None] = meta.REMEASURED) -> list[str]:
-    """``todo`` (digests of measured plans) measured once more each, in that order; ``done`` with them
-    (written to store meta ``key`` first)."""
+    """``todo`` (digests of measured plans, and peers measured as themselves) measured once more each, in that
+    order; ``done`` with them, a peer as ``peer:<name>`` (written to store meta ``key`` first)."""
     known = ctx.ledger.archive.measured
-    ctx.ledger.store.write(key, [*done, *todo])
-    ctx.measurer.measure([(ctx.ledger.codec.indices(known[d].actions), PlanSource(known[d].source)) for d in todo],
-                         again=True)
-    return [*done, *todo]
+    keys = [item_key(d) for d in todo]
+    ctx.ledger.store.write(key, [*done, *keys])
+    ctx.measurer.side_by_side([d if isinstance(d, Peer) else (ctx.ledger.codec.indices(known[d].actions),
+                                                               PlanSource(known[d].source)) for d in todo], again=True)
+    return [*done, *keys]

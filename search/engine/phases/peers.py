@@ -1,22 +1,78 @@
-"""What users pick instead of a plan (``env.measure.peers``), measured by the same Evaluators in this run."""
+"""What users pick instead of a plan (``env.measure.peers``), measured by the same Evaluators in this run.
+
+A peer that is a plan of ours (``env.measure.peers.peer_plan``: every ``checkpoint_sequential``, transformers'
+checkpointing and torchtitan's layer policy whose blocks are decision units) is measured once, as that plan,
+and shown as it: it contends for the frontier as any plan does. The others are measured as themselves here,
+and again in the deciding and confirming passes, side by side with the plan that answers them
+(``side_by_side_peers``), so that a verdict compares measurements taken together.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from env.data.measured import MeasuredPlan
+from env.data.types import PlanSource
+from env.measure.peers import Peer
 from search.engine import ray_session
 from search.engine.phases.context import RunContext
 from search.records import meta
+from search.records.pareto import fastest_within
 
-PEER_KINDS = {"none": (), "eager": ("hf_checkpointing", "checkpoint_sequential"),
-              "all": ("hf_checkpointing", "checkpoint_sequential", "compile_budget")}  # by --peers
+EAGER_KINDS = ("hf_checkpointing", "checkpoint_sequential", "torchtitan_op_sac", "torchtitan_layer_sac")
+PEER_KINDS = {"none": (), "eager": EAGER_KINDS, "all": (*EAGER_KINDS, "compile_budget")}  # by --peers
 
 
 def measure_peers(ctx: RunContext) -> None:
-    """The peers of ``--peers`` that apply to the workload and were not measured yet (a resumed
-    run measured some already), each kept beside the plans (store meta ``peers``)."""
+    """The peers of ``--peers`` that apply to the workload and were not measured yet (a resumed run measured
+    some already), each kept beside the plans (store meta ``peers``): a plan of ours as that plan, the others
+    as themselves."""
     kinds = PEER_KINDS[ctx.cfg.peers]
     if not kinds:
         return
     done = set(ctx.ledger.store.read(meta.PEERS))
-    pool = ctx.measurer.pool
-    offered = ray_session.get(pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets)))
-    ctx.measurer.measure_peers([p for p in offered if p.name not in done])
+    first = ctx.measurer.pool.first
+    offered = [p for p in ray_session.get(first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets)))
+               if p.name not in done]
+    if not offered:
+        return
+    codec = ctx.ledger.codec
+    names = {a.value for a in codec.actions}
+    as_plans = ray_session.get(first.peer_plans.remote(offered))
+    plans = [(p, a) for p, a in zip(offered, as_plans) if a is not None and set(a) <= names]
+    measured = ctx.measurer.measure([(codec.indices(a), PlanSource.peer(p.name)) for p, a in plans])
+    for (peer, _), m in zip(plans, measured):
+        ctx.ledger.record_peer_plan(peer.name, m.digest, peer.note, peer.label)
+    mine = {p.name for p, _ in plans}
+    ctx.measurer.measure_peers([p for p in offered if p.name not in mine])
+
+
+def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int) -> list[str | Peer]:
+    """``todo`` (digests of measured plans) with each peer measured as itself that the passes so far (``done``)
+    measured less than ``limit`` times placed right after the plan that answers it (our fastest plan of the
+    strict frontier at no more memory), the answer put in where ``todo`` lacks it and the passes measured it less
+    than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that ran out of memory, and those with no plan of ours as low, are left out."""
+    ledger = ctx.ledger
+    front = ledger.frontier()
+    specs = {k: v.get("spec") for k, v in ledger.store.read(meta.PEERS).items()}
+    out: list[str | Peer] = list(todo)
+    for name, m in sorted(ledger.peers().items(), key=lambda kv: kv[1].peak_bytes):
+        spec, answer = specs.get(name), answer_to(m, front)
+        if spec is None or m.oom or answer is None or done.count(f"peer:{name}") >= limit:
+            continue
+        if answer.digest not in out and done.count(answer.digest) < limit:
+            out.append(answer.digest)
+        at = out.index(answer.digest) + 1 if answer.digest in out else len(out)
+        out.insert(at, Peer.model_validate(spec))
+    return out
+
+
+def answer_to(peer: MeasuredPlan, front: list[MeasuredPlan]) -> MeasuredPlan | None:
+    """Our fastest plan of ``front`` at no more memory than ``peer``; None where none is that low."""
+    k = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], peer.peak_bytes)
+    return None if k is None else front[k]
+
+
+def item_key(item: Any) -> str:
+    """What a pass counts an item of ``side_by_side_peers`` by: a plan's digest, a peer's ``peer:<name>``."""
+    return item.digest if isinstance(item, Peer) else item

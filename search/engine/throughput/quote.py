@@ -57,16 +57,6 @@ def samples_per_second(answer: Answer) -> float:
     return answer[0] / answer[1].step_seconds
 
 
-def peer_label(peer: Peer) -> str:
-    p = peer.params
-    if peer.kind is PeerKind.HF_CHECKPOINTING:
-        n = int(p["every_n_layers"])
-        return "transformers' gradient checkpointing" + (f", every {n} layers" if n > 1 else "")
-    if peer.kind is PeerKind.CHECKPOINT_SEQUENTIAL:
-        return f"checkpoint_sequential, {p['segments']} segments"
-    return f"torch.compile, activation_memory_budget {float(p['budget']):.1f}"
-
-
 def contenders_for(ctx: RunContext) -> list[Contender]:
     """The rules of ``RULE_LABELS`` the run's actions allow and the peers of ``--peers`` that apply;
     ``checkpoint_sequential`` itself replaces its plan-space version where the model has a chain."""
@@ -79,7 +69,7 @@ def contenders_for(ctx: RunContext) -> list[Contender]:
         peers: list[Peer] = ray_session.get(offered)
         if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
             out = [c for c in out if c.name != "rule:segments_2"]
-        out += [Contender(p.digest, peer_label(p), None, p) for p in peers]
+        out += [Contender(p.digest, p.label, None, p) for p in peers]
     return out
 
 
