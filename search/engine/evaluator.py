@@ -17,13 +17,14 @@ from the measurement ids, which count everything one Evaluator measured in order
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
