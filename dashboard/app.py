@@ -101,19 +101,19 @@ def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
     except RunNotReady as e:
         failed = log_error(run_dir, last_only=True)
         if failed:  # the search stopped before it wrote a store
-            st.error(f"The search of run '{run_dir.name}' failed: {failed}")
+            st.error(fmt.plain(f"The search of run '{run_dir.name}' failed: {failed}"))
         else:
-            st.info(str(e))
+            st.info(fmt.plain(str(e)))
             wait_for_results(run_dir)
         return
     except RunDataError as e:
-        st.error(str(e))
+        st.error(fmt.plain(str(e)))
         return
     st.session_state["_run"] = run
     selection.reset_for(st.session_state, run)
     st.caption(run_caption(run))
     if run.error:
-        st.error(f"The search failed: {run.error}")
+        st.error(fmt.plain(f"The search failed: {run.error}"))
     tabs = st.tabs(PAGES, default="Live" if run.status == "running" else "Frontier")
     with tabs[0]:
         views.frontier_page(run)

@@ -58,3 +58,8 @@ def change(ratio: float | None) -> str:
 def decimals_for(largest: float) -> int:
     """Decimals that give a value up to ``largest`` about three significant digits (0 to 2)."""
     return 2 if largest < 10 else (1 if largest < 1000 else 0)
+
+
+def plain(text: str) -> str:
+    """Text shown as it is in Streamlit's markdown: a ``$`` is a dollar sign, never the start of maths."""
+    return text.replace("\\", "\\\\").replace("$", "\\$")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from dashboard import fmt
 from dashboard.new_search import LaunchPolicy, start_search
 from env.data.errors import CkptSearchError
 
@@ -35,7 +36,7 @@ def new_search_page(runs_root: Path, policy: LaunchPolicy) -> None:
         try:
             started = start_search(workload, agents, timesteps, runs_root, policy=policy)
         except CkptSearchError as e:
-            st.error(str(e))
+            st.error(fmt.plain(str(e)))
             return
         st.session_state[PENDING_RUN] = started.run_dir.name
         st.session_state[STARTED] = f"started pid {started.pid}: {' '.join(started.command)}"

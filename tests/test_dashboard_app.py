@@ -46,7 +46,7 @@ def _opening_tab(at: AppTest) -> str:
 
 
 def _exported(at: AppTest) -> Plan:
-    return Plan.from_json(at.code[0].value)
+    return Plan.from_json(next(c.value for c in at.code if c.language == "json"))
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +84,13 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     assert at.slider(key="budget_mib").value == pytest.approx(max(rule.peak_bytes / MIB, low))  # the slider follows
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
-    snippet = at.code[1].value
-    assert "def apply_checkpoint_plan" in snippet and run.fingerprint in snippet
+    snippet = next(c.value for c in at.code if "def apply_checkpoint_plan" in c.value)
+    assert run.fingerprint in snippet
     compile(snippet, "snippet", "exec")
     assert "How to apply" in "".join(m.value for m in at.markdown)
+    assert f"This plan is rule `{name}`" in "".join(m.value for m in at.markdown)  # not "nearest rule: another"
+    code = next(c.value for c in at.code if c.language == "python" and "handle.remove()" in c.value)
+    assert code.startswith("from search import apply_plan\n") and f"plan-{run.rules[name]}.json" in code
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import figures, selection
+from dashboard import comparison, figures, selection
 from dashboard.data import RunData, load_run, unit_table
 from dashboard.pricing import Cluster, price_table
 from env.data.types import MIB
@@ -60,9 +60,29 @@ def test_frontier_figure_relative_hidden_selected_budget(run: RunData) -> None:
     i = list(rules.text).index("none")
     assert (rules.x[i], rules.y[i]) == (1.0, 1.0)  # the all-keep baseline sits at (1, 1)
     assert len(_trace(fig, figures.EVALUATED_TRACE).x) == int((~run.evaluations.dominated).sum())
+    assert set(rules.customdata) <= set(run.frontier.digest), "hiding dominated plans hides dominated rules too"
+    peers = [t for t in fig.data if t.name == figures.PEERS_TRACE]
+    assert all("slower beyond both spreads" not in h for t in peers for h in t.hovertext)
     assert list(_trace(fig, figures.SELECTED_TRACE).customdata) == [digest]
     assert fig.layout.shapes[0].x0 == pytest.approx(budget / run.baseline_peak_bytes)
     assert fig.layout.xaxis.title.text == "peak memory (x baseline)"
+
+
+def test_one_comparison_of_every_plan_rule_and_peer(run: RunData) -> None:
+    selected = selection.start_plan(run)
+    table = comparison.comparison_table(run, selected)
+    ev = run.evaluations.loc[run.evaluations.measured]
+    assert set(table["plan id"]) - {""} == set(ev.digest) and (table.kind == "peer").sum() == len(run.peers) >= 1
+    on = table.status.str.startswith(comparison.ON_FRONTIER)
+    assert set(table.loc[on, "plan id"]) == set(run.frontier.digest) and on.iloc[: on.sum()].all()  # frontier first
+    others = table.loc[~on & (table.kind != "peer"), "status"]
+    assert others.str.match(r"(dominated by|within noise of|left out for|not confirmed)").all()
+    for status in table.loc[table.kind == "peer", "status"]:  # the report's verdict: beyond both spreads, or noise
+        assert status.startswith("peer · ") and ("within noise (±" in status or "beyond both spreads" in status
+                                                 or "nothing of ours" in status)
+    assert table.loc[table["plan id"] == selected, "x selected"].iloc[0] == pytest.approx(1.0)
+    assert table.samples.min() >= 1 and (table["spread (IQR, ms)"] >= 0).all()
+    assert "both spreads" in comparison.noise_rule(run) and f"{run.timing_noise:.0%}" in comparison.noise_rule(run)
 
 
 def test_unmeasured_plans_are_shown_at_their_prediction(run: RunData) -> None:
