@@ -219,6 +219,7 @@ def price_figure(prices: pd.DataFrame, currency: str = "$") -> go.Figure:
     labels = [f"{r.summary} ({r.digest[:6]})" for r in fits.itertuples()]
     text = [f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}<br>micro-batch {r.micro_batch}"
             + (f" × {r.accumulation}" if r.accumulation > 1 else "") + ("<br>(extrapolated)" if r.extrapolated else "")
+            + (f"<br>(capped: the fit allows {r.fit_largest})" if r.capped else "")
             for r in fits.itertuples()]
     fig = go.Figure(go.Bar(x=labels, y=fits.cost, text=text, textposition="outside", marker_color="#4c78a8",
                            marker_pattern_shape=["/" if e else "" for e in fits.extrapolated],

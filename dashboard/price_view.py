@@ -88,23 +88,24 @@ def _explain_fit(table: pd.DataFrame, cluster: pricing.Cluster) -> None:
         beyond = max(r.micro_batch / max(r.measured_batches) for r in far.itertuples())
         st.warning(f"{len(far)} of {len(fits)} plans run a micro-batch outside the batch sizes they were measured at "
                    f"(up to {beyond:.1f}x the largest; hatched): their step time there is read off a straight line.")
-    capped = fits.loc[fits.fit_largest > 0]
+    capped = fits.loc[fits.capped]
     if len(capped):
         st.info(f"{len(capped)} plans are priced at most {pricing.MAX_EXTRAPOLATION:g}x the largest micro-batch "
-                "measured, though their fit says a larger one fits (column *fit allows*): no price is read further out "
+                "measured, though their fit says a larger one fits (column *fit allows*; *capped* ticked): no price "
+                "is read further out "
                 "than measured. Measure those micro-batches (python -m search.run --memory-cap) to price them.")
 
 
 def _price_table(table: pd.DataFrame) -> None:
-    table = table.copy()
-    for c in ("micro_batch", "accumulation", "gpus"):  # blank, not 0, where not even one sample fits
-        table[c] = table[c].where(table.fits).astype("Int64")
+    """The priced plans; those that do not fit one GPU even at a micro-batch of 1 are named below it, not
+    shown as empty cells."""
+    unfit = table.loc[~table.fits]
+    table = table.loc[table.fits]
     shown = pd.DataFrame({
-        "plan": table.summary, "fits one GPU": table.fits, "micro-batch": table.micro_batch,
+        "plan": table.summary, "micro-batch": table.micro_batch,
         "measured at": [_measured(b) for b in table.measured_batches], "extrapolated": table.extrapolated,
-        "x largest measured": [m / max(b) if f else float("nan") for m, b, f in zip(table.micro_batch,
-                                                                                    table.measured_batches, table.fits)],
-        "fit allows": table.fit_largest.where(table.fit_largest > 0).astype("Int64"),
+        "x largest measured": [m / max(b) for m, b in zip(table.micro_batch, table.measured_batches)],
+        "fit allows": table.fit_largest, "capped": table.capped,
         "accumulation": table.accumulation, "GPUs": table.gpus, "step (s)": table.step_seconds,
         "wall (h)": table.wall_hours, "cost ($)": table.cost, "MiB per sample": table.bytes_per_sample / MIB,
         "fixed (MiB)": table.fixed_bytes / MIB, "plan id": table.digest})
@@ -112,3 +113,5 @@ def _price_table(table: pd.DataFrame) -> None:
         "x largest measured": NumberColumn(format="%.1fx"), "step (s)": NumberColumn(format="%.3f"), "wall (h)": NumberColumn(format="%.2f"),
         "cost ($)": NumberColumn(format="%.2f"), "MiB per sample": NumberColumn(format="%.3f"),
         "fixed (MiB)": NumberColumn(format="%.2f")})
+    if len(unfit):
+        st.caption("Not even a micro-batch of 1 fits one GPU: " + ", ".join(unfit.summary) + ".")

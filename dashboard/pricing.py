@@ -96,7 +96,8 @@ class PlanPrice:
     step_seconds: float = math.nan  # one optimizer step (all accumulation micro-steps)
     wall_hours: float = math.nan
     cost: float = math.nan
-    fit_largest: int = 0  # the micro-batch the fit alone would allow, where MAX_EXTRAPOLATION capped it (else 0)
+    fit_largest: int = 0  # the largest micro-batch the fit (and the measurements) say fits a GPU
+    capped: bool = False  # MAX_EXTRAPOLATION held the micro-batch below ``fit_largest``
 
 
 def fit_line(batches: Sequence[float], values: Sequence[float], what: str = "peak_bytes") -> LinearFit:
@@ -176,7 +177,7 @@ def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], clus
     gpu_bytes = cluster.gpu_memory_gb * GB
     fit_largest = min(measured_largest(max_micro_batch(peak, gpu_bytes), points, gpu_bytes), cluster.global_batch)
     largest = min(fit_largest, math.floor(MAX_EXTRAPOLATION * measured[-1]))
-    base["fit_largest"] = fit_largest if fit_largest > largest else 0
+    base.update(fit_largest=fit_largest, capped=fit_largest > largest)
     if largest < 1:
         return PlanPrice(**base, fits=False, extrapolated=measured[0] > 1)
     chunks = math.ceil(cluster.global_batch / largest)

@@ -20,7 +20,6 @@ import streamlit as st
 from env.data.errors import CkptSearchError
 from env.data.measured import compare_times
 from env.data.types import MIB
-from search.export import render_throughput
 from search.records.frontier_file import load_frontier
 from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint
 
@@ -133,6 +132,8 @@ def cap_from_selection(points: Sequence[Mapping[str, Any]]) -> int | None:
 
 
 def throughput_page(run_dir: Path) -> None:
+    from search.export import render_throughput  # its snippet writer imports torch: on this page only
+
     curve = load_curve(run_dir)
     if curve is None:
         st.info("This run is no throughput search. Search the fastest plan and micro-batch under memory caps with "

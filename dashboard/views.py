@@ -17,7 +17,6 @@ from dashboard import comparison, figures, fmt, selection
 from dashboard.data import RunData, nearest_rule, unit_table
 from env.data.types import MIB
 from search.records.frontier_file import COMPILE_HOW
-from search.training.snippet import plan_snippet
 
 LIVE_EVERY_S = 2.0
 CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.measure.timeline.step_clock
@@ -160,8 +159,16 @@ def _unit_table(units: pd.DataFrame) -> None:
         "unit": units.unit, "action": units.action, f"kept for backward ({name})": units.kept_bytes / per,
         f"saved vs keep ({name})": units.saved_bytes / per, f"peak while recomputed ({name})": units.backward_peak_bytes / per,
         "forward + backward (ms)": units.seconds * 1e3, "extra vs keep (ms)": units.extra_seconds * 1e3})
+    missing = units.kept_bytes.isna()
+    if missing.any():  # an action the profile has no costs for (a chain region is measured whole, in the step)
+        for c in shown.columns[2:]:
+            decimals = 2 if "(ms)" in c else 1
+            shown[c] = ["not profiled" if m else f"{v:.{decimals}f}" for v, m in zip(shown[c], missing)]
+        st.caption(f"Not profiled per unit: {', '.join(sorted(set(units.action[missing])))} (its cost is the plan's "
+                   "measured step, not a per-unit figure).")
     st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]})
+                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]}
+                 if not missing.any() else None)
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:
@@ -202,6 +209,8 @@ def apply_code(run: RunData, json_name: str) -> str:
 
 
 def export_section(run: RunData, digest: str) -> None:
+    from search.training.snippet import plan_snippet  # reads env.runtime's source: torch, on this page only
+
     plan = run.plan(digest)
     text = plan.to_json()
     snippet = plan_snippet(plan, title=run.workload)

@@ -191,7 +191,7 @@ def test_time_fit_never_decreases_and_memory_must_grow() -> None:
 def test_no_price_beyond_twice_the_largest_measured_micro_batch() -> None:
     pts = _points(1e9, 1e8, 0.1, 0.001, (2, 4))  # the fit says 100 samples fit 11 GB; only 2 and 4 were measured
     p = price_plan("d", "s", pts, Cluster(gpu_memory_gb=11, price_per_gpu_hour=2.0, global_batch=1000, steps=3600))
-    assert p.micro_batch == 8 and p.fit_largest == 100 and p.extrapolated  # 2x 4, marked, not 100
+    assert p.micro_batch == 8 and p.fit_largest == 100 and p.capped and p.extrapolated  # 2x 4, marked, not 100
     assert p.gpus * p.accumulation * p.micro_batch >= 1000
 
 
