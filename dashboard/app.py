@@ -60,8 +60,9 @@ def pick_run(root: Path) -> Path | None:
     ids = [r.run_id for r in runs]
     if "run_choice" not in st.session_state and st.query_params.get("run") in ids:  # a shared link
         st.session_state["run_choice"] = st.query_params["run"]
-    if st.session_state.get(PENDING_RUN) in ids:  # a search just started from the form: show it
+    if st.session_state.get(PENDING_RUN) in ids:  # a search just started from the form: show its live page
         st.session_state["run_choice"] = st.session_state.pop(PENDING_RUN)
+        st.session_state[PAGE] = "Live"
     if st.session_state.get("run_choice") not in ids:
         st.session_state["run_choice"] = ids[0]
     info = {r.run_id: r for r in runs}

@@ -158,7 +158,7 @@ def plan_figure(units: pd.DataFrame) -> go.Figure:
     n = len(units)
     has_costs = "kept_bytes" in units and units.kept_bytes.notna().any()
     cols = 3 if has_costs else 1
-    unit_name, per_unit = fmt.size_unit(float(units.kept_bytes.max())) if has_costs else ("KiB", 1024.0)
+    unit_name, per_unit = fmt.size_unit(float(units.kept_bytes.max())) if has_costs else ("MiB", float(MIB))
     titles = ["action", f"kept for backward ({unit_name})", "forward + backward (ms)"][:cols]
     fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.03, subplot_titles=titles,
                         column_widths=[0.2, 0.4, 0.4][:cols] if cols == 3 else [1.0])

@@ -105,7 +105,7 @@ def test_plan_figure_rows_and_bars(run: RunData) -> None:
     assert [codes[int(z[0])] for z in heat.z] == acts and list(heat.y) == list(units.unit)
     assert kept.orientation == "h" and list(kept.y) == list(units.unit)
     assert np.allclose(kept.x, units.kept_bytes / 1024) and np.allclose(secs.x, units.seconds * 1e3)
-    assert fig.layout.annotations[1].text == "kept for backward (KiB)"
+    assert fig.layout.annotations[1].text == "kept for backward (MiB)"  # one unit family: no KiB
 
 
 def test_plan_figure_stays_readable_at_48_and_96_units() -> None:
@@ -120,7 +120,7 @@ def test_plan_figure_stays_readable_at_48_and_96_units() -> None:
         rows_px = (fig.layout.height - fig.layout.margin.t - fig.layout.margin.b) / n
         assert rows_px >= 18, f"{rows_px:.1f} px a row at {n} units: names and actions would overlap"
         assert fig.layout.yaxis.type == "category" and fig.layout.yaxis.autorange == "reversed"  # model order, top down
-        assert fig.layout.annotations[1].text == "kept for backward (MiB)"  # 3 MB shown in MiB, not 3000 KiB
+        assert fig.layout.annotations[1].text == "kept for backward (MiB)"
 
 
 def test_live_and_price_figures(run: RunData) -> None:
