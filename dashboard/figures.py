@@ -173,7 +173,7 @@ def plan_figure(units: pd.DataFrame) -> go.Figure:
     if has_costs:
         colours = [ACTION_COLOURS.get(a, "#999") for a in units.action]
         fig.add_trace(go.Bar(y=names, x=units.kept_bytes / per_unit, orientation="h", marker_color=colours,
-                             hovertemplate=f"%{{y}}: %{{x:.1f}} {unit_name}<extra></extra>"), row=1, col=2)
+                             hovertemplate=f"%{{y}}: %{{x:.3g}} {unit_name}<extra></extra>"), row=1, col=2)
         fig.add_trace(go.Bar(y=names, x=units.seconds * 1e3, orientation="h", marker_color=colours,
                              hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"), row=1, col=3)
     fig.update_yaxes(autorange="reversed", type="category", tickfont=dict(size=11))

@@ -104,7 +104,7 @@ def test_plan_figure_rows_and_bars(run: RunData) -> None:
     codes = list(figures.ACTION_COLOURS)
     assert [codes[int(z[0])] for z in heat.z] == acts and list(heat.y) == list(units.unit)
     assert kept.orientation == "h" and list(kept.y) == list(units.unit)
-    assert np.allclose(kept.x, units.kept_bytes / 1024) and np.allclose(secs.x, units.seconds * 1e3)
+    assert np.allclose(kept.x, units.kept_bytes / MIB) and np.allclose(secs.x, units.seconds * 1e3)
     assert fig.layout.annotations[1].text == "kept for backward (MiB)"  # one unit family: no KiB
 
 
