@@ -56,7 +56,8 @@ def _hover(df: pd.DataFrame) -> list[str]:
 
     return [f"{title(r)}<br>{' '.join(a[0].upper() for a in r.actions)}<br>"
             f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
-            f"step {fmt.duration(r.step_seconds)} ± {fmt.duration(r.spread_seconds)} ({fmt.change(r.time_rel)})<br>"
+            f"step {fmt.duration(r.step_seconds)}, spread (IQR) {fmt.duration(r.spread_seconds)}"
+            f"{f' of {r.repeats} steps' if hasattr(r, 'repeats') else ''} ({fmt.change(r.time_rel)})<br>"
             f"found by {r.source} · plan {r.digest}" for r in df.itertuples()]
 
 
@@ -95,7 +96,7 @@ def _peer_traces(run: RunData, x: str, y: str, relative: bool, show_dominated: b
         pe = pe.loc[~pe.verdict.str.contains("slower beyond both spreads")]
     hover = [f"peer <b>{r.peer}</b> (measured beside the plans; exports nothing)<br>"
              f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
-             f"step {fmt.duration(r.step_seconds)} ± {fmt.duration(r.spread_seconds)} IQR of {r.repeats} "
+             f"step {fmt.duration(r.step_seconds)}, spread (IQR) {fmt.duration(r.spread_seconds)} of {r.repeats} steps "
              f"({fmt.change(r.time_rel)})<br>{r.verdict}" + (f"<br>{r.note}" if r.note else "") for r in pe.itertuples()]
     return [go.Scatter(x=pe[x], y=pe[y], mode="markers", name=PEERS_TRACE, text=pe.peer, hoverinfo="text",
                        hovertext=hover, marker=dict(symbol="x", size=11, color="#b279a2"),

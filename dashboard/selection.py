@@ -30,6 +30,7 @@ CHART = "frontier_chart"
 PICK = "plan_pick"
 RUN = "shown_run"
 HOW = "selected_how"  # start | budget | chart | list
+NO_PLAN = "chart_no_plan"  # set when a click on the chart hit only points without a plan (peers)
 
 START_SHARE = 0.5  # the first view: the fastest plan saving at least this share of the largest saving
 
@@ -153,7 +154,9 @@ def on_chart(state: MutableMapping[str, Any], run: RunData) -> None:
     """Points clicked or boxed on the chart: the fastest plan among them (peers carry no plan)."""
     event = state.get(CHART) or {}
     points = list((event.get("selection") or {}).get("points") or [])
-    select(state, run, fastest_of(run, digests_from_selection(points)), "chart")
+    digest = fastest_of(run, digests_from_selection(points))
+    state[NO_PLAN] = bool(points) and digest is None
+    select(state, run, digest, "chart")
 
 
 def on_pick(state: MutableMapping[str, Any], run: RunData) -> None:

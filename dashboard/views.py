@@ -60,6 +60,9 @@ def frontier_page(run: RunData) -> None:
     st.caption("Click a point, or box-select several (the fastest of them is taken). The red step line is the "
                "measured frontier; the dotted green one the best of the exact solver's plans as measured "
                "(optimal on the cost model, so a gap shows the model's error); rules and peers are named on hover.")
+    if state.pop(selection.NO_PLAN, False):
+        st.info("That point has no plan of ours (a peer: it exports nothing); its verdict is in the table below. "
+                "The selection is unchanged.")
     _plan_picker(run, selected)
     if selected is None:
         st.warning(f"No frontier plan fits this budget; raise it to at least {low:.{decimals}f} MiB "

@@ -173,6 +173,10 @@ def test_one_selection_shared_by_slider_chart_and_list(run: RunData) -> None:
     state[selection.CHART] = {"selection": {"points": [{"customdata": dominated.digest}, {"x": 1.0, "y": 2.0}]}}
     selection.on_chart(state, run)  # a click (a peer's point carries no plan)
     assert (state[selection.SELECTED], state[selection.HOW]) == (dominated.digest, "chart")
+    assert not state[selection.NO_PLAN]
+    state[selection.CHART] = {"selection": {"points": [{"x": 1.0, "y": 2.0}]}}  # a peer alone: no plan to select
+    selection.on_chart(state, run)
+    assert state[selection.NO_PLAN] and state[selection.SELECTED] == dominated.digest  # said, and nothing changes
     low, high = selection.budget_range(run)
     assert state[selection.BUDGET] == pytest.approx(min(max(dominated.peak_bytes / MIB, low), high))  # the slider follows
     boxed = list(fr.digest)  # a box around the whole frontier: its fastest plan
