@@ -1,7 +1,9 @@
 """The ckpt-search dashboard: ``streamlit run dashboard/app.py -- --runs DIR`` (or ``ckpt-dashboard``).
 
-Pages (tabs): Frontier, Plan, Price of memory, Live, New search, Throughput. The sidebar picks a run
-folder under ``--runs`` (newest first). Reads run folders read-only; never imports Ray.
+Pages (tabs): Frontier, Plan, Price of memory, Live, New search, Throughput; only the open one runs. The
+sidebar picks a run folder under ``--runs`` (newest first, broken ones last). The URL holds the run, the
+page, the selected plan and the budget (``?run=...&page=Plan&plan=...&budget=...``), so a view can be
+shared. Reads run folders read-only; never imports Ray.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from dashboard.new_search_view import PENDING_RUN, new_search_page  # noqa: E402
 from dashboard.price_view import pricing_page  # noqa: E402
 
 PAGES = ["Frontier", "Plan", "Price of memory", "Live", "New search", "Throughput"]
+PAGE = "page"  # the open tab's key, and its query parameter
+URL_READ = "_url_read"  # the session has applied the URL's run, plan and budget once
 
 
 def app_args() -> argparse.Namespace:
@@ -54,13 +58,17 @@ def pick_run(root: Path) -> Path | None:
     if not runs:
         return None
     ids = [r.run_id for r in runs]
-    if st.session_state.get(PENDING_RUN) in ids:  # a search just started from the form: show it
+    if "run_choice" not in st.session_state and st.query_params.get("run") in ids:  # a shared link
+        st.session_state["run_choice"] = st.query_params["run"]
+    if st.session_state.get(PENDING_RUN) in ids:  # a search just started from the form: show its live page
         st.session_state["run_choice"] = st.session_state.pop(PENDING_RUN)
+        st.session_state[PAGE] = "Live"
     if st.session_state.get("run_choice") not in ids:
         st.session_state["run_choice"] = ids[0]
     info = {r.run_id: r for r in runs}
     st.sidebar.selectbox("run", ids, key="run_choice",
                          format_func=lambda i: f"{i} · {info[i].workload or '?'} · {info[i].status}")
+    st.query_params["run"] = st.session_state["run_choice"]
     return info[st.session_state["run_choice"]].path
 
 
@@ -101,32 +109,30 @@ def show_run(run_dir: Path, root: Path, policy: LaunchPolicy) -> None:
     except RunNotReady as e:
         failed = log_error(run_dir, last_only=True)
         if failed:  # the search stopped before it wrote a store
-            st.error(f"The search of run '{run_dir.name}' failed: {failed}")
+            st.error(fmt.plain(f"The search of run '{run_dir.name}' failed: {failed}"))
         else:
-            st.info(str(e))
+            st.info(fmt.plain(str(e)))
             wait_for_results(run_dir)
         return
     except RunDataError as e:
-        st.error(str(e))
+        st.error(fmt.plain(str(e)))
         return
     st.session_state["_run"] = run
     selection.reset_for(st.session_state, run)
+    if not st.session_state.get(URL_READ):  # a shared link's plan or budget, once per session
+        st.session_state[URL_READ] = True
+        selection.from_url(st.session_state, run, st.query_params.get("plan"), st.query_params.get("budget"))
+    selection.to_url(st.session_state, st.query_params)
     st.caption(run_caption(run))
     if run.error:
-        st.error(f"The search failed: {run.error}")
-    tabs = st.tabs(PAGES, default="Live" if run.status == "running" else "Frontier")
-    with tabs[0]:
-        views.frontier_page(run)
-    with tabs[1]:
-        views.plan_page(run)
-    with tabs[2]:
-        pricing_page(run)
-    with tabs[3]:
-        live_tab(run)
-    with tabs[4]:
-        new_search_page(root, policy)
-    with tabs[5]:
-        throughput.throughput_page(run.path)
+        st.error(fmt.plain(f"The search failed: {run.error}"))
+    tabs = st.tabs(PAGES, default="Live" if run.status == "running" else "Frontier", key=PAGE, bind="query-params")
+    pages = (lambda: views.frontier_page(run), lambda: views.plan_page(run), lambda: pricing_page(run),
+             lambda: live_tab(run), lambda: new_search_page(root, policy), lambda: throughput.throughput_page(run.path))
+    for tab, draw in zip(tabs, pages):
+        if tab.open:  # only the page shown computes
+            with tab:
+                draw()
 
 
 def main() -> None:

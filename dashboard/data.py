@@ -2,9 +2,14 @@
 
 A run folder (written by ``python -m search.run``) holds ``store.sqlite`` and, once the search
 has a frontier, ``frontier.json``. ``load_run`` turns one into a :class:`RunData` of pandas
-tables: every evaluation (with its rule name, exact-frontier flag and whether another
-measured plan dominates it), the frontier (from ``frontier.json``, or computed from the
-measured evaluations while the search has not written it yet), progress and snapshots.
+tables: every evaluation (with its rule name, exact-frontier flag and whether it is on the
+frontier), the frontier, progress and snapshots.
+
+One frontier: the points of ``frontier.json`` (what export and ``plans/`` read), or, while the
+search has not written it (or it is damaged), the same rule applied here to the measured
+evaluations: the non-dominated plans, less those a plan at most ``memory_tolerance_bytes``
+higher beats by more than the run's timing noise (``search.records.pareto.readable``). Every
+page reads ``RunData.frontier`` and the ``on_frontier`` column; nothing computes another.
 Nothing here imports Streamlit or Ray; the app caches these functions.
 """
 
@@ -20,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from dashboard.pricing import with_measured
 from env.data.errors import CkptSearchError
@@ -27,9 +33,10 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Plan, action_summary
 from env.data.unit_choice import UnitChoice
 from search.records import meta
-from search.records.frontier_file import FRONTIER_NAME, FrontierError, load_frontier
+from search.records.frontier_file import FRONTIER_NAME, FrontierError, FrontierFile, load_frontier
 from search.records.meta import DriverProcess, PeerEntry
-from search.records.pareto import fastest_within, nondominated
+from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
+from search.records.ranking import timing_noise
 from search.records.store import STORE_NAME, RunStore, StoreError
 
 LOG_NAME = "search.log"  # what a search started from the dashboard prints
@@ -68,9 +75,11 @@ class RunData:
     baseline_peak_bytes: float
     baseline_seconds: float
     clock: str  # what the run's step times were read from (env.measure.timeline.step_clock)
-    evaluations: pd.DataFrame  # one row per plan; see _evaluations_frame
-    frontier: pd.DataFrame  # measured non-dominated plans, fewest bytes first
+    evaluations: pd.DataFrame  # one row per plan; see _evaluations_frame (``on_frontier``: in ``frontier``)
+    frontier: pd.DataFrame  # the one frontier every page shows (module docstring), fewest bytes first
     frontier_source: str  # "frontier.json" or "evaluations" (computed here)
+    timing_noise: float  # the run's timing noise, a share of a step (search.records.ranking.timing_noise)
+    memory_tolerance_bytes: float  # a peak lower by less is no reason to be slower (search.records.pareto.readable)
     rules: dict[str, str]  # rule name -> plan digest
     exact: list[str]  # plan digests of the cost model's optimal frontier
     agents: list[dict[str, Any]]
@@ -80,7 +89,7 @@ class RunData:
     snapshots: pd.DataFrame
     unit_choice: UnitChoice | None  # the decision units with the bytes each saves for backward
     headroom: str | None  # set when no plan over the units can lower the peak by more than 5%
-    peers: pd.DataFrame  # measured peers (env.measure.peers): peer, peak_bytes, step_seconds, peak_rel, time_rel, note
+    peers: pd.DataFrame  # measured peers (env.measure.peers): see _peers_frame
     started_at: float | None = None
     finished_at: float | None = None
     workload: str = ""
@@ -88,6 +97,8 @@ class RunData:
     error: str | None = None  # why a failed run failed (its status's cause, else its log's last line)
     fsdp_ranks: int = 0  # 0: one device; N: measured under FSDP2 with N ranks (peaks and times per rank)
     refused: dict[str, str] = field(default_factory=dict)  # digest -> the correctness gate's line: never exported
+    baseline_digest: str = ""  # the all-keep plan's digest
+    device: str = ""  # what the baseline was measured on (e.g. "cpu (1 threads)", a GPU's name)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -150,12 +161,23 @@ def _summary(p: Path) -> RunSummary:
 
 
 def list_runs(root: str | Path) -> list[RunSummary]:
-    """Run folders directly under ``root`` (or ``root`` itself if it is one), newest first."""
+    """Run folders directly under ``root`` (or ``root`` itself if it is one), newest first, broken ones last
+    (a broken store's time is only its folder's, so the dashboard never opens on one)."""
     root = Path(root)
     if not root.is_dir():
         return []
     folders = [root] if _is_run_folder(root) else [p for p in root.iterdir() if _is_run_folder(p)]
-    return sorted((_summary(p) for p in folders), key=lambda r: (-r.started_at, r.run_id))
+    return sorted((_summary(p) for p in folders), key=lambda r: (r.status == "broken", -r.started_at, r.run_id))
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line a user can read: a pydantic error's first field and message, not its type dump."""
+    if isinstance(e, ValidationError):
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "the value"
+        return f"{where}: {first['msg']}"
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str]) -> pd.DataFrame:
@@ -183,17 +205,10 @@ def _evaluations_frame(store: RunStore, rules: dict[str, str], exact: list[str])
     cols = ["digest", "actions", "summary", "source", "measured", "oom", "peak_bytes", "step_seconds",
             "spread_seconds", "repeats", "n_measurements", "clock", "live_before_bytes", "predicted_peak_bytes", "predicted_step_seconds",
             "device", "torch_version", "batch_shape", "created_at", "rule", "exact", "paired"]
-    df = pd.DataFrame(rows, columns=cols)
-    df["dominated"] = True
-    measured = df.index[df.measured]
-    if len(measured):
-        mask = nondominated(df.loc[measured, ["peak_bytes", "step_seconds"]].to_numpy(dtype=float))
-        df.loc[measured[mask], "dominated"] = False
-    return df
+    return pd.DataFrame(rows, columns=cols)
 
 
-def _frontier_from_file(run_dir: Path, units: list[str]) -> pd.DataFrame:
-    ff = load_frontier(run_dir)
+def _frontier_from_file(ff: FrontierFile, units: list[str]) -> pd.DataFrame:
     rows = []
     for p in ff.points:
         plan = ff.plan(p)
@@ -204,11 +219,35 @@ def _frontier_from_file(run_dir: Path, units: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _frontier_from_evaluations(evaluations: pd.DataFrame) -> pd.DataFrame:
-    f = evaluations.loc[evaluations.measured & ~evaluations.dominated].copy()
+def _frontier_from_evaluations(evaluations: pd.DataFrame, tolerance: float, noise: float) -> pd.DataFrame:
+    """The frontier as the search writes it, from the measured evaluations: non-dominated, then without a plan
+    that one at most ``tolerance`` bytes higher beats by more than ``noise`` (``search.records.pareto.readable``)."""
+    f = evaluations.loc[evaluations.measured].copy()
+    if len(f):
+        f = f.loc[nondominated(f[["peak_bytes", "step_seconds"]].to_numpy(dtype=float))]
+        f = f.loc[readable(f.peak_bytes.astype(float).tolist(), f.step_seconds.astype(float).tolist(), tolerance, noise)]
     f["activation_bytes"] = f.peak_bytes - f.live_before_bytes.fillna(0)
     return f[["digest", "actions", "summary", "source", "peak_bytes", "step_seconds", "spread_seconds",
               "activation_bytes"]]
+
+
+def _frontier(run_dir: Path, units: list[str], evaluations: pd.DataFrame, tolerance: float,
+              noise: float) -> tuple[pd.DataFrame, str, float, float, list[str]]:
+    """(frontier, its source, memory tolerance, timing noise, notes): ``frontier.json``'s points and the rule
+    it was written with; without the file, or where it is damaged, the same rule over the store's evaluations."""
+    if (run_dir / FRONTIER_NAME).is_file():
+        try:
+            ff = load_frontier(run_dir)
+        except FrontierError as e:
+            note = (f"{FRONTIER_NAME} cannot be read ({e}); the frontier shown is computed from the run's store, "
+                    "which is intact")
+        else:
+            rule = ff.readable or {}
+            return (_frontier_from_file(ff, units), "frontier.json",
+                    float(rule.get("memory_tolerance_bytes", tolerance)), float(rule.get("timing_noise", noise)), [])
+    else:
+        note = f"no {FRONTIER_NAME} yet: the frontier shown is computed from the measured evaluations"
+    return _frontier_from_evaluations(evaluations, tolerance, noise), "evaluations", tolerance, noise, [note]
 
 
 def _baseline(profile: ModelProfile | None, evaluations: pd.DataFrame,
@@ -234,9 +273,9 @@ def load_run(run_dir: str | Path) -> RunData:
             return _read(run_dir, store)
     except StoreError as e:
         raise RunDataError(str(e)) from None
-    except (FrontierError, ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
-        raise RunDataError(f"run '{run_dir.name}' cannot be read ({type(e).__name__}: {e}); "
-                           "it was written by another ckpt-search version, or is damaged: start a new run") from None
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise RunDataError(f"run '{run_dir.name}' cannot be read ({one_line(e)}); it was written by another "
+                           "ckpt-search version, or is damaged: start a new run") from None
 
 
 def _read(run_dir: Path, store: RunStore) -> RunData:
@@ -256,12 +295,13 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
     evaluations["peak_rel"] = evaluations.peak_bytes.astype(float) / base_peak
     evaluations["time_rel"] = evaluations.step_seconds.astype(float) / base_seconds
     units = store.read(meta.UNITS) or (profile.units if profile else [])
-    notes = []
-    if (run_dir / FRONTIER_NAME).is_file():
-        frontier, source = _frontier_from_file(run_dir, units), "frontier.json"
-    else:
-        frontier, source = _frontier_from_evaluations(evaluations), "evaluations"
-        notes.append(f"no {FRONTIER_NAME} yet: the frontier shown is computed from the measured evaluations")
+    rank = store.ranking()
+    records = [rank(m) for m in store.measured() if not m.oom]
+    base = store.baseline()
+    tolerance = MEMORY_TOLERANCE * (base.activation_bytes if base is not None else 0)
+    frontier, source, tolerance, noise, notes = _frontier(run_dir, units, evaluations, tolerance, timing_noise(records))
+    evaluations["on_frontier"] = evaluations.digest.isin(set(frontier.digest)) & evaluations.measured
+    evaluations["dominated"] = ~evaluations.on_frontier
     if not frontier.empty:
         frontier = frontier.sort_values(["peak_bytes", "step_seconds"]).reset_index(drop=True)
         frontier["peak_rel"] = frontier.peak_bytes / base_peak
@@ -275,7 +315,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         path=run_dir, run_id=run_dir.name, status=status, config=config, units=units,
         fingerprint=store.read(meta.FINGERPRINT) or (profile.fingerprint if profile else ""), profile=profile,
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
-        frontier=frontier, frontier_source=source, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
+        frontier=frontier, frontier_source=source, timing_noise=noise, memory_tolerance_bytes=tolerance, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
         batch_scaling=with_measured(store.read(meta.BATCH_SCALING),
                                     [(r["micro_batch"], r["record"]) for r in store.read(meta.THROUGHPUT_MEASURED)]),
         batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
@@ -286,6 +326,8 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         error=_failure(run_dir, store.read(meta.STATUS) or ""),
         fsdp_ranks=(store.read(meta.FSDP) or {}).get("ranks", 0),
         refused={d: c.line() for d, c in store.read(meta.GATE).items() if not c.passed},
+        baseline_digest=store.read(meta.BASELINE_DIGEST) or "",
+        device=base.device if base is not None else (profile.device if profile else ""),
     )
 
 
@@ -296,17 +338,22 @@ def _failure(run_dir: Path, status: str) -> str | None:
     return status.partition(":")[2].strip() or log_error(run_dir) or "no cause recorded; see the search's output"
 
 
+PEER_COLUMNS = ["peer", "peak_bytes", "step_seconds", "spread_seconds", "repeats", "peak_rel", "time_rel", "note"]
+
+
 def _peers_frame(peers: dict[str, PeerEntry], base_peak: float, base_seconds: float, store: RunStore) -> pd.DataFrame:
-    """The store's measured peers (that ran) on the frontier's axes (times ranked as the plans')."""
+    """The store's measured peers (that ran) on the frontier's axes, times ranked as the plans' are, each with
+    the spread (IQR) and number of its step samples."""
     rows = []
     rank = store.ranking()
     for name, entry in peers.items():
         m = rank(entry["record"])
         if not m.oom:
             rows.append({"peer": name, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds,
+                         "spread_seconds": m.spread_seconds, "repeats": len(m.step_seconds_samples),
                          "peak_rel": m.peak_bytes / base_peak, "time_rel": m.step_seconds / base_seconds,
                          "note": entry.get("note", "")})
-    return pd.DataFrame(rows, columns=["peer", "peak_bytes", "step_seconds", "peak_rel", "time_rel", "note"])
+    return pd.DataFrame(rows, columns=PEER_COLUMNS)
 
 
 def select_plan(frontier: pd.DataFrame, budget_bytes: float) -> pd.Series | None:

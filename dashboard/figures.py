@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard import fmt
+from dashboard.comparison import peer_verdict
 from dashboard.data import RunData
 from env.data.types import MIB
 from search.records.pareto import nondominated
@@ -28,7 +29,7 @@ FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"
 RULES_TRACE = "baseline rules (name on hover)"
-PEERS_TRACE = "peers: what users pick instead (name on hover)"
+PEERS_TRACE = "peers: what users pick instead (name and verdict on hover)"
 EXACT_TRACE = "exact solver's plans (optimal on the cost model), as measured"
 SELECTED_TRACE = "selected"
 
@@ -55,7 +56,8 @@ def _hover(df: pd.DataFrame) -> list[str]:
 
     return [f"{title(r)}<br>{' '.join(a[0].upper() for a in r.actions)}<br>"
             f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
-            f"step {fmt.duration(r.step_seconds)} ± {fmt.duration(r.spread_seconds)} ({fmt.change(r.time_rel)})<br>"
+            f"step {fmt.duration(r.step_seconds)}, spread (IQR) {fmt.duration(r.spread_seconds)}"
+            f"{f' of {r.repeats} steps' if hasattr(r, 'repeats') else ''} ({fmt.change(r.time_rel)})<br>"
             f"found by {r.source} · plan {r.digest}" for r in df.itertuples()]
 
 
@@ -84,13 +86,30 @@ def _exact_traces(ev: pd.DataFrame, x: str, y: str) -> list[go.Scatter]:
                        showlegend=False, hoverinfo="skip", line=dict(dash="dot", color="#54a24b", shape="hv"))]
 
 
+def _peer_traces(run: RunData, x: str, y: str, relative: bool, show_dominated: bool) -> list[go.Scatter]:
+    """The peers with their spreads and their verdicts on hover; hiding dominated points hides dominated peers."""
+    if run.peers.empty:
+        return []
+    pe = _with_units(run.peers)
+    pe["verdict"] = [peer_verdict(run, r) for _, r in pe.iterrows()]
+    if not show_dominated:
+        pe = pe.loc[~pe.verdict.str.contains("slower beyond both spreads")]
+    hover = [f"peer <b>{r.peer}</b> (measured beside the plans; exports nothing)<br>"
+             f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
+             f"step {fmt.duration(r.step_seconds)}, spread (IQR) {fmt.duration(r.spread_seconds)} of {r.repeats} steps "
+             f"({fmt.change(r.time_rel)})<br>{r.verdict}" + (f"<br>{r.note}" if r.note else "") for r in pe.itertuples()]
+    return [go.Scatter(x=pe[x], y=pe[y], mode="markers", name=PEERS_TRACE, text=pe.peer, hoverinfo="text",
+                       hovertext=hover, marker=dict(symbol="x", size=11, color="#b279a2"),
+                       error_y=_spread_bars(pe, y, relative, run.baseline_seconds))]
+
+
 def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool = True,
                     selected: str | None = None, budget_bytes: float | None = None) -> go.Figure:
     """The memory/time plane of a run. Points carry their plan digest as ``customdata``."""
     x, y, xt, yt = axes(relative)
     ev = _with_units(run.evaluations.loc[run.evaluations.measured])
     fig = go.Figure()
-    shown = ev if show_dominated else ev.loc[~ev.dominated]
+    shown = ev if show_dominated else ev.loc[ev.on_frontier]  # hiding dominated points hides rules and peers too
     fig.add_trace(go.Scatter(
         x=shown[x], y=shown[y], mode="markers", name=EVALUATED_TRACE, customdata=shown.digest,
         hovertext=_hover(shown), hoverinfo="text",
@@ -103,27 +122,19 @@ def frontier_figure(run: RunData, relative: bool = False, show_dominated: bool =
         fig.add_trace(go.Scatter(x=px, y=py, mode="markers", name=PREDICTED_TRACE, customdata=predicted.digest,
                                  hovertext=[f"{s} (cost model only, not measured)" for s in predicted.summary],
                                  hoverinfo="text", marker=dict(size=7, symbol="circle-open", color="#bbb")))
-    for trace in _exact_traces(ev, x, y):
+    for trace in _exact_traces(shown, x, y):
         fig.add_trace(trace)
     if len(run.frontier):
         fr = _with_units(run.frontier)
         fig.add_trace(go.Scatter(x=fr[x], y=fr[y], mode="lines+markers", name=FRONTIER_TRACE, customdata=fr.digest,
                                  hovertext=_hover(fr.assign(rule="")), hoverinfo="text",
                                  line=dict(shape="hv", color="#e45756", width=2), marker=dict(size=11, color="#e45756")))
-    rules = ev.loc[ev.rule != ""]
+    rules = shown.loc[shown.rule != ""]
     fig.add_trace(go.Scatter(x=rules[x], y=rules[y], mode="markers", name=RULES_TRACE, text=rules.rule,
                              customdata=rules.digest, hovertext=_hover(rules), hoverinfo="text",
                              marker=dict(symbol="diamond", size=12, color="#4c78a8")))
-    if len(run.peers):
-        pe = run.peers
-        fig.add_trace(go.Scatter(x=pe.peak_bytes / MIB if not relative else pe.peak_rel,
-                                 y=pe.step_seconds * 1e3 if not relative else pe.time_rel,
-                                 mode="markers", name=PEERS_TRACE, text=pe.peer, hoverinfo="text",
-                                 hovertext=[f"peer <b>{r.peer}</b> (measured beside the plans; exports nothing)<br>"
-                                            f"peak {fmt.size(r.peak_bytes)} ({fmt.change(r.peak_rel)} vs baseline)<br>"
-                                            f"step {fmt.duration(r.step_seconds)} ({fmt.change(r.time_rel)})"
-                                            + (f"<br>{r.note}" if r.note else "") for r in pe.itertuples()],
-                                 marker=dict(symbol="x", size=11, color="#b279a2")))
+    for trace in _peer_traces(run, x, y, relative, show_dominated):
+        fig.add_trace(trace)
     if selected is not None and (ev.digest == selected).any():
         s = ev.loc[ev.digest == selected]
         fig.add_trace(go.Scatter(x=s[x], y=s[y], mode="markers", name=SELECTED_TRACE, customdata=s.digest,
@@ -148,7 +159,7 @@ def plan_figure(units: pd.DataFrame) -> go.Figure:
     n = len(units)
     has_costs = "kept_bytes" in units and units.kept_bytes.notna().any()
     cols = 3 if has_costs else 1
-    unit_name, per_unit = fmt.size_unit(float(units.kept_bytes.max())) if has_costs else ("KiB", 1024.0)
+    unit_name, per_unit = fmt.size_unit(float(units.kept_bytes.max())) if has_costs else ("MiB", float(MIB))
     titles = ["action", f"kept for backward ({unit_name})", "forward + backward (ms)"][:cols]
     fig = make_subplots(rows=1, cols=cols, shared_yaxes=True, horizontal_spacing=0.03, subplot_titles=titles,
                         column_widths=[0.2, 0.4, 0.4][:cols] if cols == 3 else [1.0])
@@ -163,7 +174,7 @@ def plan_figure(units: pd.DataFrame) -> go.Figure:
     if has_costs:
         colours = [ACTION_COLOURS.get(a, "#999") for a in units.action]
         fig.add_trace(go.Bar(y=names, x=units.kept_bytes / per_unit, orientation="h", marker_color=colours,
-                             hovertemplate=f"%{{y}}: %{{x:.1f}} {unit_name}<extra></extra>"), row=1, col=2)
+                             hovertemplate=f"%{{y}}: %{{x:.3g}} {unit_name}<extra></extra>"), row=1, col=2)
         fig.add_trace(go.Bar(y=names, x=units.seconds * 1e3, orientation="h", marker_color=colours,
                              hovertemplate="%{y}: %{x:.2f} ms<extra></extra>"), row=1, col=3)
     fig.update_yaxes(autorange="reversed", type="category", tickfont=dict(size=11))
@@ -172,19 +183,32 @@ def plan_figure(units: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def live_figure(snapshots: pd.DataFrame, started_at: float | None = None) -> go.Figure:
-    """Measured plans, frontier size and frontier hypervolume over the run's time."""
+def live_figure(snapshots: pd.DataFrame, started_at: float | None = None, frontier_size: int | None = None,
+                frontier_at: float | None = None) -> go.Figure:
+    """Measured plans, frontier size and frontier hypervolume over the run's time. The snapshots count the
+    non-dominated measured plans as they came; ``frontier_size`` (at ``frontier_at``) is the frontier the pages
+    show (after the confirming passes and the noise rule), drawn as the size chart's last point."""
     titles = ["measured plans", "frontier size", "hypervolume (baseline-relative)"]
     fig = make_subplots(rows=1, cols=3, subplot_titles=titles)
     if len(snapshots):
         t0 = started_at if started_at is not None else float(snapshots["at"].min())
         minutes = (snapshots["at"] - t0) / 60
-        for col, (name, values) in enumerate((("measured", snapshots.n_measured),
-                                              ("frontier size", snapshots.frontier_size),
-                                              ("hypervolume", snapshots.hypervolume)), start=1):
-            fig.add_trace(go.Scatter(x=minutes, y=values, mode="lines+markers", name=name, line=dict(shape="hv")),
+        for col, (name, values, fmt_y) in enumerate((("measured", snapshots.n_measured, "d"),
+                                                     ("non-dominated so far", snapshots.frontier_size, "d"),
+                                                     ("hypervolume", snapshots.hypervolume, ".3f")), start=1):
+            fig.add_trace(go.Scatter(x=minutes, y=values, mode="lines+markers", name=name, line=dict(shape="hv"),
+                                     hovertemplate=f"%{{x:.1f}} min: %{{y:{fmt_y}}}<extra>{name}</extra>"),
                           row=1, col=col)
-    fig.update_xaxes(title_text="minutes since start")
+        if frontier_size is not None:
+            at = (frontier_at if frontier_at is not None else float(snapshots["at"].max())) - t0
+            fig.add_trace(go.Scatter(x=[at / 60], y=[frontier_size], mode="markers+text", name="frontier shown",
+                                     text=[f"frontier shown: {frontier_size}"], textposition="top left",
+                                     marker=dict(size=11, color="#e45756"),
+                                     hovertemplate="the frontier the pages show: %{y}<extra></extra>"), row=1, col=2)
+    fig.update_xaxes(title_text="minutes since start", tickformat=".1f")
+    fig.update_yaxes(tickformat="d", row=1, col=1)
+    fig.update_yaxes(tickformat="d", row=1, col=2)
+    fig.update_yaxes(tickformat=".2f", row=1, col=3)
     fig.update_layout(height=320, showlegend=False, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
@@ -196,6 +220,7 @@ def price_figure(prices: pd.DataFrame, currency: str = "$") -> go.Figure:
     labels = [f"{r.summary} ({r.digest[:6]})" for r in fits.itertuples()]
     text = [f"{r.gpus} GPU{'s' if r.gpus > 1 else ''}<br>micro-batch {r.micro_batch}"
             + (f" × {r.accumulation}" if r.accumulation > 1 else "") + ("<br>(extrapolated)" if r.extrapolated else "")
+            + (f"<br>(capped: the fit allows {r.fit_largest})" if r.capped else "")
             for r in fits.itertuples()]
     fig = go.Figure(go.Bar(x=labels, y=fits.cost, text=text, textposition="outside", marker_color="#4c78a8",
                            marker_pattern_shape=["/" if e else "" for e in fits.extrapolated],

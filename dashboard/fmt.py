@@ -1,4 +1,4 @@
-"""How the dashboard writes numbers: sizes in KiB/MiB/GiB, times in ms or s, changes as percents.
+"""How the dashboard writes numbers: sizes in MiB (GiB where large), times in ms or s, changes as percents.
 
 One or two decimals everywhere: a step time is noisy to a few percent (docs/measurement.md),
 and a peak read to the byte says nothing a reader can use beyond three significant digits.
@@ -10,7 +10,6 @@ import math
 
 from env.data.types import MIB
 
-KIB = 1024
 GIB = 1024 * MIB
 
 
@@ -19,21 +18,20 @@ def _missing(x: float | None) -> bool:
 
 
 def size(nbytes: float | None) -> str:
-    """``812.3 KiB``, ``1.94 MiB``, ``125.8 MiB``, ``3.21 GiB`` (n/a when unknown)."""
+    """One unit family, about three significant digits: ``0.793 MiB``, ``1.94 MiB``, ``125.8 MiB``, ``3.21 GiB``
+    (n/a when unknown)."""
     if _missing(nbytes):
         return "n/a"
     b = float(nbytes)  # type: ignore[arg-type]
     if abs(b) < MIB:
-        return f"{b / KIB:.1f} KiB"
+        return f"{b / MIB:.3f} MiB"
     if abs(b) < GIB:
         return f"{b / MIB:.2f} MiB" if abs(b) < 10 * MIB else f"{b / MIB:.1f} MiB"
     return f"{b / GIB:.2f} GiB"
 
 
 def size_unit(largest_bytes: float) -> tuple[str, float]:
-    """(name, bytes per unit) to show a column of sizes whose largest is ``largest_bytes``."""
-    if largest_bytes < MIB:
-        return "KiB", float(KIB)
+    """(name, bytes per unit) to show a column of sizes whose largest is ``largest_bytes``: MiB, GiB where large."""
     return ("MiB", float(MIB)) if largest_bytes < GIB else ("GiB", float(GIB))
 
 
@@ -58,3 +56,8 @@ def change(ratio: float | None) -> str:
 def decimals_for(largest: float) -> int:
     """Decimals that give a value up to ``largest`` about three significant digits (0 to 2)."""
     return 2 if largest < 10 else (1 if largest < 1000 else 0)
+
+
+def plain(text: str) -> str:
+    """Text shown as it is in Streamlit's markdown: a ``$`` is a dollar sign, never the start of maths."""
+    return text.replace("\\", "\\\\").replace("$", "\\$")

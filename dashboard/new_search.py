@@ -1,8 +1,15 @@
-"""Start ``python -m search.run`` in the background from the dashboard, detached from it.
+"""Start ``python -m search.run`` in the background from the dashboard, and stop it.
 
-The search outlives the Streamlit session (its own process group; closing the browser or
-the dashboard does not stop it). Its output goes to ``<out>/<name>/search.log``; the run
-folder appears at once, so the dashboard can follow it from its first line.
+The search runs in its own process group, so closing the browser does not stop it; the Stop
+button (``stop_search``) and the dashboard's own exit do: SIGTERM to the group (the search drains
+into its store and ends ``interrupted``, resumable), SIGKILL after a grace period, and the process
+reaped, so no search or zombie outlives the dashboard that started it. Its output goes to
+``<out>/<name>/search.log``; the run folder appears at once, so the dashboard can follow it from
+its first line.
+
+The command is checked as the CLI checks it (``search.records.config.parse_config`` on the very
+arguments it will run with, and the workload's options by ``env.workloads.spec.builtin_options``),
+so the form refuses what ``python -m search.run`` would, in the same one line.
 
 A search runs the Python file a workload names, so who may start one matters: ``LaunchPolicy``
 allows it on a dashboard bound to loopback only; bound to anything else (Streamlit's default
@@ -18,16 +25,21 @@ absolute, so the search loads the file the user named.
 from __future__ import annotations
 
 import ast
+import atexit
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from dashboard.data import LOG_NAME
 from env.data.errors import CkptSearchError, WorkloadError
 from env.workloads.spec import WorkloadSpec, builtin_options
+from search.records.config import parse_config
 from search.records.runs import run_id
 
 ROOT = Path(__file__).resolve().parent.parent  # where `python -m search.run` resolves
@@ -74,10 +86,25 @@ class LaunchPolicy:
 
 
 @dataclass(frozen=True)
+class Options:
+    """What the form sets beyond the workload; defaults are the CLI's (left off the command)."""
+
+    agents: int = 2
+    timesteps: int = 512
+    memory_cap: Sequence[float] = ()  # MiB; a throughput search when given
+    device: str = "auto"
+    evaluators: int = 1
+
+
+@dataclass(frozen=True)
 class Started:
     run_dir: Path
     pid: int
     command: list[str]
+
+
+LAUNCHED: dict[int, subprocess.Popen] = {}  # pid -> the search this dashboard process started
+STOP_GRACE_S = 20.0  # SIGTERM, then this long for the search to drain into its store, then SIGKILL
 
 
 def top_level_names(path: Path) -> set[str]:
@@ -125,27 +152,81 @@ def resolve_workload(workload: str, cwd: Path | None = None) -> str:
     return str(WorkloadSpec(f"{path}:{func}", spec.preset, spec.options))
 
 
-def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str) -> list[str]:
-    """The command line of a background search (checked: a bad input fails here, in one line)."""
+def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str,
+                   options: Options | None = None) -> list[str]:
+    """The command line of a background search, checked as the CLI checks it (a bad input fails here, in one line)."""
     workload = resolve_workload(workload)
-    if agents < 1 or timesteps < 1:
-        raise CkptSearchError(f"agents={agents}, timesteps={timesteps}: both must be at least 1")
-    return [sys.executable, "-m", "search.run", "--workload", workload, "--agents", str(agents),
-            "--timesteps", str(timesteps), "--out", str(out), "--name", name, "--no-progress"]
+    o = options or Options(agents, timesteps)
+    cmd = [sys.executable, "-m", "search.run", "--workload", workload, "--agents", str(agents),
+           "--timesteps", str(timesteps), "--out", str(out), "--name", name, "--no-progress"]
+    if o.memory_cap:
+        cmd += ["--memory-cap", *(f"{c:g}" for c in o.memory_cap)]
+    if o.device != "auto":
+        cmd += ["--device", o.device]
+    if o.evaluators != 1:
+        cmd += ["--evaluators", str(o.evaluators)]
+    parse_config(cmd[3:])  # the CLI's own checks, on the arguments it will get
+    return cmd
 
 
 def start_search(workload: str, agents: int, timesteps: int, out: str | Path, name: str | None = None,
-                 policy: LaunchPolicy = LaunchPolicy(True, "")) -> Started:
-    """Launch the search detached (if ``policy`` allows the workload); returns its run folder and process id."""
+                 policy: LaunchPolicy = LaunchPolicy(True, ""), options: Options | None = None) -> Started:
+    """Launch the search in its own process group (if ``policy`` allows the workload); returns its run folder and
+    process id. It is stopped with the dashboard (``stop_all``), or by ``stop_search``."""
     policy.check(workload)
     name = name or run_id(workload)
     run_dir = Path(out) / name
     if run_dir.exists():
         raise CkptSearchError(f"run folder '{run_dir}' already exists; choose another run name")
-    cmd = search_command(workload, agents, timesteps, Path(out).resolve(), name)
+    cmd = search_command(workload, agents, timesteps, Path(out).resolve(), name, options)
     run_dir.mkdir(parents=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(run_dir / LOG_NAME, "ab") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    LAUNCHED[proc.pid] = proc
     return Started(run_dir, proc.pid, cmd)
+
+
+def is_running(pid: int) -> bool:
+    """Whether a search this dashboard started is still running (an ended one is reaped here)."""
+    proc = LAUNCHED.get(pid)
+    return proc is not None and proc.poll() is None
+
+
+def stop_search(pid: int, grace_s: float = STOP_GRACE_S) -> str:
+    """Stop a search this dashboard started and its Ray processes (its process group): SIGTERM, which the
+    search drains into its store (status ``interrupted``), then SIGKILL after ``grace_s``; the process is
+    reaped. Returns what happened, in words."""
+    proc = LAUNCHED.get(pid)
+    if proc is None or proc.poll() is not None:
+        return "it had already ended"
+    os.killpg(pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+        how = "stopped (SIGTERM): its store says interrupted; --resume continues it"
+    except subprocess.TimeoutExpired:
+        os.killpg(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        how = f"killed (SIGKILL) after {grace_s:g} s without ending on SIGTERM"
+    _kill_group(pid)
+    return how
+
+
+def _kill_group(pid: int) -> None:
+    """Whatever of the group outlived its leader (Ray's workers): SIGKILL, until none is left (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+
+
+@atexit.register
+def stop_all() -> None:
+    """The dashboard is stopping: no search it started outlives it."""
+    for pid in list(LAUNCHED):
+        if is_running(pid):
+            stop_search(pid, grace_s=5.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, pricing
+from dashboard import figures, fmt, pricing
 from dashboard.data import RunData
 from env.data.errors import CkptSearchError
 from env.data.types import MIB
@@ -46,10 +46,12 @@ def pricing_page(run: RunData) -> None:
         st.info("This run has no batch-scaling measurements (frontier plans at 2+ batch sizes); "
                 "run the search with --batch-scaling to price memory.")
         return
+    _device_line(run)
     try:
-        table, left_out = pricing.priced_and_left_out(run.frontier, run.batch_scaling, cluster)
+        table, left_out = pricing.priced_and_left_out(run.frontier, run.batch_scaling, cluster, run.baseline_digest,
+                                                      run.timing_noise)
     except CkptSearchError as e:
-        st.error(str(e))
+        st.error(fmt.plain(str(e)))
         return
     if table.empty:
         st.info("No frontier plan has measurements at 2+ batch sizes yet.")
@@ -64,6 +66,17 @@ def pricing_page(run: RunData) -> None:
         st.caption(f"Not priced: {line}")
 
 
+def _device_line(run: RunData) -> None:
+    """Where the step times came from; CPU times priced as GPU-hours said plainly."""
+    where = f"Step times measured on **{run.device or 'an unrecorded device'}** by the {run.clock} clock."
+    if run.device.lower().startswith("cpu"):
+        st.warning(where + " These are CPU times: priced here as GPU-hours they are not what a GPU would take or "
+                   "cost. Read the plans' order and the micro-batches, not the dollars, or run the search on the GPU "
+                   "you mean to rent.")
+    else:
+        st.caption(where)
+
+
 def _explain_fit(table: pd.DataFrame, cluster: pricing.Cluster) -> None:
     fits = table.loc[table.fits]
     if len(fits) and (fits.gpus == 1).all() and (fits.accumulation == 1).all():
@@ -74,23 +87,31 @@ def _explain_fit(table: pd.DataFrame, cluster: pricing.Cluster) -> None:
     if len(far):
         beyond = max(r.micro_batch / max(r.measured_batches) for r in far.itertuples())
         st.warning(f"{len(far)} of {len(fits)} plans run a micro-batch outside the batch sizes they were measured at "
-                   f"(up to {beyond:.0f}x the largest): their peak and step time there are extrapolated from the fits, "
-                   "and their cost is only as good as a straight line that far out.")
+                   f"(up to {beyond:.1f}x the largest; hatched): their step time there is read off a straight line.")
+    capped = fits.loc[fits.capped]
+    if len(capped):
+        st.info(f"{len(capped)} plans are priced at most {pricing.MAX_EXTRAPOLATION:g}x the largest micro-batch "
+                "measured, though their fit says a larger one fits (column *fit allows*; *capped* ticked): no price "
+                "is read further out "
+                "than measured. Measure those micro-batches (python -m search.run --memory-cap) to price them.")
 
 
 def _price_table(table: pd.DataFrame) -> None:
-    table = table.copy()
-    for c in ("micro_batch", "accumulation", "gpus"):  # blank, not 0, where not even one sample fits
-        table[c] = table[c].where(table.fits).astype("Int64")
+    """The priced plans; those that do not fit one GPU even at a micro-batch of 1 are named below it, not
+    shown as empty cells."""
+    unfit = table.loc[~table.fits]
+    table = table.loc[table.fits]
     shown = pd.DataFrame({
-        "plan": table.summary, "fits one GPU": table.fits, "micro-batch": table.micro_batch,
+        "plan": table.summary, "micro-batch": table.micro_batch,
         "measured at": [_measured(b) for b in table.measured_batches], "extrapolated": table.extrapolated,
-        "x largest measured": [m / max(b) if f else None for m, b, f in zip(table.micro_batch, table.measured_batches,
-                                                                             table.fits)],
+        "x largest measured": [m / max(b) for m, b in zip(table.micro_batch, table.measured_batches)],
+        "fit allows": table.fit_largest, "capped": table.capped,
         "accumulation": table.accumulation, "GPUs": table.gpus, "step (s)": table.step_seconds,
-        "wall (h)": table.wall_hours, "cost ($)": table.cost, "KiB per sample": table.bytes_per_sample / 1024,
+        "wall (h)": table.wall_hours, "cost ($)": table.cost, "MiB per sample": table.bytes_per_sample / MIB,
         "fixed (MiB)": table.fixed_bytes / MIB, "plan id": table.digest})
     st.dataframe(shown, hide_index=True, width="stretch", column_config={
         "x largest measured": NumberColumn(format="%.1fx"), "step (s)": NumberColumn(format="%.3f"), "wall (h)": NumberColumn(format="%.2f"),
-        "cost ($)": NumberColumn(format="%.2f"), "KiB per sample": NumberColumn(format="%.1f"),
+        "cost ($)": NumberColumn(format="%.2f"), "MiB per sample": NumberColumn(format="%.3f"),
         "fixed (MiB)": NumberColumn(format="%.2f")})
+    if len(unfit):
+        st.caption("Not even a micro-batch of 1 fits one GPU: " + ", ".join(unfit.summary) + ".")

@@ -8,7 +8,9 @@ each frontier plan (measured at 2+ batch sizes, ``batch_scaling`` in the run sto
    a negative ``d`` from timing noise is clamped to 0: a step never gets faster with more data);
 2. the largest micro-batch that fits: ``floor((gpu_bytes - a) / b)``, at most the global batch,
    unless measurements say otherwise: a measured micro-batch beyond it that fits raises it, a
-   measured one within it that does not fit lowers it (``measured_largest``);
+   measured one within it that does not fit lowers it (``measured_largest``); and at most
+   ``MAX_EXTRAPOLATION`` times the largest measured micro-batch: no price is read further out
+   than that (``PlanPrice.fit_largest`` keeps what the fit alone would allow);
 3. ``chunks = ceil(global / micro)`` micro-batches per optimizer step, spread over
    ``gpus = min(chunks, max_gpus)`` data-parallel GPUs, ``accumulation = ceil(chunks / gpus)``
    micro-batches each; the micro-batch is then evened out to ``ceil(global / (gpus * accumulation))``;
@@ -21,6 +23,10 @@ those points to each plan's, so the page reads them where they exist.
 
 Only the plans' peaks and times at the measured batch sizes are measurements; a micro-batch
 outside them is read off the fitted lines (``PlanPrice.extrapolated``), and the page says so.
+A fit that breaks physics is refused, not drawn: a time fit from fewer than two finite step
+times (a throughput search measures some micro-batches for their peak only: their step time is
+infinite and enters no time fit), or one that costs less per sample than keeping everything
+(``keep_slope``): recomputing adds work, so that is timing noise.
 
 Pure functions over numbers: the dashboard's page only lays them out.
 """
@@ -38,6 +44,7 @@ from env.cost.line_fit import fit_line as _fit_line
 from env.data.errors import CkptSearchError
 
 GB = 10**9  # GPU memory as vendors state it (80 GB = 80e9 bytes)
+MAX_EXTRAPOLATION = 2.0  # no micro-batch priced beyond this many times the largest one measured
 
 
 class PricingError(CkptSearchError):
@@ -90,6 +97,8 @@ class PlanPrice:
     step_seconds: float = math.nan  # one optimizer step (all accumulation micro-steps)
     wall_hours: float = math.nan
     cost: float = math.nan
+    fit_largest: int = 0  # the largest micro-batch the fit (and the measurements) say fits a GPU
+    capped: bool = False  # MAX_EXTRAPOLATION held the micro-batch below ``fit_largest``
 
 
 def fit_line(batches: Sequence[float], values: Sequence[float], what: str = "peak_bytes") -> LinearFit:
@@ -101,18 +110,33 @@ def fit_line(batches: Sequence[float], values: Sequence[float], what: str = "pea
     return LinearFit(*_fit_line(x, y))
 
 
+def timed(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points that ran and have a finite step time (a peak-only measurement's is infinite or missing)."""
+    return [p for p in points if not p.get("oom") and math.isfinite(float(p.get("step_seconds") or math.inf))]
+
+
 def fit_scaling(points: Sequence[dict[str, Any]]) -> tuple[LinearFit, LinearFit]:
-    """(peak fit, time fit) from one plan's batch_scaling records (OOM records are skipped)."""
+    """(peak fit, time fit) from one plan's batch_scaling records: OOM records are skipped, and the time fit
+    reads only the points with a finite step time."""
     pts = [p for p in points if not p.get("oom")]
-    batches = [p["batch_size"] for p in pts]
-    peak = fit_line(batches, [p["peak_bytes"] for p in pts], "peak_bytes")
+    peak = fit_line([p["batch_size"] for p in pts], [p["peak_bytes"] for p in pts], "peak_bytes")
     if peak.slope <= 0:
         raise PricingError(f"peak memory does not grow with the batch (slope {peak.slope:.0f} bytes/sample); "
                            "measure the plan at batch sizes further apart")
-    time = fit_line(batches, [p["step_seconds"] for p in pts], "step_seconds")
+    with_time = timed(pts)
+    time = fit_line([p["batch_size"] for p in with_time], [p["step_seconds"] for p in with_time], "step_seconds")
     if time.slope < 0:  # timing noise: a step is not faster on more data
-        time = LinearFit(float(np.mean([p["step_seconds"] for p in pts])), 0.0)
+        time = LinearFit(float(np.mean([p["step_seconds"] for p in with_time])), 0.0)
     return peak, time
+
+
+def check_physics(time: LinearFit, keep_slope: float | None, noise: float) -> None:
+    """Refuse a time fit that costs less per sample than keeping everything by more than ``noise`` (a share):
+    every action but keep adds work to the step, so such a fit is timing noise, not a price."""
+    if keep_slope is not None and keep_slope > 0 and time.slope < keep_slope * (1 - noise):
+        raise PricingError(f"its time fit costs {time.slope * 1e3:.3g} ms per sample, less than keeping everything "
+                           f"({keep_slope * 1e3:.3g} ms), which recomputing cannot do (timing noise); not priced: "
+                           "measure it again at batch sizes further apart")
 
 
 def max_micro_batch(peak: LinearFit, gpu_bytes: float) -> int:
@@ -135,27 +159,32 @@ def with_measured(batch_scaling: dict[str, list[dict[str, Any]]],
     """Each plan's batch-scaling points joined by its measurements at other micro-batches (``(micro_batch,
     MeasuredPlan)`` pairs of a throughput search)."""
     out = {d: [dict(p) for p in points] for d, points in batch_scaling.items()}
-    for b, m in measured:
+    for b, m in measured:  # a peak-only measurement's step time is infinite: fit_scaling leaves it out of time fits
         out.setdefault(m.digest, []).append({"batch_size": b, "peak_bytes": m.peak_bytes, "oom": m.oom,
                                              "step_seconds": m.step_seconds, "clock": m.clock})
     return out
 
 
-def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], cluster: Cluster) -> PlanPrice:
-    """Micro-batch, GPUs, accumulation, wall time and cost of training with one plan."""
+def price_plan(digest: str, summary: str, points: Sequence[dict[str, Any]], cluster: Cluster,
+               keep_slope: float | None = None, noise: float = 0.0) -> PlanPrice:
+    """Micro-batch, GPUs, accumulation, wall time and cost of training with one plan (``check_physics`` with
+    the all-keep plan's seconds per sample, ``keep_slope``, where known)."""
     peak, time = fit_scaling(points)
-    measured = tuple(sorted({int(p["batch_size"]) for p in points if not p.get("oom")}))
+    check_physics(time, keep_slope, noise)
+    measured = tuple(sorted({int(p["batch_size"]) for p in timed(points)}))
     base = dict(digest=digest, summary=summary, bytes_per_sample=peak.slope, fixed_bytes=peak.intercept,
                 measured_batches=measured)
     gpu_bytes = cluster.gpu_memory_gb * GB
-    largest = min(measured_largest(max_micro_batch(peak, gpu_bytes), points, gpu_bytes), cluster.global_batch)
+    fit_largest = min(measured_largest(max_micro_batch(peak, gpu_bytes), points, gpu_bytes), cluster.global_batch)
+    largest = min(fit_largest, math.floor(MAX_EXTRAPOLATION * measured[-1]))
+    base.update(fit_largest=fit_largest, capped=fit_largest > largest)
     if largest < 1:
         return PlanPrice(**base, fits=False, extrapolated=measured[0] > 1)
     chunks = math.ceil(cluster.global_batch / largest)
     gpus = min(chunks, cluster.max_gpus)
     accumulation = math.ceil(chunks / gpus)
     micro = math.ceil(cluster.global_batch / (gpus * accumulation))
-    at_micro = [p["step_seconds"] for p in points if int(p["batch_size"]) == micro and not p.get("oom")]
+    at_micro = [p["step_seconds"] for p in timed(points) if int(p["batch_size"]) == micro]
     base["measured"] = bool(at_micro)
     step = accumulation * (float(np.median(at_micro)) if at_micro else time(micro))
     wall_hours = cluster.steps * step / 3600
@@ -169,21 +198,33 @@ def price_table(frontier: pd.DataFrame, batch_scaling: dict[str, list[dict[str, 
     return priced_and_left_out(frontier, batch_scaling, cluster)[0]
 
 
+def keep_seconds_per_sample(batch_scaling: dict[str, list[dict[str, Any]]], keep_digest: str | None) -> float | None:
+    """The all-keep plan's time fit slope (seconds per sample), None where it is not measured at 2+ batch sizes."""
+    try:
+        return fit_scaling(batch_scaling.get(keep_digest or "", []))[1].slope
+    except PricingError:
+        return None
+
+
 def priced_and_left_out(frontier: pd.DataFrame, batch_scaling: dict[str, list[dict[str, Any]]],
-                        cluster: Cluster) -> tuple[pd.DataFrame, list[str]]:
+                        cluster: Cluster, keep_digest: str | None = None,
+                        noise: float = 0.0) -> tuple[pd.DataFrame, list[str]]:
     """``price_table``, and one line per frontier plan left out saying why (a plan whose memory does
-    not scale cleanly is left out, not mispriced)."""
+    not scale cleanly, or whose time fit breaks physics against the all-keep plan ``keep_digest``
+    beyond the run's timing ``noise``, is left out, not mispriced)."""
     cluster.check()
     rows, left_out = [], []
+    keep_slope = keep_seconds_per_sample(batch_scaling, keep_digest)
     for _, r in frontier.iterrows():
         points = batch_scaling.get(r.digest, [])
         name = f"{r.summary} ({r.digest[:6]})"
-        if len({p["batch_size"] for p in points}) < 2:
-            left_out.append(f"{name}: not measured at a second batch size (the search measures a few frontier plans "
-                            "there, spread from the smallest to the fastest)")
+        if len({p["batch_size"] for p in timed(points)}) < 2:
+            left_out.append(f"{name}: its step time is not measured at two batch sizes (the search measures a few "
+                            "frontier plans there; a throughput search times only the micro-batches it compares)")
             continue
         try:
-            rows.append(price_plan(r.digest, r.summary, points, cluster).__dict__)
+            rows.append(price_plan(r.digest, r.summary, points, cluster,
+                                   None if r.digest == keep_digest else keep_slope, noise).__dict__)
         except PricingError as e:
             left_out.append(f"{name}: {e}")
     cols = list(PlanPrice.__dataclass_fields__)

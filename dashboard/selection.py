@@ -30,6 +30,7 @@ CHART = "frontier_chart"
 PICK = "plan_pick"
 RUN = "shown_run"
 HOW = "selected_how"  # start | budget | chart | list
+NO_PLAN = "chart_no_plan"  # set when a click on the chart hit only points without a plan (peers)
 
 START_SHARE = 0.5  # the first view: the fastest plan saving at least this share of the largest saving
 
@@ -153,9 +154,36 @@ def on_chart(state: MutableMapping[str, Any], run: RunData) -> None:
     """Points clicked or boxed on the chart: the fastest plan among them (peers carry no plan)."""
     event = state.get(CHART) or {}
     points = list((event.get("selection") or {}).get("points") or [])
-    select(state, run, fastest_of(run, digests_from_selection(points)), "chart")
+    digest = fastest_of(run, digests_from_selection(points))
+    state[NO_PLAN] = bool(points) and digest is None
+    select(state, run, digest, "chart")
 
 
 def on_pick(state: MutableMapping[str, Any], run: RunData) -> None:
     """A plan picked from the list."""
     select(state, run, state.get(PICK), "list")
+
+
+def from_url(state: MutableMapping[str, Any], run: RunData, plan: str | None, budget: str | None) -> None:
+    """A shared link's selection: its plan when the run has it, else its budget (MiB); else nothing changes."""
+    if plan and (run.evaluations.digest == plan).any():
+        select(state, run, plan, "list")
+        return
+    try:
+        mib = float(budget) if budget else math.nan
+    except ValueError:
+        return
+    if not math.isnan(mib) and not run.frontier.empty:
+        low, high = budget_range(run)
+        state[BUDGET] = min(max(mib, low), high)
+        on_budget(state, run)
+
+
+def to_url(state: Mapping[str, Any], params: MutableMapping[str, Any]) -> None:
+    """Write the selection into the URL's query parameters (``plan`` and ``budget``), so the view can be shared."""
+    if state.get(SELECTED):
+        params["plan"] = str(state[SELECTED])
+    elif "plan" in params:
+        del params["plan"]
+    if state.get(BUDGET) is not None:
+        params["budget"] = f"{float(state[BUDGET]):.6g}"

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import functools
 import math
+import shlex
 
 import pandas as pd
 import streamlit as st
 
-from dashboard import figures, fmt, selection
+from dashboard import comparison, figures, fmt, selection
 from dashboard.data import RunData, nearest_rule, unit_table
 from env.data.types import MIB
 from search.records.frontier_file import COMPILE_HOW
-from search.training.snippet import plan_snippet
 
 LIVE_EVERY_S = 2.0
 CLOCKS = {"wall": "wall-clock", "thread-cpu": "the measuring thread's CPU"}  # env.measure.timeline.step_clock
@@ -60,19 +60,29 @@ def frontier_page(run: RunData) -> None:
     st.caption("Click a point, or box-select several (the fastest of them is taken). The red step line is the "
                "measured frontier; the dotted green one the best of the exact solver's plans as measured "
                "(optimal on the cost model, so a gap shows the model's error); rules and peers are named on hover.")
+    if state.pop(selection.NO_PLAN, False):
+        st.info("That point has no plan of ours (a peer: it exports nothing); its verdict is in the table below. "
+                "The selection is unchanged.")
     _plan_picker(run, selected)
     if selected is None:
         st.warning(f"No frontier plan fits this budget; raise it to at least {low:.{decimals}f} MiB "
                    "(the smallest measured peak).")
     else:
         _selected_line(run, selected, str(state.get(selection.HOW, "start")))
-    fr = run.frontier
-    table = pd.DataFrame({"plan": fr.summary, "peak (MiB)": fr.peak_bytes / MIB, "memory vs baseline": (fr.peak_rel - 1) * 100,
-                          f"step (ms, {run.clock} clock)": fr.step_seconds * 1e3, "time vs baseline": (fr.time_rel - 1) * 100,
-                          "found by": fr.source, "plan id": fr.digest})
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
-        "peak (MiB)": NumberColumn(format=f"%.{decimals}f"), "memory vs baseline": NumberColumn(format="%+.1f%%"),
-        f"step (ms, {run.clock} clock)": NumberColumn(format="%.2f"), "time vs baseline": NumberColumn(format="%+.1f%%")})
+    comparison_section(run, selected)
+
+
+def comparison_section(run: RunData, selected: str | None) -> None:
+    """Every measured plan, rule and peer in one sortable table with its status, and the rule behind it."""
+    table = comparison.comparison_table(run, selected)
+    st.markdown("**Every plan, rule and peer measured**, frontier first (click a header to sort)")
+    st.dataframe(table, hide_index=True, width="stretch", key="comparison_table", column_config={
+        "peak (MiB)": NumberColumn(format="%.2f"), "median step (ms)": NumberColumn(format="%.2f"),
+        "spread (IQR, ms)": NumberColumn(format="%.2f"), "x selected": NumberColumn(format="%.2fx"),
+        "status": st.column_config.TextColumn(width="large")})
+    st.download_button("Download this table (CSV)", table.to_csv(index=False), file_name=f"{run.run_id}-plans.csv",
+                       mime="text/csv", key="download_comparison", on_click="ignore")
+    st.caption(comparison.noise_rule(run) + f" Step times by the {run.clock} clock, on {run.device or 'the run device'}.")
 
 
 def units_explained(run: RunData) -> None:
@@ -86,7 +96,7 @@ def units_explained(run: RunData) -> None:
 
 def _plan_label(r: object) -> str:
     rule = getattr(r, "rule", "")
-    where = "frontier" if not getattr(r, "dominated") else "dominated"
+    where = "frontier" if getattr(r, "on_frontier") else "not on the frontier"
     return (f"{where}{f' · rule {rule}' if rule else ''} · {getattr(r, 'summary')}: {fmt.size(getattr(r, 'peak_bytes'))}, "
             f"{fmt.duration(getattr(r, 'step_seconds'))} ({getattr(r, 'digest')})")
 
@@ -112,12 +122,8 @@ def _selected_line(run: RunData, digest: str, how: str) -> None:
     st.success(f"Selected: **{row.summary}** ({digest}), {why}: peak {fmt.size(row.peak_bytes)} "
                f"({fmt.change(row.peak_rel)} memory), step {fmt.duration(row.step_seconds)} by the {row.clock} clock "
                f"({fmt.change(row.time_rel)} time), both against the all-keep baseline.")
-    if row.dominated:
-        better = run.frontier.loc[(run.frontier.peak_bytes <= row.peak_bytes) & (run.frontier.step_seconds <= row.step_seconds)]
-        if len(better):
-            b = better.sort_values("step_seconds").iloc[0]
-            st.caption(f"Not on the frontier: {b.summary} ({b.digest}) is faster at no more memory "
-                       f"({fmt.size(b.peak_bytes)}, {fmt.duration(b.step_seconds)}).")
+    if not row.on_frontier:
+        st.caption(f"Not on the frontier: {comparison.standing(run, comparison.Timed(row.peak_bytes, row.step_seconds, row.spread_seconds))}.")
 
 
 def plan_page(run: RunData) -> None:
@@ -156,15 +162,26 @@ def _unit_table(units: pd.DataFrame) -> None:
         "unit": units.unit, "action": units.action, f"kept for backward ({name})": units.kept_bytes / per,
         f"saved vs keep ({name})": units.saved_bytes / per, f"peak while recomputed ({name})": units.backward_peak_bytes / per,
         "forward + backward (ms)": units.seconds * 1e3, "extra vs keep (ms)": units.extra_seconds * 1e3})
+    missing = units.kept_bytes.isna()
+    if missing.any():  # an action the profile has no costs for (a chain region is measured whole, in the step)
+        for c in shown.columns[2:]:
+            decimals = 2 if "(ms)" in c else 1
+            shown[c] = ["not profiled" if m else f"{v:.{decimals}f}" for v, m in zip(shown[c], missing)]
+        st.caption(f"Not profiled per unit: {', '.join(sorted(set(units.action[missing])))} (its cost is the plan's "
+                   "measured step, not a per-unit figure).")
     st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]})
+                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]}
+                 if not missing.any() else None)
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:
+    me = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
+    if me.rule:  # the plan is a rule: say so, rather than compare it with another
+        st.markdown(f"**This plan is rule `{me.rule}`** (one of the baseline rules measured beside every frontier).")
+        return
     rule = nearest_rule(run, digest)
     if rule is None:
         return
-    me = run.evaluations.loc[run.evaluations.digest == digest].iloc[0]
     st.markdown(f"**Nearest baseline rule: `{rule.rule}`** ({rule.summary})")
     st.table(pd.DataFrame({
         "": ["peak", "step", "memory vs baseline", "time vs baseline"],
@@ -174,10 +191,32 @@ def _compare_with_rule(run: RunData, digest: str) -> None:
     }).set_index(""))
 
 
+def export_command(run: RunData, digest: str, json_name: str) -> str | None:
+    """The ``search.export`` command that writes this plan (a frontier plan: the fastest within its own peak),
+    None for a plan off the frontier, which the command never exports."""
+    point = run.frontier.loc[run.frontier.digest == digest]
+    if point.empty:
+        return None
+    budget = math.ceil(float(point.iloc[0].peak_bytes) / MIB * 1e4) / 1e4  # its peak, rounded up: it fits
+    return f"python -m search.export {shlex.quote(str(run.path))} --budget-mb {budget:.4f} --out {json_name}"
+
+
+def apply_code(run: RunData, json_name: str) -> str:
+    """Python that applies the plan file to the searched model as pasted: the model built as the search built it."""
+    return (f"from search import apply_plan\n"
+            f"from env.workloads.workload import load_workload\n\n"
+            f"model = load_workload({run.workload!r}).model  # or your own model, built as for the search\n"
+            f"handle = apply_plan(model, {json_name!r})  # the plan JSON: downloaded above, or by the command\n"
+            f"# ... train as usual: the checkpointed units recompute in backward ...\n"
+            f"handle.remove()  # the model as it was without the plan\n")
+
+
 def export_section(run: RunData, digest: str) -> None:
     if digest in run.refused:  # the correctness gate failed it: no download
         st.error(f"Not exportable: this plan was {run.refused[digest]}")
         return
+    from search.training.snippet import plan_snippet  # reads env.runtime's source: torch, on this page only
+
     plan = run.plan(digest)
     text = plan.to_json()
     snippet = plan_snippet(plan, title=run.workload)
@@ -188,10 +227,15 @@ def export_section(run: RunData, digest: str) -> None:
                        key="download_json", on_click="ignore")
     c1.download_button("Download Python snippet (torch only)", snippet, file_name=py_name,
                        mime="text/x-python", key="download_snippet", on_click="ignore")
-    c2.markdown(f"**How to apply**, before training:\n"
-                f"1. `handle = search.apply_plan(model, \"{json_name}\")`; `handle.remove()` undoes it\n"
-                f"2. or, with only torch: `from {py_name[:-3]} import apply_checkpoint_plan; apply_checkpoint_plan(model)`\n"
-                "3. with `torch.compile`: apply the plan first, then compile")
+    command = export_command(run, digest, json_name)
+    c2.markdown("**How to apply**, before training (both blocks run as pasted; the icon at a block's corner copies it)")
+    if command:
+        c2.code(command, language="bash")
+    else:
+        c2.caption("This plan is not on the frontier, which search.export writes from: download its JSON above.")
+    c2.code(apply_code(run, json_name), language="python")
+    c2.caption(f"With only torch: `from {py_name[:-3]} import apply_checkpoint_plan; apply_checkpoint_plan(model)` "
+               "(the snippet above). With torch.compile: apply the plan first, then compile.")
     scopes = run.frontier.loc[run.frontier.digest == digest, "compile_scope"].dropna().tolist() \
         if "compile_scope" in run.frontier else []
     for scope in dict.fromkeys(scopes):  # a compiled search's point: compile it as it was measured
@@ -216,7 +260,10 @@ def live_panel(run: RunData) -> None:
     m[2].metric("measured", int(ev.measured.sum()))
     m[3].metric("frontier size", len(run.frontier))
     m[4].metric("hypervolume", "n/a" if math.isnan(last_hv) else f"{last_hv:.3f}")
-    st.plotly_chart(figures.live_figure(run.snapshots, run.started_at), key="live_chart")
+    st.plotly_chart(figures.live_figure(run.snapshots, run.started_at, len(run.frontier), run.finished_at),
+                    key="live_chart")
+    st.caption("The size chart counts the non-dominated measured plans as they came; its red point is the frontier "
+               "every page shows, after the confirming passes and the noise rule (see the Frontier page).")
     for r in run.progress.itertuples() if len(run.progress) else []:
         total = r.total_timesteps or 0
         frac = min(1.0, r.timesteps / total) if total else 0.0

@@ -1,6 +1,7 @@
 """Take the README's screenshots of every dashboard page with a real Chromium.
 
     python docs/screenshots.py [RUNS_DIR] [--pages frontier plan ...] [--prefix NAME_]
+    python docs/screenshots.py --first-paint URL [--times 3]   # seconds to a served dashboard's first paint
 
 Without RUNS_DIR it first runs a real search (``python -m search.run`` on ``gpt/tiny?n_layer=8``
 with its default agents and reward: every point on the pictures was proposed and measured by
@@ -79,13 +80,41 @@ def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> l
     return shots
 
 
+def first_paint(url: str, times: int = 3) -> list[tuple[float, float]]:
+    """Seconds from opening ``url`` in a fresh browser to (the first point drawn on a chart, the script done:
+    Streamlit's running indicator gone), ``times`` times, each in a new session."""
+    import time
+
+    out = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for _ in range(times):
+            page = browser.new_context(viewport={"width": WIDTH, "height": 1000}).new_page()
+            t0 = time.perf_counter()
+            page.goto(url)
+            page.locator(".js-plotly-plot .scatterlayer .point").first.wait_for(timeout=120_000)
+            drawn = time.perf_counter() - t0
+            page.wait_for_timeout(300)  # the running indicator appears within this once a run is going
+            page.get_by_test_id("stStatusWidget").wait_for(state="detached", timeout=120_000)
+            out.append((drawn, time.perf_counter() - t0))
+            page.context.close()
+        browser.close()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs", nargs="?", help="folder of run folders (default: run a fresh gpt/tiny?n_layer=8 search)")
     p.add_argument("--pages", nargs="+", choices=list(PAGES), default=[k for k in PAGES if k != "throughput"],
                    help="pages to shoot (throughput: give a folder whose newest run searched with --memory-cap)")
     p.add_argument("--prefix", default="", help="file name prefix, e.g. 48_units_")
+    p.add_argument("--first-paint", metavar="URL", help="time a served dashboard's first paint instead")
+    p.add_argument("--times", type=int, default=3, help="with --first-paint: fresh sessions to time")
     args = p.parse_args()
+    if args.first_paint:
+        for drawn, done in first_paint(args.first_paint, args.times):
+            print(f"first point drawn {drawn:.1f} s, page done {done:.1f} s")
+        return
     if args.runs:
         runs = Path(args.runs)
     else:

@@ -20,9 +20,11 @@ import numpy as np
 import torch
 
 from env.cost.cost_model import CostModel
+from env.data.errors import PlanError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, Plan, fingerprint
+from env.data.segments import checkpoint_sequential_actions
 from env.data.types import PlanSource
 from env.measure.measurement import measure
 from env.measure.profiler import profile
@@ -45,6 +47,7 @@ def rule_plans(n: int, seed: int = 0) -> dict[str, list[Action]]:
         "every_2": [Action.RECOMPUTE if i % 2 == 0 else Action.KEEP for i in range(n)],
         "all_selective": [Action.SELECTIVE] * n,
         "random_0": [rng.choice((Action.KEEP, Action.RECOMPUTE)) for _ in range(n)],
+        "segments_2": checkpoint_sequential_actions(n, 2, [False] + [True] * (n - 1)),
     }
 
 
@@ -57,9 +60,13 @@ def exact_plans(cost_model: CostModel, actions: Sequence[Action]) -> list[list[A
 
 
 def _record(store: RunStore, plan: Plan, units: list[str], source: str, m: MeasuredPlan, cm: CostModel) -> None:
-    pred = cm.predict(plan)
+    try:
+        pred = cm.predict(plan)
+        peak, seconds = pred.peak_bytes, pred.step_seconds
+    except PlanError:  # a chain plan (the segments rule): the profile has no chain costs, as on a search without them
+        peak, seconds = None, None
     store.propose(plan.digest, [a.value for a in plan.action_list(units)], source,
-                  predicted_peak_bytes=pred.peak_bytes, predicted_step_seconds=pred.step_seconds)
+                  predicted_peak_bytes=peak, predicted_step_seconds=seconds)
     store.record(m.proposed_by(source))
 
 
@@ -72,6 +79,19 @@ def _batch_scaling(spec: str, batch_size: int, plans: list[Plan], units: list[st
             m = measure(w, p, units, repeats=1, warmup=0)
             out[p.digest].append({"batch_size": b, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds})
     return out
+
+
+def _peers(w: object) -> dict[str, dict]:
+    """``checkpoint_sequential`` peers (2 and n segments) measured as the search measures them
+    (``env.measure.peers``), stored as the search stores them (``meta.PEERS``)."""
+    from env.measure.peers import checkpoint_sequential_peer, find_chain, measure_peer
+
+    chain = find_chain(w)  # type: ignore[arg-type]
+    if chain is None:
+        return {}
+    n_blocks = len(w.model.get_submodule(chain))  # type: ignore[attr-defined]
+    peers = [checkpoint_sequential_peer(k, chain) for k in sorted({2, n_blocks})]
+    return {p.name: {"record": measure_peer(w, p, repeats=5), "note": ""} for p in peers}  # type: ignore[arg-type]
 
 
 def _measured_plans(store: RunStore, fp: str, units: list[str]) -> list[Plan]:
@@ -175,6 +195,7 @@ def _build_run(run_dir: Path, workload: str, status: str, n_random: int, frontie
                                timesteps=done, total_timesteps=256, episodes=done // len(units), best_reward=0.1 * i,
                                status="finished" if status == "finished" else "running")
         _snapshots(store, prof)
+        store.write(meta.PEERS, _peers(w))
         store.write(meta.BATCH_SCALING, _batch_scaling(workload, batch_size, _measured_plans(store, fp, units), units))
         if frontier_json:
             write_frontier_json(run_dir, store, prof)

@@ -45,8 +45,18 @@ def _opening_tab(at: AppTest) -> str:
     return at.tabs[container.proto.tab_container.default_tab_index].label
 
 
+def _open(at: AppTest, page: str) -> AppTest:
+    """Switch to a page (tab): only the open one runs."""
+    at.session_state["page"] = page
+    return at.run()
+
+
 def _exported(at: AppTest) -> Plan:
-    return Plan.from_json(at.code[0].value)
+    """The plan JSON the Plan page exports for the selection (the app is left on the Frontier page)."""
+    _open(at, "Plan")
+    plan = Plan.from_json(next(c.value for c in at.code if c.language == "json"))
+    _open(at, "Frontier")
+    return plan
 
 
 @pytest.fixture(scope="module")
@@ -80,25 +90,30 @@ def test_budget_slider_and_pick_select_and_export(run_dir: Path, monkeypatch: py
     action = {"all": "recompute", "all_selective": "selective"}[name]
     assert plan.digest == run.rules[name] and {a.value for a in plan.actions.values()} == {action}
     assert f"{rule.summary}** ({run.rules[name]}), picked from the list" in at.success[0].value
-    assert rule.summary in at.subheader[0].value
     assert at.slider(key="budget_mib").value == pytest.approx(max(rule.peak_bytes / MIB, low))  # the slider follows
+    _open(at, "Plan")
+    assert rule.summary in at.subheader[0].value
     labels = [b.label for b in at.get("download_button")]
     assert labels == ["Download plan JSON", "Download Python snippet (torch only)"]
-    snippet = at.code[1].value
-    assert "def apply_checkpoint_plan" in snippet and run.fingerprint in snippet
+    snippet = next(c.value for c in at.code if "def apply_checkpoint_plan" in c.value)
+    assert run.fingerprint in snippet
     compile(snippet, "snippet", "exec")
     assert "How to apply" in "".join(m.value for m in at.markdown)
+    assert f"This plan is rule `{name}`" in "".join(m.value for m in at.markdown)  # not "nearest rule: another"
+    code = next(c.value for c in at.code if c.language == "python" and "handle.remove()" in c.value)
+    assert code.startswith("from search import apply_plan\n") and f"plan-{run.rules[name]}.json" in code
 
 
 @pytest.mark.slow
 def test_numbers_are_readable(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    at = _app(run_dir.parent, monkeypatch)
+    at = _open(_app(run_dir.parent, monkeypatch), "Plan")
     _no_exception(at)
     metrics = {m.label: m for m in at.metric}
     peak = metrics["peak memory"]
-    assert peak.value.endswith(("KiB", "MiB")) and len(peak.value.split()[0].partition(".")[2]) <= 2
+    assert peak.value.endswith("MiB") and len(peak.value.split()[0].replace(".", "").lstrip("0")) <= 4
     assert peak.delta.startswith("-")  # the start plan saves memory: shown as less, coloured as good
-    at.selectbox(key="plan_pick").set_value(load_run(run_dir).rules["none"]).run()
+    _open(at, "Frontier").selectbox(key="plan_pick").set_value(load_run(run_dir).rules["none"]).run()
+    _open(at, "Plan")
     assert {m.label: m for m in at.metric}["peak memory"].delta == "±0.0% vs baseline"  # no arrow on nothing
     columns = [c for d in at.dataframe for c in d.value.columns]
     assert not [c for c in columns if "_" in c], columns  # readable headers, not peak_rel or extra_seconds
@@ -117,20 +132,58 @@ def test_pricing_and_live_pages(run_dir: Path, tmp_path: Path, monkeypatch: pyte
     assert metrics["status"] == "running" and int(metrics["measured"]) == len(load_run(live).evaluations)
     assert len(at.get("progress")) == 2
     assert _opening_tab(at) == "Live"  # a running run opens on its live page
-    at.number_input(key="gpu_gb").set_value(0.004).run()
+    _open(at, "Price of memory").number_input(key="gpu_gb").set_value(0.004).run()
     _no_exception(at)
     assert not at.error
-    priced = next(d.value for d in at.dataframe if "fits one GPU" in d.value.columns)
-    assert priced["fits one GPU"].all() and (priced.GPUs * priced.accumulation * priced["micro-batch"] >= 1024).all()
-    beyond = priced["micro-batch"] > priced["measured at"].map(lambda b: max(int(x) for x in b.split(", ")))
-    assert (priced.extrapolated == beyond).all()  # a micro-batch beyond the measured sizes says so
+    priced = next(d.value for d in at.dataframe if "micro-batch" in d.value.columns)
+    assert (priced.GPUs * priced.accumulation * priced["micro-batch"] >= 1024).all()
+    largest = priced["measured at"].map(lambda b: max(int(x) for x in b.split(", ")))
+    assert (priced.extrapolated == (priced["micro-batch"] > largest)).all()  # beyond the measured sizes: marked
+    assert (priced["micro-batch"] <= 2 * largest).all() and (priced.capped == (priced["fit allows"] > 2 * largest)).all()
+    assert any("CPU times" in w.value and "GPU-hours" in w.value for w in at.warning)
+
+
+PAGES = ["Frontier", "Plan", "Price of memory", "Live", "New search", "Throughput"]
+
+
+def unreadable(at: AppTest) -> list[str]:
+    """What a page shows that a user cannot read: "None" or an empty cell, or a raw column name (snake_case)."""
+    found = []
+    for d in at.dataframe:
+        df = d.value
+        found += [f"column {c}" for c in df.columns if "_" in str(c)]
+        found += [f"empty cells in {c}" for c in df.columns if df[c].isna().any()]
+        found += [f"None in {c}" for c in df.columns if df[c].astype(str).isin(["None", "nan", "<NA>"]).any()]
+    for kind in ("markdown", "caption", "success", "info", "warning", "error", "subheader"):
+        found += [f"{kind}: {e.value[:80]}" for e in getattr(at, kind) if "None" in str(e.value)]
+    found += [f"metric {m.label}" for m in at.metric if "None" in str(m.value)]
+    return found
+
+
+def every_page_readable(at: AppTest) -> None:
+    for page in PAGES:
+        _open(at, page)
+        _no_exception(at)
+        assert not unreadable(at), (page, unreadable(at))
+
+
+@pytest.mark.slow
+def test_no_page_shows_none_or_raw_column_names(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = _app(run_dir.parent, monkeypatch)
+    every_page_readable(at)
+    _open(at, "Frontier")
+    table = next(d.value for d in at.dataframe if "status" in d.value.columns)
+    peers = table.loc[table.kind == "peer"]
+    assert len(peers) == 2 and peers.status.str.contains("within noise|beyond both spreads").all()
+    assert peers.status.str.contains("the same plan as rule segments_2").any()
+    assert any("both spreads" in c.value for c in at.caption)  # the noise rule, said on the page
 
 
 def test_empty_folder_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     at = _app(tmp_path, monkeypatch)
     _no_exception(at)
     assert "No runs under" in at.info[0].value
-    assert at.get("form")  # the new-search form is offered
+    assert at.text_input and any(b.label == "Start search" for b in at.button)  # the new-search form is offered
 
 
 def test_broken_store_and_run_without_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,7 +241,7 @@ def test_a_search_started_from_the_form_becomes_the_shown_run(tmp_path: Path, mo
     same run of the script (StreamlitAPIException); the new run is shown from the next one."""
     runs = tmp_path / "runs"
     shutil.copytree(cached_run("gpt/tiny"), runs / "a-finished")
-    at = _app(runs, monkeypatch)
+    at = _open(_app(runs, monkeypatch), "New search")
     tab = at.tabs[4]
     tab.text_input[0].set_value("gpt/tiny")
     tab.number_input[1].set_value(8)

@@ -1,4 +1,6 @@
-"""The dashboard in a real Chromium: budget slider, a click on the chart, export, starting a search.
+"""The dashboard in a real Chromium: budget slider, list and red line agreeing, the comparison table, a click
+on the chart, the Plan page's copy blocks run as pasted, a price beyond the measured range, starting and
+stopping a search.
 
 Starts ``streamlit run dashboard/app.py`` headless on a free port against small real run folders
 and drives Debian's /usr/bin/chromium with playwright (no browser is downloaded). Skipped when
@@ -11,10 +13,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Iterator
 
+import pandas as pd
 import pytest
 
 from dashboard import figures, selection
@@ -66,28 +71,58 @@ def _peak_mib(run: RunData, digest: str) -> float:
     return float(run.evaluations.set_index("digest").peak_bytes[digest]) / MIB
 
 
-def test_budget_slider_and_json_download(served: tuple[Path, str], page, tmp_path: Path) -> None:
+def _selected_in_list(page) -> str:
+    """The plan list's shown value (its label ends with the plan's digest in brackets)."""
+    return page.get_by_role("combobox", name="or pick any measured plan").input_value()
+
+
+def test_slider_list_and_red_line_agree_and_the_table_compares_the_peers(served: tuple[Path, str], page,
+                                                                         tmp_path: Path) -> None:
     run = load_run(served[0] / "gpt-tiny")
     start, smallest = selection.start_plan(run), run.frontier.iloc[0]
     page.get_by_text(f"({start})").first.wait_for(timeout=20_000)  # opens on the start plan ...
     slider = page.get_by_role("slider", name="memory budget")
-    value, low, _, step = slider.evaluate(SLIDER)
+    value, low, high, step = slider.evaluate(SLIDER)
     assert value == pytest.approx(_peak_mib(run, start), abs=step)  # ... with the budget at its peak
     slider.focus()
-    slider.press("End")  # the loosest budget: the fastest plan of all
-    fastest = run.frontier.sort_values("step_seconds").digest.iloc[0]
-    page.get_by_text(f"({fastest}), the fastest frontier plan within the budget").wait_for(timeout=20_000)
-    slider.press("Home")  # the tightest budget: the smallest frontier plan
-    page.get_by_text(f"({smallest.digest}), the fastest frontier plan within the budget").wait_for(timeout=20_000)
-    assert slider.evaluate(SLIDER)[0] == pytest.approx(low)
-    page.get_by_role("tab", name="Plan").click()
+    for key, budget in (("End", high), ("Home", low)):  # the loosest and the tightest budget
+        slider.press(key)
+        chosen = selection.digest_under_budget(run, budget)  # the red line's fastest point within the budget
+        assert chosen in set(run.frontier.digest)
+        page.get_by_text(f"({chosen}), the fastest frontier plan within the budget").wait_for(timeout=20_000)
+        assert f"({chosen})" in _selected_in_list(page) and _selected_in_list(page).startswith("frontier")
+    assert slider.evaluate(SLIDER)[0] == pytest.approx(low) and chosen == smallest.digest
     with page.expect_download(timeout=20_000) as info:
-        page.get_by_role("button", name="Download plan JSON").click()
-    saved = tmp_path / "plan.json"
-    info.value.save_as(saved)
-    plan = Plan.load(saved)
-    assert plan.digest == smallest.digest and plan.fingerprint == run.fingerprint
-    assert [a.value for a in plan.action_list(run.units)] == list(smallest.actions)
+        page.get_by_role("button", name="Download this table (CSV)").click()
+    info.value.save_as(tmp_path / "plans.csv")
+    table = pd.read_csv(tmp_path / "plans.csv")
+    peers = table.loc[table.kind == "peer"]
+    assert set(peers.name) == set(run.peers.peer) and peers.status.str.contains("within noise|beyond both").all()
+    assert set(table.loc[table.status.str.startswith("on the frontier"), "plan id"]) == set(run.frontier.digest)
+    page.get_by_text("else within noise").first.wait_for(timeout=5_000)  # the noise rule, said on the page
+
+
+def test_the_plan_page_s_blocks_run_as_pasted_and_a_far_price_is_marked(served: tuple[Path, str], page,
+                                                                        tmp_path: Path) -> None:
+    run = load_run(served[0] / "gpt-tiny")
+    start = selection.start_plan(run)
+    page.get_by_role("tab", name="Plan").click()
+    blocks = page.get_by_test_id("stCode").filter(has_text="search.export")
+    blocks.first.wait_for(timeout=30_000)
+    command = blocks.first.inner_text().strip()
+    code = page.get_by_test_id("stCode").filter(has_text="handle.remove()").first.inner_text()
+    assert code.startswith("from search import apply_plan") and f"plan-{start}.json" in command
+    venv = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    subprocess.run(command, shell=True, cwd=tmp_path, env=venv, check=True, timeout=120)  # as pasted in a shell
+    (tmp_path / "pasted.py").write_text(code)
+    subprocess.run([sys.executable, "pasted.py"], cwd=tmp_path, check=True, timeout=300)  # a fresh process
+    assert Plan.load(tmp_path / f"plan-{start}.json").digest == start
+    page.get_by_role("tab", name="Price of memory").click()
+    box = page.get_by_role("spinbutton", name="GPU memory (GB)")
+    box.fill("0.004")  # a 4 MB GPU: the fit says far larger micro-batches fit than the measured 2, 4 and 8
+    box.press("Enter")
+    page.get_by_text("CPU times").first.wait_for(timeout=30_000)
+    page.get_by_text("capped: the fit allows").first.wait_for(timeout=30_000)  # the bar is marked, not priced far out
 
 
 def _clearest_frontier_point(page, run: RunData, selected: str) -> tuple[str, float, float]:
@@ -125,34 +160,58 @@ def test_a_click_on_a_frontier_point_selects_it_and_the_slider_follows(served: t
     value, _, _, step = page.get_by_role("slider", name="memory budget").evaluate(SLIDER)
     assert value == pytest.approx(_peak_mib(run, target), abs=step)
     page.get_by_role("tab", name="Plan").click()
-    assert page.get_by_role("heading", name=f"({target})").is_visible()
+    page.get_by_role("heading", name=f"({target})").wait_for(timeout=60_000)
 
 
-def _start_search(page, workload: str) -> None:
+def _fill_workload(page, workload: str) -> None:
     page.get_by_role("tab", name="New search").click()
     page.get_by_role("textbox", name="workload").fill(workload)
+    page.get_by_role("textbox", name="workload").press("Enter")
+
+
+def _start_search(page, workload: str) -> str:
+    """Fill the form, start the search; returns the command the page showed before the start."""
+    _fill_workload(page, workload)
     page.get_by_role("spinbutton", name="timesteps per agent").fill("8")
+    page.get_by_role("spinbutton", name="timesteps per agent").press("Enter")
+    shown = page.get_by_test_id("stCode").filter(has_text="--timesteps 8").first
+    shown.wait_for(timeout=20_000)
+    command = shown.inner_text().strip()
     page.get_by_role("button", name="Start search").click()
+    return command
 
 
-def test_a_missing_workload_file_is_refused_before_launch(served: tuple[Path, str], page, tmp_path: Path) -> None:
+def test_bad_workloads_are_refused_in_one_line_before_launch(served: tuple[Path, str], page, tmp_path: Path) -> None:
     runs = served[0]
-    _start_search(page, f"{tmp_path / 'no_such_model.py'}:make")
-    error = page.get_by_test_id("stAlertContentError").filter(has_text="does not exist").first
-    error.wait_for(timeout=20_000)
-    assert "\n" not in error.inner_text().strip() and "no_such_model.py" in error.inner_text()
+    for workload, says in ((f"{tmp_path / 'no_such_model.py'}:make", "does not exist"),
+                           ("gpt?n_layer=0", "option n_layer=0 of workload 'gpt' must be at least 1")):
+        _fill_workload(page, workload)
+        error = page.get_by_test_id("stAlertContentError").filter(has_text=says).first
+        error.wait_for(timeout=20_000)
+        assert "\n" not in error.inner_text().strip()
+        page.get_by_role("button", name="Start search", disabled=True).wait_for(timeout=20_000)
     assert [p.name for p in runs.iterdir()] == ["gpt-tiny"], "nothing was started"
 
 
-def test_a_search_started_from_the_form_shows_its_live_page(served: tuple[Path, str], page) -> None:
+def test_a_search_started_from_the_form_shows_its_live_page_and_stop_ends_it(served: tuple[Path, str], page) -> None:
     runs = served[0]
-    _start_search(page, "gpt/tiny")
+    _fill_workload(page, "gpt/tiny")
+    shown = page.get_by_test_id("stCode").filter(has_text="-m search.run").first
+    shown.wait_for(timeout=20_000)  # the exact command, before anything starts
+    assert "--workload gpt/tiny" in shown.inner_text() and [p.name for p in runs.iterdir()] == ["gpt-tiny"]
+    command = _start_search(page, "gpt/tiny")
     try:
         page.get_by_role("tab", name="Live", selected=True).wait_for(timeout=120_000)  # a running run opens there
         page.get_by_test_id("stMetricValue").filter(has_text="running").first.wait_for(timeout=30_000)
         new = [p for p in runs.iterdir() if p.name != "gpt-tiny"]
-        assert len(new) == 1
+        assert len(new) == 1 and f"--name {new[0].name}" in command  # the run the command shown named
         assert page.get_by_test_id("stCaptionContainer").filter(has_text=f"{new[0].name} · gpt/tiny · running").count()
+        page.get_by_role("tab", name="New search").click()
+        started = page.get_by_test_id("stCaptionContainer").filter(has_text="started pid").first.inner_text()
+        assert started.endswith(command), "the command shown before the start is the one that ran"
+        page.get_by_role("button", name=f"Stop search {new[0].name}").click()
+        page.get_by_text(f"Search {new[0].name}: ").wait_for(timeout=60_000)
+        assert not _search_processes(new[0]), "the search and its Ray processes are gone"
         assert page.get_by_test_id("stException").count() == 0
     finally:
         for p in runs.iterdir():
@@ -163,20 +222,26 @@ def test_a_search_started_from_the_form_shows_its_live_page(served: tuple[Path, 
 def kill_search(run_dir: Path) -> None:
     """Kill the search writing ``run_dir`` and its Ray processes (the dashboard starts it in its own
     process group); found by its command line, which names the run."""
-    groups = set()
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"search.run" in cmd and run_dir.name.encode() in cmd:
-            groups.add(os.getpgid(int(proc.name)))
+    groups = {os.getpgid(pid) for pid in _search_processes(run_dir)}
     for g in groups:
         os.killpg(g, signal.SIGKILL)
     deadline = time.monotonic() + 20
     while groups and time.monotonic() < deadline:
         groups = {g for g in groups if _group_alive(g)}
         time.sleep(0.2)
+
+
+def _search_processes(run_dir: Path) -> list[int]:
+    """The processes of the search writing ``run_dir`` (its command line names the run; a zombie has none)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"search.run" in cmd and run_dir.name.encode() in cmd:
+            found.append(int(proc.name))
+    return found
 
 
 def _group_alive(group: int) -> bool:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dashboard import figures, selection
+from dashboard import comparison, figures, selection
 from dashboard.data import RunData, load_run, unit_table
 from dashboard.pricing import Cluster, price_table
 from env.data.types import MIB
@@ -60,9 +60,29 @@ def test_frontier_figure_relative_hidden_selected_budget(run: RunData) -> None:
     i = list(rules.text).index("none")
     assert (rules.x[i], rules.y[i]) == (1.0, 1.0)  # the all-keep baseline sits at (1, 1)
     assert len(_trace(fig, figures.EVALUATED_TRACE).x) == int((~run.evaluations.dominated).sum())
+    assert set(rules.customdata) <= set(run.frontier.digest), "hiding dominated plans hides dominated rules too"
+    peers = [t for t in fig.data if t.name == figures.PEERS_TRACE]
+    assert all("slower beyond both spreads" not in h for t in peers for h in t.hovertext)
     assert list(_trace(fig, figures.SELECTED_TRACE).customdata) == [digest]
     assert fig.layout.shapes[0].x0 == pytest.approx(budget / run.baseline_peak_bytes)
     assert fig.layout.xaxis.title.text == "peak memory (x baseline)"
+
+
+def test_one_comparison_of_every_plan_rule_and_peer(run: RunData) -> None:
+    selected = selection.start_plan(run)
+    table = comparison.comparison_table(run, selected)
+    ev = run.evaluations.loc[run.evaluations.measured]
+    assert set(table["plan id"]) - {""} == set(ev.digest) and (table.kind == "peer").sum() == len(run.peers) >= 1
+    on = table.status.str.startswith(comparison.ON_FRONTIER)
+    assert set(table.loc[on, "plan id"]) == set(run.frontier.digest) and on.iloc[: on.sum()].all()  # frontier first
+    others = table.loc[~on & (table.kind != "peer"), "status"]
+    assert others.str.match(r"(dominated by|within noise of|left out for|not confirmed)").all()
+    for status in table.loc[table.kind == "peer", "status"]:  # the report's verdict: beyond both spreads, or noise
+        assert status.startswith("peer · ") and ("within noise (±" in status or "beyond both spreads" in status
+                                                 or "nothing of ours" in status)
+    assert table.loc[table["plan id"] == selected, "x selected"].iloc[0] == pytest.approx(1.0)
+    assert table.samples.min() >= 1 and (table["spread (IQR, ms)"] >= 0).all()
+    assert "both spreads" in comparison.noise_rule(run) and f"{run.timing_noise:.0%}" in comparison.noise_rule(run)
 
 
 def test_unmeasured_plans_are_shown_at_their_prediction(run: RunData) -> None:
@@ -84,8 +104,8 @@ def test_plan_figure_rows_and_bars(run: RunData) -> None:
     codes = list(figures.ACTION_COLOURS)
     assert [codes[int(z[0])] for z in heat.z] == acts and list(heat.y) == list(units.unit)
     assert kept.orientation == "h" and list(kept.y) == list(units.unit)
-    assert np.allclose(kept.x, units.kept_bytes / 1024) and np.allclose(secs.x, units.seconds * 1e3)
-    assert fig.layout.annotations[1].text == "kept for backward (KiB)"
+    assert np.allclose(kept.x, units.kept_bytes / MIB) and np.allclose(secs.x, units.seconds * 1e3)
+    assert fig.layout.annotations[1].text == "kept for backward (MiB)"  # one unit family: no KiB
 
 
 def test_plan_figure_stays_readable_at_48_and_96_units() -> None:
@@ -100,7 +120,7 @@ def test_plan_figure_stays_readable_at_48_and_96_units() -> None:
         rows_px = (fig.layout.height - fig.layout.margin.t - fig.layout.margin.b) / n
         assert rows_px >= 18, f"{rows_px:.1f} px a row at {n} units: names and actions would overlap"
         assert fig.layout.yaxis.type == "category" and fig.layout.yaxis.autorange == "reversed"  # model order, top down
-        assert fig.layout.annotations[1].text == "kept for backward (MiB)"  # 3 MB shown in MiB, not 3000 KiB
+        assert fig.layout.annotations[1].text == "kept for backward (MiB)"
 
 
 def test_live_and_price_figures(run: RunData) -> None:
@@ -153,6 +173,10 @@ def test_one_selection_shared_by_slider_chart_and_list(run: RunData) -> None:
     state[selection.CHART] = {"selection": {"points": [{"customdata": dominated.digest}, {"x": 1.0, "y": 2.0}]}}
     selection.on_chart(state, run)  # a click (a peer's point carries no plan)
     assert (state[selection.SELECTED], state[selection.HOW]) == (dominated.digest, "chart")
+    assert not state[selection.NO_PLAN]
+    state[selection.CHART] = {"selection": {"points": [{"x": 1.0, "y": 2.0}]}}  # a peer alone: no plan to select
+    selection.on_chart(state, run)
+    assert state[selection.NO_PLAN] and state[selection.SELECTED] == dominated.digest  # said, and nothing changes
     low, high = selection.budget_range(run)
     assert state[selection.BUDGET] == pytest.approx(min(max(dominated.peak_bytes / MIB, low), high))  # the slider follows
     boxed = list(fr.digest)  # a box around the whole frontier: its fastest plan

@@ -19,6 +19,7 @@ from search.engine.throughput.quote import proposed_by
 from search.records import meta
 from search.records.frontier_file import load_frontier
 from search.records.store import RunStore
+from tests.test_dashboard_app import every_page_readable
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "dashboard" / "app.py")
@@ -140,6 +141,9 @@ def test_the_throughput_page_paints_and_a_click_selects_a_cap(run_dir: Path, mon
     st_config.set_option("server.address", "127.0.0.1")
     at = AppTest.from_file(APP, default_timeout=60).run()
     assert not at.exception, [e.value for e in at.exception]
+    every_page_readable(at)  # no "None", no raw column names on a throughput run's pages either
+    at.session_state["page"] = "Throughput"  # only the open page runs
+    at.run()
     top = curve.caps[-1]
     assert any(f"Under {top.cap_bytes / MIB:.1f} MiB" in s.value for s in at.success)
     assert any(f'"micro_batch": {top.answer.micro_batch}' in c.value for c in at.code)
@@ -148,6 +152,10 @@ def test_the_throughput_page_paints_and_a_click_selects_a_cap(run_dir: Path, mon
     low = curve.caps[0]
     assert any(f"Under {low.cap_bytes / MIB:.1f} MiB" in s.value and f"micro-batch {low.answer.micro_batch}" in s.value
                for s in at.success)
+    table = next(d.value for d in at.dataframe if "against ours" in d.value.columns)
+    assert list(table["against ours"])[0] == "ours" and table["samples/s"].notna().all()
+    assert all(v.startswith(("within noise", "the same plan")) or "beyond both spreads" in v
+               for v in table["against ours"][1:])
 
 
 @pytest.mark.slow

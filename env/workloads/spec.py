@@ -168,4 +168,27 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
                 f"unknown option '{key}' for workload '{spec.target}'; valid options: {', '.join(sorted(opts))}"
             )
         opts[key] = coerce_option(key, value, opts[key])
+    check_ranges(spec.target, opts)
     return opts
+
+
+AT_LEAST_ZERO = ("tokens",)  # 0: the workload's own default
+FRACTIONS = ("dropout",)  # a probability in [0, 1)
+
+
+def check_ranges(target: str, opts: dict[str, Any]) -> None:
+    """Every numeric option of a built-in in its range, checked once for the CLI and the dashboard alike:
+    sizes and counts at least 1 (``gpt?n_layer=0`` builds a model with no blocks), ``tokens`` at least 0,
+    ``dropout`` in [0, 1). One line naming the option, its value and the range."""
+    for key, value in opts.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if key in FRACTIONS:
+            ok, want = 0 <= value < 1, "in [0, 1)"
+        elif key in AT_LEAST_ZERO:
+            ok, want = value >= 0, "at least 0"
+        else:
+            ok, want = value >= 1, "at least 1"
+        if not ok:
+            raise WorkloadError(f"option {key}={value} of workload '{target}' must be {want}; e.g. {key}="
+                                f"{BUILTIN_DEFAULTS.get(target, {}).get(key, 1) or 1}")
