@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, get_args, get_origin
 
-from env.data.errors import CkptSearchError
+from env.data.errors import CkptSearchError, WorkloadError
 from env.data.types import RewardMode
+from env.workloads.spec import PRECISION_DEFAULTS, WorkloadSpec, split_precision
 
 
 def _f(default: Any, doc: str, **kw: Any) -> Any:
@@ -30,13 +31,21 @@ class SearchConfig:
     workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
                                     "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory. The "
                                     "default, a 6-block GPT at d=128, searches in minutes on 2 CPU cores")
+    precision: str = _f("32", "the step's precision, as Lightning names it: 32 (fp32), bf16-mixed (autocast bf16, fp32 "
+                              "weights), 16-mixed (autocast fp16 with a gradient scaler), bf16-true (bf16 weights and "
+                              "optimizer state); part of the workload (written into its spec as ?precision=...)",
+                        choices=("32", "bf16-mixed", "16-mixed", "bf16-true"))
+    matmul_precision: str = _f("highest", "torch.set_float32_matmul_precision: highest, or high (TF32 on CUDA); part "
+                                          "of the workload", choices=("highest", "high"))
     units: list[str] = _f(["auto"], "decision units: auto (non-overlapping modules, each run once a step, holding "
                                     ">= 95%% of the bytes saved for backward, found from one instrumented step), "
                                     "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
                                     "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
     max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
-    actions: list[str] = _f(["keep", "recompute", "selective", "chain"], "actions searched per unit (offload needs "
-                            "CUDA; chain recomputes a run of units that chain as one region)", nargs="+")
+    actions: list[str] = _f(["keep", "recompute", "selective", "chain", "chunked"], "actions searched per unit "
+                            "(offload needs CUDA; chain recomputes a run of units that chain as one region; chunked "
+                            "runs a loss unit's head and loss over chunks of tokens, where the model has one)",
+                            nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
     timesteps: int = _f(4096, "environment steps per agent (one step = one unit's decision)")
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
@@ -145,6 +154,7 @@ class SearchConfig:
         except ValueError:
             raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of "
                                   f"{', '.join(m.value for m in RewardMode)}") from None
+        self._fold_precision()
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
@@ -170,6 +180,25 @@ class SearchConfig:
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self
+
+    def _fold_precision(self) -> None:
+        """Write ``--precision`` / ``--matmul-precision`` into the workload spec (a value the spec already has
+        stands unless the flag gives another than the default), and read the fields back from it, so the spec
+        says it alone: every process, record and exported plan that carries the spec carries the precision."""
+        spec = WorkloadSpec.parse(self.workload)
+        options = dict(spec.options)
+        for key, default in PRECISION_DEFAULTS.items():
+            flag = str(getattr(self, key))
+            value = flag if flag != default else options.get(key, default)
+            options.pop(key, None)
+            if value != default:
+                options[key] = value
+            setattr(self, key, value)
+        try:
+            split_precision(options)
+        except WorkloadError as e:
+            raise CkptSearchError(f"--workload {self.workload}: {e}") from None
+        self.workload = str(WorkloadSpec(spec.target, spec.preset, tuple(sorted(options.items()))))
 
     def _validate_throughput(self) -> None:
         bad = [c for c in self.memory_cap if not (math.isfinite(c) and c > 0)]
