@@ -13,6 +13,7 @@ from agents.exact import exact_frontier
 from env.cost.cost_model import CostModel
 from env.data.errors import PlanError
 from env.data.plan import Action, Plan
+from env.gym.checkpoint_env import CheckpointEnv
 from env.measure.profiler import profile
 from env.runtime.apply import apply_actions, plan_for
 from env.units.choice import resolve_units
@@ -102,6 +103,13 @@ def test_profile_offers_chunked_on_the_loss_unit_alone():
     rules = baseline_rules(len(units), prof.actions, links=prof.chain_links, loss_units=prof.chunk_units, n_random=20)
     assert rules["all_chunked"][-1] == k
     assert all(a != k for plan in rules.values() for a in plan[:-1])
+    env = CheckpointEnv(prof, frontier[0].peak_bytes * 2)
+    env.reset(seed=0)
+    for i in range(len(units)):
+        mask = env.action_masks()
+        assert mask[k] == (i == len(units) - 1)  # chunked offered on the loss unit alone
+        _, _, done, _, info = env.step(k)  # taken anyway off the loss unit: kept
+    assert done and env._walk.plan == [prof.actions.index(Action.KEEP)] * (len(units) - 1) + [k]
 
 
 def test_plan_with_chunked_is_schema_3_and_round_trips():
@@ -121,3 +129,23 @@ def test_zoo_causal_lms_compute_their_own_loss_through_the_loss_unit(factory):
     assert torch.allclose(w.loss(), own, rtol=1e-5)
     units = resolve_units(w).units
     assert units[-1] == "lm_loss"
+
+
+def test_the_snippet_chunks_the_loss_as_apply_plan_does():
+    from search.training.snippet import plan_snippet
+
+    w = load_workload(TINY)
+    units = resolve_units(w).units
+    plan = plan_for(w.model, units, [Action.RECOMPUTE] * (len(units) - 1) + [Action.CHUNKED])
+    ns: dict = {}
+    exec(compile(plan_snippet(plan), "<snippet>", "exec"), ns)
+    base_loss, base = _step(w, units, [Action.KEEP] * len(units))
+    remove = ns["apply_checkpoint_plan"](w.model)
+    torch.manual_seed(0)
+    loss = w.loss()
+    loss.backward()
+    remove()
+    assert _close(loss.detach(), base_loss, TOLERANCE["32"])
+    assert all(_close(p.grad, base[n], TOLERANCE["32"]) for n, p in w.model.named_parameters())
+    with pytest.warns(UserWarning, match="measured at precision 32 and is applied at bf16-mixed"):
+        ns["apply_checkpoint_plan"](w.model, precision="bf16-mixed")()
