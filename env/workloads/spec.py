@@ -34,8 +34,8 @@ BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpt": {"tiny": dict(vocab_size=128, seq_len=16, n_layer=4, d_model=32, n_head=2, batch_size=2),
             "small": dict(vocab_size=1024, seq_len=128, n_layer=6, d_model=128, n_head=4, batch_size=4),
-            # GPT-2 124M; the batch is about 40% of an 80 GB GPU at bf16-mixed (docs/workloads.md)
-            "gpt2": dict(vocab_size=50257, seq_len=1024, n_layer=12, d_model=768, n_head=12, batch_size=8)},
+            # GPT-2 124M; the batch fills about 40% of an 80 GB GPU at bf16-mixed, all kept (estimate: docs/workloads.md)
+            "gpt2": dict(vocab_size=50257, seq_len=1024, n_layer=12, d_model=768, n_head=12, batch_size=24)},
     "cnn": {"tiny": dict(widths="8,16", blocks_per_stage="2", image_size=32, batch_size=2),
             "small": dict(widths="16,32,64", blocks_per_stage="2", image_size=64, batch_size=8)},
     "lstm": {"tiny": dict(vocab_size=64, seq_len=8, n_layer=3, d_model=16, batch_size=2),
@@ -51,10 +51,10 @@ _LM = dict(n_layer=6, d_model=256, n_head=4, vocab_size=1024, seq_len=256, batch
 ZOO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "hf": {
         "llama": dict(model="llama", **_LM, d_ff=688),
-        # about 1.1B parameters (TinyLlama's shape, heads not grouped); the batch is about 40% of an 80 GB GPU
-        # at bf16-mixed (docs/workloads.md)
+        # about 0.95B parameters (TinyLlama's width at 16 layers, heads not grouped); the batch fills about 40% of an 80 GB GPU
+        # at bf16-mixed, all kept (estimate: docs/workloads.md)
         "llama-1b": dict(model="llama", n_layer=16, d_model=2048, n_head=32, vocab_size=32000, seq_len=2048,
-                         batch_size=1, dropout=0.0, d_ff=5632),
+                         batch_size=3, dropout=0.0, d_ff=5632),
         "gpt2": dict(model="gpt2", **_LM),
         "bert": dict(model="bert", **_LM),
         "t5": dict(model="t5", **{**_LM, "batch_size": 4}, d_ff=1024, target_len=128),

@@ -6,7 +6,7 @@ Specs, like the built-ins (options after ``?``, e.g. ``hf/t5?batch_size=2``):
 spec                model (random weights)                                 batch and loss
 ==================  =====================================================  ==========================
 ``hf/llama``        ``LlamaForCausalLM``, 6 layers, d 256, vocab 1024     8 x 256 tokens, LM loss
-``hf/llama-1b``     ``LlamaForCausalLM``, 16 layers, d 2048, vocab 32000  1 x 2048 tokens, LM loss
+``hf/llama-1b``     ``LlamaForCausalLM``, 16 layers, d 2048, vocab 32000  3 x 2048 tokens, LM loss
 ``hf/gpt2``         ``GPT2LMHeadModel``, 6 layers, d 256, vocab 1024      8 x 256 tokens, LM loss
 ``hf/bert``         ``BertForMaskedLM``, 6 layers, d 256, vocab 1024      8 x 256 tokens, MLM loss
 ``hf/t5``           ``T5ForConditionalGeneration``, 6+6 layers, d 256     4 x 256 -> 128 tokens, LM loss
@@ -15,7 +15,7 @@ spec                model (random weights)                                 batch
 ==================  =====================================================  ==========================
 
 Each takes about a second a step on one CPU thread (measured with ``torch.set_num_threads(1)``),
-the size of the built-ins' defaults (``hf/llama-1b``, about 1.1B parameters, is a GPU's size). The causal LMs'
+the size of the built-ins' defaults (``hf/llama-1b``, about 0.95B parameters, is a GPU's size). The causal LMs'
 head is moved into a loss unit ``lm_loss`` (``env.workloads.lm_loss.LMLoss``) and their step computes the
 model's own loss from it, so a plan can chunk it. transformers and diffusers are optional
 (``pip install 'ckpt-search[hf]'``) and imported only when a zoo model is built. Dropout is on
