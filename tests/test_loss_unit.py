@@ -149,3 +149,10 @@ def test_the_snippet_chunks_the_loss_as_apply_plan_does():
     assert all(_close(p.grad, base[n], TOLERANCE["32"]) for n, p in w.model.named_parameters())
     with pytest.warns(UserWarning, match="measured at precision 32 and is applied at bf16-mixed"):
         ns["apply_checkpoint_plan"](w.model, precision="bf16-mixed")()
+
+
+def test_the_units_line_says_what_no_plan_reaches_where_the_loss_is_no_unit():
+    lines = resolve_units(load_workload("lstm/tiny?vocab_size=4096")).lines()  # its loss is in its own forward
+    assert "of all) is saved outside them (the loss, top-level ops), which no plan can reach" in lines[-2]
+    assert "LMLoss" in lines[-1]
+    assert not any("no plan can reach" in line for line in resolve_units(load_workload("gpt/tiny")).lines())
