@@ -80,3 +80,27 @@ def test_16_mixed_scales_the_loss_or_says_why_not():
     w.backward(loss)
     assert w._scaler is not None and all(p.grad is not None for p in w.model.parameters())
     w.optimizer_step(w.optimizer)
+
+
+def test_fsdp2_shards_a_bf16_mixed_step_with_its_mixed_precision_policy():
+    """One gloo rank in this process: the units and the root sharded with parameters gathered in bf16."""
+    import socket
+
+    import torch.distributed as dist
+
+    from env.measure.fsdp import leave_group, shard_workload
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        w = load_workload("gpt/tiny?precision=bf16-mixed")
+        sharded = shard_workload(w, ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "lm_loss"])
+        policy = sharded.model.blocks[0]._get_fsdp_state()._mp_policy
+        assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+        loss = sharded.loss()
+        sharded.backward(loss)
+        assert torch.isfinite(loss) and all(p.grad is not None for p in sharded.model.parameters())
+    finally:
+        leave_group()

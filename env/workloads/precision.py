@@ -24,7 +24,7 @@ from env.workloads.spec import (MATMUL_PRECISIONS, PRECISION_DEFAULTS, PRECISION
                                 split_precision)
 
 __all__ = ["PRECISIONS", "MATMUL_PRECISIONS", "PRECISION_DEFAULTS", "split_precision", "precision_note", "autocast",
-           "grad_scaler", "cast_floats"]
+           "grad_scaler", "cast_floats", "fsdp_mixed_precision"]
 
 
 _AUTOCAST = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
@@ -35,6 +35,16 @@ def autocast(precision: str, device: torch.device) -> ContextManager[Any]:
     if precision not in _AUTOCAST:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=_AUTOCAST[precision])
+
+
+def fsdp_mixed_precision(precision: str) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for the ``-mixed`` precisions (parameters gathered in the autocast dtype,
+    gradients reduced in fp32); None for the others (``bf16-true`` shards bf16 parameters as they are)."""
+    if precision not in _AUTOCAST:
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    return MixedPrecisionPolicy(param_dtype=_AUTOCAST[precision], reduce_dtype=torch.float32)
 
 
 def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
