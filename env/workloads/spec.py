@@ -197,6 +197,21 @@ def split_precision(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return own, chosen
 
 
+def fold_precision(workload: str, precision: str, matmul_precision: str) -> tuple[str, str, str]:
+    """(spec, precision, matmul_precision) with the precision options written into the spec, which then says them
+    alone: a value the spec names stands unless the flag gives another than the default; defaults are not
+    written. A bad value is one ``WorkloadError`` line."""
+    spec = WorkloadSpec.parse(workload)
+    options = dict(spec.options)
+    for key, flag in (("precision", precision), ("matmul_precision", matmul_precision)):
+        default = PRECISION_DEFAULTS[key]
+        options[key] = str(flag) if str(flag) != default else options.get(key, default)
+    _, chosen = split_precision(options)
+    own = {k: v for k, v in options.items() if PRECISION_DEFAULTS.get(k) != v}
+    return str(WorkloadSpec(spec.target, spec.preset, tuple(sorted(own.items())))), chosen["precision"], \
+        chosen["matmul_precision"]
+
+
 def precision_note(measured: str, applied: str) -> str | None:
     """One line when a plan measured at one precision is applied at another; None when they agree."""
     if measured == applied:
