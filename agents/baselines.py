@@ -59,24 +59,28 @@ def sqrt_n_plan(n_units: int, keep: int, recompute: int) -> list[int]:
     return plan
 
 
-def _random_plan(rng: np.random.Generator, n_units: int, actions: Sequence[Action], links: Sequence[bool]) -> list[int]:
-    """Uniform actions per unit; a chain that cannot continue a region drawn again among the others."""
-    if Action.CHAIN not in actions:
-        return rng.integers(0, len(actions), size=n_units).tolist()
-    chain, rec = actions.index(Action.CHAIN), actions.index(Action.RECOMPUTE) if Action.RECOMPUTE in actions else None
-    others = [k for k in range(len(actions)) if k != chain]
+def _random_plan(rng: np.random.Generator, n_units: int, actions: Sequence[Action], links: Sequence[bool],
+                 loss_units: Sequence[bool]) -> list[int]:
+    """Uniform actions per unit; a chain that cannot continue a region, or 'chunked' off a loss unit, drawn
+    again among the others."""
+    chain = actions.index(Action.CHAIN) if Action.CHAIN in actions else None
+    chunked = actions.index(Action.CHUNKED) if Action.CHUNKED in actions else None
+    rec = actions.index(Action.RECOMPUTE) if Action.RECOMPUTE in actions else None
+    others = [k for k in range(len(actions)) if k not in (chain, chunked)]
     plan: list[int] = []
     for i, k in enumerate(rng.integers(0, len(actions), size=n_units).tolist()):
-        if k == chain and not (i > 0 and links[i] and plan[-1] in (chain, rec)):
+        if (k == chain and not (i > 0 and links[i] and plan[-1] in (chain, rec))) or (k == chunked and not loss_units[i]):
             k = others[int(rng.integers(0, len(others)))]
         plan.append(k)
     return plan
 
 
 def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_random: int = 3,
-                   links: Sequence[bool] | None = None) -> dict[str, list[int]]:
+                   links: Sequence[bool] | None = None, loss_units: Sequence[bool] | None = None) -> dict[str, list[int]]:
     """Rule name -> plan (indices into ``actions``), in a stable order. ``links[i]``: unit i can
-    continue the region of unit i - 1 (``ModelProfile.chain_links``); None: no unit chains."""
+    continue the region of unit i - 1 (``ModelProfile.chain_links``); None: no unit chains.
+    ``loss_units[i]``: unit i is a loss unit (``ModelProfile.chunk_units``), which ``all_chunked`` (every
+    unit recomputed, the loss chunked) chunks; None: none is."""
     if n_units < 1:
         raise ValueError(f"n_units={n_units}: a plan needs at least one unit")
     links = list(links) if links else [False] * n_units
@@ -101,9 +105,12 @@ def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_ran
             rules["sqrt_n"] = sqrt_n_plan(n_units, keep, rec)
             for k in range(2, n_units + 1):
                 rules[f"segments_{k}"] = checkpoint_sequential_plan(n_units, k, keep, rec)
+    loss_units = list(loss_units) if loss_units else [False] * n_units
+    if rec is not None and Action.CHUNKED in idx and any(loss_units):
+        rules["all_chunked"] = [idx[Action.CHUNKED] if loss else rec for loss in loss_units]
     if Action.SELECTIVE in idx:
         rules["all_selective"] = [idx[Action.SELECTIVE]] * n_units
     rng = np.random.default_rng(seed)
     for j in range(n_random):
-        rules[f"random_{j}"] = _random_plan(rng, n_units, list(actions), links)
+        rules[f"random_{j}"] = _random_plan(rng, n_units, list(actions), links, loss_units)
     return rules

@@ -114,7 +114,7 @@ def exact_frontier(cost_model: CostModel, actions: Sequence[int] | None = None,
         opens = walk.k_rec is not None and walk.may_chain[i + 1]
         for (t, p, level, m), plan in zip(closed.rows, closed.plans):
             for k, a in enumerate(acts):
-                if k == walk.k_chain:
+                if k == walk.k_chain or not walk.allowed[i][k]:
                     continue
                 p2, l2, m2 = advance((p, level, m), terms[k])
                 c_cands.append((t + sec[a], max(p2, l2 + lc_l, m2 + lc_m), l2, m2, plan + (a,)))

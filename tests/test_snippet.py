@@ -40,7 +40,7 @@ def test_snippet_defines_the_plan_and_needs_only_torch():
     text = plan_snippet(plan, title="gpt/tiny")
     imports = [line for line in text.splitlines() if line.startswith(("import ", "from "))]
     roots = {line.split()[1].split(".")[0] for line in imports}
-    assert roots <= {"__future__", "torch", "contextlib", "functools", "typing", "dataclasses", "hashlib", "enum", "weakref"}, roots
+    assert roots <= {"__future__", "torch", "contextlib", "functools", "typing", "dataclasses", "hashlib", "enum", "weakref", "warnings"}, roots
     ns = _load(text)
     assert ns["PLAN"] == {k: v.value for k, v in plan.actions.items()}
     assert ns["FINGERPRINT"] == plan.fingerprint

@@ -165,9 +165,11 @@ def test_the_instrumented_step_leaves_weights_buffers_grads_and_rng_as_they_were
 
 @pytest.mark.parametrize("spec", ["gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny"])
 def test_on_the_builtins_auto_units_are_the_repeated_blocks(spec: str) -> None:
-    """Where the old rule was right (stacks of blocks), the automatic choice agrees with it."""
+    """Where the old rule was right (stacks of blocks), the automatic choice agrees with it, and adds the
+    loss unit where the model has one (gpt's ``lm_loss``)."""
     w = load_workload(spec)
-    assert resolve_units(w).units == find_units(w.model)
+    loss = ["lm_loss"] if spec.startswith("gpt") else []
+    assert resolve_units(w).units == find_units(w.model) + loss
 
 
 def test_user_unet_with_skips_gets_its_blocks_and_never_the_shared_pool() -> None:
@@ -250,7 +252,7 @@ def test_max_units_bounds_the_splits() -> None:
         resolve_units(w, max_units=0)
     # a stack deeper than max_units keeps every block (as the old rule): the budget bounds splits only
     deep = load_workload("gpt/tiny?n_layer=40")
-    assert resolve_units(deep, max_units=32).units == find_units(deep.model)
+    assert resolve_units(deep, max_units=32).units == find_units(deep.model) + ["lm_loss"]
 
 
 def test_the_old_rules_and_patterns_through_one_entry_point() -> None:

@@ -193,3 +193,23 @@ def test_gpt_tokens_are_shorter_sequences_on_the_same_model() -> None:
     assert short.inputs[0].shape == (2, 8) and full.inputs[0].shape == (2, 16)
     assert fingerprint(short.model, ["blocks.0"]) == fingerprint(full.model, ["blocks.0"])
     assert torch.isfinite(short.loss())
+
+
+def test_the_gpu_sized_presets_have_their_models_shapes_on_the_meta_device():
+    """gpt/gpt2 is GPT-2 124M and hf/llama-1b about 0.95B parameters; built on the meta device (no memory)."""
+    from env.workloads import models
+    from env.workloads.spec import WorkloadSpec, builtin_options
+
+    o = builtin_options(WorkloadSpec.parse("gpt/gpt2"))
+    with torch.device("meta"):
+        gpt2 = models.GPT(o["vocab_size"], o["seq_len"], o["n_layer"], o["d_model"], o["n_head"], o["dropout"])
+    assert round(sum(p.numel() for p in gpt2.parameters()) / 1e6) == 124  # the head is tied to the embedding
+    assert (o["seq_len"], o["batch_size"]) == (1024, 24)
+    transformers = pytest.importorskip("transformers")
+    o = builtin_options(WorkloadSpec.parse("hf/llama-1b"))
+    config = transformers.LlamaConfig(vocab_size=o["vocab_size"], hidden_size=o["d_model"], intermediate_size=o["d_ff"],
+                                      num_hidden_layers=o["n_layer"], num_attention_heads=o["n_head"])
+    with torch.device("meta"):
+        llama = transformers.LlamaForCausalLM(config)
+    assert round(sum(p.numel() for p in llama.parameters()) / 1e7) == 95  # 0.95B, embedding and head untied
+    assert (o["seq_len"], o["batch_size"]) == (2048, 3)

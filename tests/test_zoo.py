@@ -24,6 +24,7 @@ from tests.test_workloads import refused
 needs_zoo = pytest.mark.skipif(not zoo_available(), reason="transformers/diffusers are not installed")
 SMALL = {
     "hf/llama": "batch_size=1&seq_len=32",
+    "hf/llama-1b": "batch_size=1&seq_len=32&n_layer=2&d_model=64&n_head=2&d_ff=176&vocab_size=256",  # its shape, small
     "hf/gpt2": "batch_size=1&seq_len=32",
     "hf/bert": "batch_size=1&seq_len=32",
     "hf/t5": "batch_size=1&seq_len=32&target_len=16",
@@ -81,7 +82,7 @@ def test_zoo_options_work_as_for_the_builtins() -> None:
 
 def test_a_zoo_target_needs_a_model_preset() -> None:
     refused("hf", "workload 'hf' needs a model preset", "hf/llama", "hf/resnet50")
-    refused("hf/mistral", "unknown preset 'mistral'", "llama, gpt2, bert, t5, resnet50")
+    refused("hf/mistral", "unknown preset 'mistral'", "llama, llama-1b, gpt2, bert, t5, resnet50")
     refused("diffusers/unet2d?layers=3", "unknown option 'layers'", "layers_per_block")
 
 

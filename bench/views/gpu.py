@@ -35,12 +35,23 @@ def gpu_search_table(r: Result) -> str:
     return "\n".join(out)
 
 
+# selective's fix for calls that draw random numbers (commit 01d5c28): GPU figures with selective written before
+# it were measured with selective changing the gradients (the fused attention drew its own dropout mask)
+SELECTIVE_FIXED_AT = "2026-12-04 18:09:06"
+
+
 def gpu_summary_line(r: Result) -> str:
-    """What ``bench/gpu.py`` did, step by step, on which device and when."""
+    """What ``bench/gpu.py`` did, step by step, on which device and when; results written before selective's
+    fix say their selective figures were measured with the bug."""
     steps = "; ".join(f"{k} {v['status']}" + (f" ({v['why']})" if v.get("why") else "")
                       + (f" at {v['run'][11:16]}" if v.get("run") else "") for k, v in r["steps"].items())
     calls = f" in {len(r['calls'])} calls" if len(r.get("calls", [])) > 1 else ""
-    return f"`{GPU_COMMAND}` on {r['device']}{calls}, {r.get('written_at', '')}: {steps}."
+    line = f"`{GPU_COMMAND}` on {r['device']}{calls}, {r.get('written_at', '')}: {steps}."
+    if r.get("written_at", "") < SELECTIVE_FIXED_AT:
+        line += (" Every figure below with `selective` was measured before its fix for calls that draw random numbers "
+                 "(01d5c28: on CUDA the fused attention drew its own dropout mask, and selective changed the "
+                 "gradients); they stand until a GPU measures them again.")
+    return line
 
 
 VIEWS = [

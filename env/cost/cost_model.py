@@ -56,6 +56,7 @@ class CostModel:
         self.keep, self.rec = index.get(Action.KEEP), index.get(Action.RECOMPUTE)
         self.chain = index.get(Action.CHAIN)  # None: plans have no chains
         self.links = profile.links()  # links[i]: unit i may continue the region of unit i - 1
+        self.allowed = [[profile.allows(i, a) for a in acts] for i in range(n)]  # 'chunked': loss units only
         if self.chain is not None and (self.keep is None or self.rec is None):
             raise PlanError(f"the profile has 'chain' but not {'keep' if self.keep is None else 'recompute'}; "
                             "a chain region starts with a recompute and is recomputed as kept units: profile both")
@@ -144,10 +145,14 @@ class CostModel:
 
     def chain_error(self, actions: Sequence[int]) -> str | None:
         """Why a plan's chains are not valid here (a chain after no region, or across units that do not
-        chain); None if they are."""
+        chain), or its 'chunked' (on a unit that is no loss unit); None if they are."""
+        units = self.profile.units
+        bad = next((i for i, a in enumerate(actions) if not self.allowed[i][a]), None)
+        if bad is not None:
+            return (f"unit '{units[bad]}' is '{self.profile.actions[actions[bad]].value}', which only a loss unit "
+                    "(final norm, head and loss as one LMLoss module) can be; keep or recompute it")
         if self.chain is None or self.chain not in actions:
             return None
-        units = self.profile.units
         why = chain_error(units, [self.profile.actions[a] for a in actions])
         if why:
             return why

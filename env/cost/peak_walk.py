@@ -181,6 +181,7 @@ class PeakWalk:
         self.k_rec = self.actions.index(cm.rec) if cm.rec in self.actions else None
         # may_chain[i]: a chain is possible at unit i (the region of unit i - 1 can continue to it)
         self.may_chain = [chains and cm.links[i] for i in range(self.n)] + [False]
+        self.allowed = [[cm.allowed[i][a] for a in self.actions] for i in range(self.n)]  # 'chunked': loss units only
         self.closed_fs, self.open_fs = self._functionals()
 
     def initial(self) -> States:
@@ -188,6 +189,8 @@ class PeakWalk:
 
     def step(self, i: int, k: int, states: States) -> States:
         closed, opened = states
+        if not self.allowed[i][k]:
+            return None, None
         if k == self.k_chain:
             if opened is None or not self.may_chain[i]:
                 return None, None
@@ -218,7 +221,7 @@ class PeakWalk:
             c_next, o_next = closed[i + 1], opened[i + 1]
             cands: set[tuple[int, ...]] = set()
             for k, (fd, fr, bd, br) in enumerate(self.terms[i]):
-                if k == self.k_chain:
+                if k == self.k_chain or not self.allowed[i][k]:
                     continue
                 cands.update((max(fr, fd + cl, fd + br + cm), fd + bd + cm) for cl, cm in c_next)
                 if k == self.k_rec and o_next:

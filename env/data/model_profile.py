@@ -80,10 +80,18 @@ class ModelProfile(BaseModel):
     # chain_links[i]: unit i may continue the chain region of unit i - 1 (always False for unit 0);
     # empty: no unit chains (profiles made before chains)
     chain_links: list[bool] = Field(default_factory=list)
+    # chunk_units[i]: unit i is a loss unit (final norm, head and loss), the only kind 'chunked' applies to;
+    # empty: none is (profiles made before the loss unit)
+    chunk_units: list[bool] = Field(default_factory=list)
 
     def links(self) -> list[bool]:
         """``chain_links`` with one entry per unit (all False when the profile has none)."""
         return list(self.chain_links) if self.chain_links else [False] * len(self.units)
+
+    def allows(self, unit: int, action: Action) -> bool:
+        """Whether unit ``unit`` may take ``action``: ``chunked`` only on a loss unit (``chunk_units``); where a
+        ``chain`` may go is the cost model's business (it continues a region)."""
+        return action != Action.CHUNKED or bool(self.chunk_units and self.chunk_units[unit])
 
     def cost(self, unit: int, action: Action) -> UnitCost:
         return self.costs[action][unit]

@@ -16,8 +16,9 @@ the actions: the plan stays one decision per unit, in execution order, which is 
 the agents, the cost model and the exact solver walk it (a region is a decision that continues
 the one before it); the JSON stays unit -> action; and a plan without chains is exactly what
 it was (same JSON, same digest). A plan with chains is written as schema version 2, so that a
-ckpt-search that cannot run chains says "upgrade" instead of "unknown action"; versions 1 and
-2 are read. Which units can chain is the model's business (each unit's input must be the
+ckpt-search that cannot run chains says "upgrade" instead of "unknown action"; one with
+``chunked`` (the loss unit's head and loss over chunks of tokens) as version 3; versions 1 to 3
+are read. Which units can chain is the model's business (each unit's input must be the
 previous unit's output): ``env.runtime.chains`` finds out, ``env.runtime.apply`` refuses a
 region over units that do not.
 """
@@ -37,8 +38,8 @@ from env.data.errors import PlanError
 if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
     import torch.nn as nn
 
-SCHEMA_VERSION = 2  # the newest plan schema this version reads and writes: 2 adds 'chain'
-READ_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3  # the newest plan schema this version reads and writes: 2 adds 'chain', 3 'chunked'
+READ_VERSIONS = (1, 2, 3)
 
 
 class Action(str, Enum):
@@ -49,6 +50,7 @@ class Action(str, Enum):
     SELECTIVE = "selective"  # store matmul/conv/attention outputs; recompute the cheap ops
     OFFLOAD = "offload"  # store them in pinned CPU memory (CUDA only)
     CHAIN = "chain"  # recomputed with the unit before it as one region, which keeps only the region's input
+    CHUNKED = "chunked"  # a loss unit (env.workloads.lm_loss.LMLoss): head and loss over chunks of tokens, each recomputed
 
     def __str__(self) -> str:
         return self.value
@@ -132,6 +134,7 @@ class Plan(BaseModel):
 
     fingerprint: str
     actions: dict[str, Action]  # in execution order: a 'chain' continues the unit before it
+    precision: str = "32"  # the step's precision the plan was measured at (env.workloads.precision); JSON: when not 32
 
     @field_validator("actions", mode="before")
     @classmethod
@@ -151,8 +154,9 @@ class Plan(BaseModel):
 
     @property
     def schema_version(self) -> int:
-        """1 for a plan without chains (readable by every version), 2 with them."""
-        return 2 if Action.CHAIN in self.actions.values() else 1
+        """1 for a plan without chains or chunks (readable by every version), 2 with chains, 3 with 'chunked'."""
+        used = set(self.actions.values())
+        return 3 if Action.CHUNKED in used else 2 if Action.CHAIN in used else 1
 
     @classmethod
     def uniform(cls, units: Iterable[str], action: Action | str, fp: str) -> "Plan":
@@ -178,9 +182,10 @@ class Plan(BaseModel):
         return action_summary(self.actions.values())
 
     def to_json(self) -> str:
+        extra = {"precision": self.precision} if self.precision != "32" else {}
         return json.dumps(
             {"schema_version": self.schema_version, "fingerprint": self.fingerprint,
-             "actions": {k: v.value for k, v in self.actions.items()}}, indent=2)
+             "actions": {k: v.value for k, v in self.actions.items()}, **extra}, indent=2)
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

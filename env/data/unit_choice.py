@@ -27,5 +27,9 @@ class UnitChoice(BaseModel):
         outside = self.total_saved_bytes - self.coverable_bytes
         out.append(f"{len(self.units)} units ({self.mode}) hold {self.coverage:.1%} of the "
                    f"{self.coverable_bytes / MIB:.1f} MiB the model's modules save for backward"
-                   + (f"; {outside / MIB:.1f} MiB more is saved outside them (loss, top-level ops)" if outside else ""))
+                   + (f"; {outside / MIB:.1f} MiB more ({outside / self.total_saved_bytes:.0%} of all) is saved outside "
+                      "them (the loss, top-level ops), which no plan can reach" if outside else ""))
+        if self.total_saved_bytes and outside / self.total_saved_bytes > 0.1:
+            out.append("the loss can be a unit of its own (keep, recompute or chunked): give it as an "
+                       "env.workloads.lm_loss.LMLoss of the last hidden states (README, 'Your own model')")
         return out

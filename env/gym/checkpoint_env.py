@@ -62,11 +62,14 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     | 2   | selective | store matmul/conv outputs, recompute the cheap ops             |
     | 3   | chain     | recompute with the unit before it as one region that keeps     |
     |     |           | only the region's input (profiles where units chain)           |
+    | 4   | chunked   | the loss unit's head and loss over chunks of tokens, each      |
+    |     |           | recomputed in backward (profiles with a loss unit)             |
 
     ``chain`` continues the region of the unit before it: it follows ``recompute`` or ``chain``,
     on a unit the profile says can chain onto the one before it (``chain_links``); anywhere
     else it is taken as ``recompute`` (it starts a region), so that an agent without masks
-    still ends on a valid plan. ``action_masks()`` (for ``sb3_contrib.MaskablePPO``) allows an
+    still ends on a valid plan; ``chunked`` anywhere but on a loss unit (``chunk_units``) is
+    taken as ``keep``. ``action_masks()`` (for ``sb3_contrib.MaskablePPO``) allows an
     action only if it can follow and some completion of the plan still fits the budget on the
     cost model (exact, see the module docstring; scaled by the mean measured/predicted peak
     ratio once plans are measured). If no action fits, it allows the one whose best completion
@@ -200,6 +203,7 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         self._act = [profile.actions.index(a) for a in self.enabled]  # enabled k -> profile index
         self.n_units = n = cm.n_units
         self._keep = keep = profile.actions.index(Action.KEEP)
+        self._keep_k = self._act.index(keep) if keep in self._act else 0  # what 'chunked' off the loss unit becomes
         self._features = Features(profile, cm, self._act, keep)
         self.baseline_peak, self.baseline_seconds = self._features.baseline_peak, cm.step_seconds([keep] * n)
         secs = cm.seconds.tolist()
@@ -272,8 +276,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         if walk.i >= self.n_units:
             raise RuntimeError("step() after the episode ended; call reset() first")
         after = self._features.walk.step(walk.i, a, walk.state)
-        if after == (None, None):  # a chain that continues no region starts one (see the Action Space)
-            a = self._features.walk.k_rec  # type: ignore[assignment]
+        if after == (None, None):  # a chain that continues no region starts one; chunked elsewhere than the loss
+            a = self._features.walk.k_rec if a == self._features.walk.k_chain else self._keep_k  # keeps (Action Space)
             after = self._features.walk.step(walk.i, a, walk.state)
         walk.state = after
         walk.extra_seconds += self._features.extra[walk.i][a]

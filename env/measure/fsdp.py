@@ -36,6 +36,7 @@ import torch.nn as nn
 
 from env.data.errors import MeasurementError, PlanError, WorkloadError
 from env.measure.timeline import train_step
+from env.workloads.precision import fsdp_mixed_precision
 from env.workloads.workload import Workload
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
@@ -73,7 +74,8 @@ def leave_group() -> None:
 
 
 def shard_workload(workload: Workload, units: list[str]) -> Workload:
-    """The workload with ``fully_shard`` on each unit and on the root, over every rank of the group, and a
+    """The workload with ``fully_shard`` on each unit (but one whose parameters are tied to others outside it,
+    left to the root's group) and on the root, with ``-mixed`` precision's ``MixedPrecisionPolicy``, over every rank of the group, and a
     fresh optimizer over the shards, after one training step. A model that ``fully_shard`` refuses, or that
     fails its first sharded step (FSDP2 checks some things, tied parameters across units among them, when
     the step first runs), is one ``WorkloadError`` line."""
@@ -84,10 +86,11 @@ def shard_workload(workload: Workload, units: list[str]) -> Workload:
     if next(model.parameters(), None) is None:
         raise WorkloadError(f"workload '{workload.spec}' has no parameters to shard; run it without --fsdp")
     mesh = init_device_mesh(workload.device.type, (dist.get_world_size(),))
+    policy = fsdp_mixed_precision(workload.precision)  # bf16-mixed: parameters gathered in bf16, as users train
     model.zero_grad(set_to_none=True)
-    for fqn in [u for u in dict.fromkeys(units) if u] + [""]:
+    for fqn in [u for u in dict.fromkeys(units) if u and not _shares_parameters(model, u)] + [""]:
         try:
-            fully_shard(model.get_submodule(fqn), mesh=mesh)
+            fully_shard(model.get_submodule(fqn), mesh=mesh, **({"mp_policy": policy} if policy else {}))
         except Exception as e:  # the model's structure, not a bug here: say which module and why
             raise _unshardable(workload, f"fully_shard on '{fqn or 'the root'}'", e) from e
     release_collectives(model)
@@ -99,6 +102,14 @@ def shard_workload(workload: Workload, units: list[str]) -> Workload:
     except Exception as e:
         raise _unshardable(workload, "its first sharded training step", e) from e
     return sharded
+
+
+def _shares_parameters(model: nn.Module, unit: str) -> bool:
+    """Whether a parameter of ``unit`` is also registered outside it (a tied head: gpt's ``lm_loss.head`` and
+    ``wte``); FSDP2 needs tied parameters in one group, so such a unit is left to the root's."""
+    inside = {id(p) for p in model.get_submodule(unit).parameters()}
+    return any(id(p) in inside and not name.startswith(unit + ".")
+               for name, p in model.named_parameters(remove_duplicate=False))
 
 
 def _unshardable(workload: Workload, where: str, error: Exception) -> WorkloadError:

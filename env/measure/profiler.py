@@ -33,7 +33,7 @@ from env.measure.measurement import live_bytes, measure, steady_numerics
 from env.measure.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
 from env.measure.trace import PeakCheck, Segments, check_peaks
 from env.measure.trace import step_segments as _segments
-from env.runtime.apply import apply_actions, plan_for
+from env.runtime.apply import apply_actions, is_loss_unit, plan_for
 from env.runtime.chains import chain_links
 from env.workloads.workload import Workload
 
@@ -51,10 +51,22 @@ def _execution_order(workload: Workload, units: Sequence[str], optimizer: torch.
     return [units[i] for i in sorted(first, key=first.get)]
 
 
+def loss_units(workload: Workload, units: Sequence[str]) -> list[bool]:
+    """Per unit: whether it is a loss unit (``env.runtime.apply.is_loss_unit``), the only kind ``chunked`` applies to."""
+    return [is_loss_unit(workload.model.get_submodule(u)) for u in units]
+
+
+def uniform_actions(action: Action, losses: Sequence[bool]) -> list[Action]:
+    """Every unit under ``action``; for ``chunked``, the loss units chunked and the others kept."""
+    if action is Action.CHUNKED:
+        return [Action.CHUNKED if loss else Action.KEEP for loss in losses]
+    return [action] * len(losses)
+
+
 def _memory(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence[str],
             action: Action) -> tuple[MemoryTrace, Segments, int]:
     """One profiled step with every unit under ``action``: its trace, segments and base bytes."""
-    plan = plan_for(workload.model, units, [action] * len(units))
+    plan = plan_for(workload.model, units, uniform_actions(action, loss_units(workload, units)))
     with apply_actions(workload.model, plan, units):
         train_step(workload, optimizer)
         base_bytes = live_bytes(workload, optimizer)
@@ -66,12 +78,13 @@ def _memory(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequenc
 def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence[str], action: Action,
            segs: Segments, times: dict[str, list[float]]) -> None:
     """One timed step with every unit under ``action``, after an untimed one (as ``measure`` warms up);
-    appends each segment's seconds to ``times``. Timed straight after another action's step, the
+    appends each segment's seconds to ``times`` (``chunked``: on the loss units, the others kept). Timed
+    straight after another action's step, the
     allocator first grows back the memory that step did not need: on hf/gpt2 (thread-cpu clock) the
     forward of the last two of six blocks under keep took 0.24 and 0.48 s against 0.075 s for the
     others, the profile priced the all-keep step at 1.84 s where it measures 1.06 s, and
     recomputing the last block looked 0.55 s cheaper than keeping it."""
-    plan = plan_for(workload.model, units, [action] * len(units))
+    plan = plan_for(workload.model, units, uniform_actions(action, loss_units(workload, units)))
     with apply_actions(workload.model, plan, units):
         train_step(workload, optimizer)
         with UnitMarkers(workload.model, units, sync_cuda=workload.device.type == "cuda",
@@ -82,7 +95,7 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
         times.setdefault(name, []).append((ns[b] - ns[a]) / 1e9)
 
 
-DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add Action.CHAIN for chain regions
+DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add CHAIN for chain regions, CHUNKED for a loss unit
 
 
 def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = DEFAULT_ACTIONS,
@@ -107,6 +120,9 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     train_step(workload, optimizer)  # optimizer state exists from here on
     units = _execution_order(workload, units, optimizer)
     n = len(units)
+    losses = loss_units(workload, units)
+    if not any(losses):  # 'chunked' needs a loss unit: without one it is left out, as 'chain' where none chains
+        actions = [a for a in actions if a is not Action.CHUNKED]
     links = chain_links(workload, units) if chains else []
     memory = {action: _memory(workload, optimizer, units, action) for action in actions}
     base_bytes = memory[actions[-1]][2]
@@ -132,6 +148,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
         fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(costs),
         base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"], costs=costs,
         baseline=base_m, clock=step_clock(workload.device)[0], chain_links=links if any(links) else [],
+        chunk_units=losses if Action.CHUNKED in costs else [],
     )
     if check:
         check_profile(prof, workload, base_m)
@@ -143,10 +160,12 @@ UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
 
 def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:
     """The plans whose predicted peaks ``check_profile`` compares with measured ones: each uniform
-    plan, and where units chain, every link chained ("all chained": one region where every unit
+    plan ("all chunked": every unit recomputed, the loss units chunked), and where units chain, every link chained ("all chained": one region where every unit
     chains) and ``checkpoint_sequential`` with round(sqrt(n)) segments as chain regions."""
     n, links = len(prof.units), prof.links()
     plans = {f"all {a.value}": [a] * n for a in UNIFORM_CHECKED if a in prof.actions}
+    if Action.CHUNKED in prof.actions and Action.RECOMPUTE in prof.actions:
+        plans["all chunked"] = [Action.CHUNKED if loss else Action.RECOMPUTE for loss in prof.chunk_units]
     if Action.CHAIN in prof.actions and any(links):
         plans["all chained"] = chained_segments(n, [(0, n)], links)
         k = max(2, sqrt_segments(n)) if n >= 2 else 1

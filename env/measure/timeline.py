@@ -75,10 +75,10 @@ def train_step(workload: Workload, optimizer: torch.optim.Optimizer, markers: "U
     if markers:
         markers.mark("step_start")
     loss = workload.loss()
-    loss.backward()
+    workload.backward(loss)
     if markers:
         markers.mark("bwd_end")
-    optimizer.step()
+    workload.optimizer_step(optimizer)
     optimizer.zero_grad(set_to_none=True)
     if markers:
         markers.mark("step_end")

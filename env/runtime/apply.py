@@ -175,6 +175,27 @@ class Offload(Policy):
         return offloaded_forward(module, forward)
 
 
+def is_loss_unit(module: nn.Module) -> bool:
+    """Whether ``module`` is a loss unit, which ``chunked`` can run: one with ``chunked(hidden, targets)`` and
+    ``token_loss_sum(hidden, targets)``, as ``env.workloads.lm_loss.LMLoss``."""
+    return callable(getattr(module, "chunked", None)) and callable(getattr(module, "token_loss_sum", None))
+
+
+class Chunked(Policy):
+    """A loss unit's head and loss over chunks of tokens, each chunk checkpointed (``LMLoss.chunked``): the
+    full logits and their softmax never exist; the same loss and gradients. Only a loss unit
+    (``env.workloads.lm_loss.LMLoss``) can be chunked."""
+
+    action = Action.CHUNKED
+
+    def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
+        if not is_loss_unit(module):
+            raise PlanError(f"action 'chunked' needs a loss unit (env.workloads.lm_loss.LMLoss: the final norm, head and "
+                            f"loss as one module), and this unit is a {type(module).__name__}; keep or recompute it, "
+                            "or give the model's loss as an LMLoss (README, 'Your own model')")
+        return module.chunked
+
+
 class _RegionState:
     """Where a region's step stands: the output its first unit returned, and which unit must pass it on next."""
 
@@ -272,7 +293,7 @@ def _call_shape(args: tuple, kwargs: dict) -> str:
 
 POLICIES: dict[Action, Policy] = {
     Action.KEEP: Keep(), Action.RECOMPUTE: Recompute(), Action.SELECTIVE: Recompute(selective=True),
-    Action.OFFLOAD: Offload(),
+    Action.OFFLOAD: Offload(), Action.CHUNKED: Chunked(),
 }
 
 

@@ -33,6 +33,9 @@ The estimated peak of recomputing every unit of a set U (bytes above the start o
     kept(U) = saved outside the units  +  inputs of the units         (live through the step)
     E(U)    = |kept(U)| + max over u in U of |saved(u) - kept(U)|      (+ the recomputed unit)
 
+A loss unit (``env.workloads.lm_loss.LMLoss``: final norm, head and loss) is never split, and its
+term in the max is one chunk's share (``chunked`` recomputes the logits a chunk at a time).
+
 A unit that is too big makes the max term large; too many small units keep too many inputs
 and lose the bytes their parents save between children (residual adds, activations).
 
@@ -54,7 +57,9 @@ import torch.nn as nn
 from env.data.errors import UnitError
 from env.data.unit_choice import UnitChoice
 from env.measure.timeline import _first_grad_tensor
+from env.runtime.apply import is_loss_unit
 from env.runtime.chains import state_kept
+from env.workloads.lm_loss import CHUNKS
 from env.units.find import GRANULARITIES, find_units
 from env.workloads.workload import Workload
 
@@ -85,6 +90,7 @@ class ModuleMemory:
     children: dict[str, list[str]]
     nbytes: dict[int, int]  # storage key -> bytes
     outside: set[int]  # storages saved while no module ran (loss_fn)
+    loss_units: set[str] = field(default_factory=set)  # loss modules (``is_loss_unit``): never split, can be chunked
 
     def bytes_of(self, keys: set[int]) -> int:
         return sum(self.nbytes[k] for k in keys)
@@ -179,7 +185,8 @@ def module_memory(workload: Workload) -> ModuleMemory:
     finally:
         for h in handles:
             h.remove()
-    return ModuleMemory(stats, children, nbytes, outside)
+    losses = {n for n, m in model.named_modules() if n and is_loss_unit(m)}
+    return ModuleMemory(stats, children, nbytes, outside, losses)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,7 +223,10 @@ class _Tree:
         return out
 
     def split(self, name: str) -> list[str]:
-        """``name``'s units one level down, through single-child wrappers (``resnet`` -> its parts)."""
+        """``name``'s units one level down, through single-child wrappers (``resnet`` -> its parts); none for a
+        loss unit, which is one decision (keep, recompute or chunked)."""
+        if name in self.mem.loss_units:
+            return []
         kids = self.below(name)
         while len(kids) == 1 and len(self.below(kids[0])) > 0:
             kids = self.below(kids[0])
@@ -228,7 +238,8 @@ class _Tree:
             return self.mem.bytes_of(self.everything)
         covered: set[int] = set().union(*(self.sub[u] for u in units))
         kept = (self.everything - covered).union(*(self.mem.modules[u].inputs for u in units))
-        return self.mem.bytes_of(kept) + max(self.mem.bytes_of(self.sub[u] - kept) for u in units)
+        return self.mem.bytes_of(kept) + max(self.mem.bytes_of(self.sub[u] - kept)
+                                             // (CHUNKS if u in self.mem.loss_units else 1) for u in units)
 
     def coverage(self, units: Sequence[str]) -> float:
         """Share of the bytes the model's submodules save that ``units`` hold."""
@@ -246,7 +257,7 @@ def _trajectory(tree: _Tree, units: list[str], max_units: int) -> list[list[str]
     """
     sets = [units]
     while True:
-        largest = max(units, key=lambda u: tree.saved[u])
+        largest = max(units, key=lambda u: (u not in tree.mem.loss_units, tree.saved[u]))  # a loss unit is not split
         kids = tree.split(largest)
         if not kids or len(units) - 1 + len(kids) > max_units:
             return sets

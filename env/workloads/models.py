@@ -7,7 +7,9 @@ exposes (``blocks`` / ``features`` / ``layers``) are the decision units that
 
 - ``GPT``: a GPT-2-style decoder after nanoGPT (Karpathy, ``model.py``): token + position
   embeddings, pre-LayerNorm blocks of causal self-attention and a 4x MLP, dropout in the
-  embeddings, attention and residual paths, and a head tied to the token embedding.
+  embeddings, attention and residual paths, and a head tied to the token embedding; the final
+  norm, the head and the loss are one module (``lm_loss``, ``env.workloads.lm_loss.LMLoss``), so
+  a plan can reach them.
 - ``ResNetCNN``: a ResNet-style classifier (He et al. 2015) whose stages differ in width and
   resolution, so per-block memory and time are heterogeneous.
 - ``StackedLSTM``: an LSTM language model, one ``nn.LSTM`` per layer with dropout between.
@@ -21,6 +23,8 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from env.workloads.lm_loss import LMLoss
 
 
 class CausalSelfAttention(nn.Module):
@@ -78,21 +82,20 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(seq_len, d_model)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList(GPTBlock(d_model, n_head, dropout) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
-        self.head.weight = self.wte.weight  # weight tying, as GPT-2
+        ln_f = nn.LayerNorm(d_model)
+        self.lm_loss = LMLoss(head=nn.Linear(d_model, vocab_size, bias=False), norm=ln_f)
+        self.lm_loss.head.weight = self.wte.weight  # weight tying, as GPT-2
         for name, p in self.named_parameters():
             if name.endswith("proj.weight"):  # GPT-2's scaled init of residual projections
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        B, T = idx.shape
+        T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
         for block in self.blocks:
             x = block(x)
-        logits = self.head(self.ln_f(x))  # (B, T, vocab)
-        return F.cross_entropy(logits.view(B * T, -1), targets.view(B * T))
+        return self.lm_loss(x, targets)  # head and cross-entropy over (B, T, vocab) logits
 
 
 class BasicBlock(nn.Module):

@@ -33,7 +33,9 @@ BUILTIN_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "gpt": {"tiny": dict(vocab_size=128, seq_len=16, n_layer=4, d_model=32, n_head=2, batch_size=2),
-            "small": dict(vocab_size=1024, seq_len=128, n_layer=6, d_model=128, n_head=4, batch_size=4)},
+            "small": dict(vocab_size=1024, seq_len=128, n_layer=6, d_model=128, n_head=4, batch_size=4),
+            # GPT-2 124M; the batch fills about 40% of an 80 GB GPU at bf16-mixed, all kept (estimate: docs/workloads.md)
+            "gpt2": dict(vocab_size=50257, seq_len=1024, n_layer=12, d_model=768, n_head=12, batch_size=24)},
     "cnn": {"tiny": dict(widths="8,16", blocks_per_stage="2", image_size=32, batch_size=2),
             "small": dict(widths="16,32,64", blocks_per_stage="2", image_size=64, batch_size=8)},
     "lstm": {"tiny": dict(vocab_size=64, seq_len=8, n_layer=3, d_model=16, batch_size=2),
@@ -49,6 +51,10 @@ _LM = dict(n_layer=6, d_model=256, n_head=4, vocab_size=1024, seq_len=256, batch
 ZOO_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "hf": {
         "llama": dict(model="llama", **_LM, d_ff=688),
+        # about 0.95B parameters (TinyLlama's width at 16 layers, heads not grouped); the batch fills about 40% of an 80 GB GPU
+        # at bf16-mixed, all kept (estimate: docs/workloads.md)
+        "llama-1b": dict(model="llama", n_layer=16, d_model=2048, n_head=32, vocab_size=32000, seq_len=2048,
+                         batch_size=3, dropout=0.0, d_ff=5632),
         "gpt2": dict(model="gpt2", **_LM),
         "bert": dict(model="bert", **_LM),
         "t5": dict(model="t5", **{**_LM, "batch_size": 4}, d_ff=1024, target_len=128),
@@ -192,3 +198,47 @@ def check_ranges(target: str, opts: dict[str, Any]) -> None:
         if not ok:
             raise WorkloadError(f"option {key}={value} of workload '{target}' must be {want}; e.g. {key}="
                                 f"{BUILTIN_DEFAULTS.get(target, {}).get(key, 1) or 1}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Precision: options every workload takes (env.workloads.precision runs the step so)
+
+PRECISIONS: tuple[str, ...] = ("32", "bf16-mixed", "16-mixed", "bf16-true")
+MATMUL_PRECISIONS: tuple[str, ...] = ("highest", "high")
+PRECISION_DEFAULTS = {"precision": "32", "matmul_precision": "highest"}  # options every workload takes
+
+
+def split_precision(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the workload's own options, its precision options with defaults filled in), the latter checked."""
+    own = {k: v for k, v in options.items() if k not in PRECISION_DEFAULTS}
+    chosen = {k: str(options.get(k, d)) for k, d in PRECISION_DEFAULTS.items()}
+    if chosen["precision"] not in PRECISIONS:
+        raise WorkloadError(f"precision={chosen['precision']} is not one of {', '.join(PRECISIONS)} (Lightning's "
+                            "names); e.g. precision=bf16-mixed")
+    if chosen["matmul_precision"] not in MATMUL_PRECISIONS:
+        raise WorkloadError(f"matmul_precision={chosen['matmul_precision']} is not one of "
+                            f"{', '.join(MATMUL_PRECISIONS)}; e.g. matmul_precision=high (TF32 on CUDA)")
+    return own, chosen
+
+
+def fold_precision(workload: str, precision: str, matmul_precision: str) -> tuple[str, str, str]:
+    """(spec, precision, matmul_precision) with the precision options written into the spec, which then says them
+    alone: a value the spec names stands unless the flag gives another than the default; defaults are not
+    written. A bad value is one ``WorkloadError`` line."""
+    spec = WorkloadSpec.parse(workload)
+    options = dict(spec.options)
+    for key, flag in (("precision", precision), ("matmul_precision", matmul_precision)):
+        default = PRECISION_DEFAULTS[key]
+        options[key] = str(flag) if str(flag) != default else options.get(key, default)
+    _, chosen = split_precision(options)
+    own = {k: v for k, v in options.items() if PRECISION_DEFAULTS.get(k) != v}
+    return str(WorkloadSpec(spec.target, spec.preset, tuple(sorted(own.items())))), chosen["precision"], \
+        chosen["matmul_precision"]
+
+
+def precision_note(measured: str, applied: str) -> str | None:
+    """One line when a plan measured at one precision is applied at another; None when they agree."""
+    if measured == applied:
+        return None
+    return (f"this plan was measured at precision {measured} and is applied at {applied}: its peak and time were "
+            f"measured for another step; search again with --precision {applied} for a plan priced at it")

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from env.data.errors import WorkloadError
-from env.workloads import models, zoo
+from env.workloads import models, precision, zoo
 from env.workloads.spec import BUILTIN_DEFAULTS, WorkloadSpec, builtin_options, guess_option, int_list
 
 Inputs = tuple[Any, ...] | dict[str, Any]
@@ -42,7 +42,9 @@ class Workload:
     loss_fn: Callable[[nn.Module, Inputs], torch.Tensor] | None = None
     optimizer_factory: OptimizerFactory = default_optimizer
     meta: dict[str, Any] = field(default_factory=dict)
+    precision: str = "32"  # Lightning's name (env.workloads.precision): 32, bf16-mixed, 16-mixed, bf16-true
     _optimizer: torch.optim.Optimizer | None = field(default=None, init=False, repr=False)
+    _scaler: Any = field(default=None, init=False, repr=False)  # 16-mixed's GradScaler, made on first backward
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -52,12 +54,14 @@ class Workload:
         return self._optimizer
 
     def loss(self) -> torch.Tensor:
-        if self.loss_fn is not None:
-            out = self.loss_fn(self.model, self.inputs)
-        elif isinstance(self.inputs, dict):
-            out = self.model(**self.inputs)
-        else:
-            out = self.model(*self.inputs)
+        """The step's forward, under the precision's autocast."""
+        with precision.autocast(self.precision, self.device):
+            if self.loss_fn is not None:
+                out = self.loss_fn(self.model, self.inputs)
+            elif isinstance(self.inputs, dict):
+                out = self.model(**self.inputs)
+            else:
+                out = self.model(*self.inputs)
         if not (isinstance(out, torch.Tensor) and out.dim() == 0 and out.is_floating_point()):
             got = f"a tensor of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
             raise WorkloadError(
@@ -65,6 +69,20 @@ class Workload:
                 "reduce it in the model or loss_fn (e.g. .mean())"
             )
         return out
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``; at ``16-mixed`` the scaled loss's."""
+        if self.precision == "16-mixed" and self._scaler is None:
+            self._scaler = precision.grad_scaler(self.precision, self.device)
+        (self._scaler.scale(loss) if self._scaler is not None else loss).backward()
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``; at ``16-mixed`` through the scaler (skipped on inf/NaN gradients, then rescaled)."""
+        if self._scaler is None:
+            optimizer.step()
+            return
+        self._scaler.step(optimizer)
+        self._scaler.update()
 
     @property
     def batch_shape(self) -> str:
@@ -184,7 +202,9 @@ def resolve_factory(target: str) -> Callable[..., Any]:
 
 def load_workload(spec: str | WorkloadSpec, seed: int = 0, device: str | torch.device = "cpu") -> Workload:
     """Build the workload a spec names, deterministically for a seed, on a device."""
-    parsed = WorkloadSpec.parse(spec) if isinstance(spec, str) else spec
+    full = WorkloadSpec.parse(spec) if isinstance(spec, str) else spec
+    own, chosen = precision.split_precision(dict(full.options))
+    parsed = WorkloadSpec(full.target, full.preset, tuple(sorted(own.items())))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         g = torch.Generator().manual_seed(seed)
@@ -195,6 +215,12 @@ def load_workload(spec: str | WorkloadSpec, seed: int = 0, device: str | torch.d
                                 meta={"options": opts, "seed": seed})
         else:
             workload = _call_factory(parsed, seed)
+    workload.spec, workload.precision = str(full), chosen["precision"]
+    workload.meta["precision"] = dict(chosen)
+    torch.set_float32_matmul_precision(chosen["matmul_precision"])  # process-wide: one workload per measuring process
+    if workload.precision == "bf16-true":  # bf16 weights, hence gradients and optimizer state
+        workload.model.to(torch.bfloat16)
+        workload.inputs = precision.cast_floats(workload.inputs, torch.bfloat16)
     return workload.to(device)
 
 

@@ -6,6 +6,7 @@ Specs, like the built-ins (options after ``?``, e.g. ``hf/t5?batch_size=2``):
 spec                model (random weights)                                 batch and loss
 ==================  =====================================================  ==========================
 ``hf/llama``        ``LlamaForCausalLM``, 6 layers, d 256, vocab 1024     8 x 256 tokens, LM loss
+``hf/llama-1b``     ``LlamaForCausalLM``, 16 layers, d 2048, vocab 32000  3 x 2048 tokens, LM loss
 ``hf/gpt2``         ``GPT2LMHeadModel``, 6 layers, d 256, vocab 1024      8 x 256 tokens, LM loss
 ``hf/bert``         ``BertForMaskedLM``, 6 layers, d 256, vocab 1024      8 x 256 tokens, MLM loss
 ``hf/t5``           ``T5ForConditionalGeneration``, 6+6 layers, d 256     4 x 256 -> 128 tokens, LM loss
@@ -14,7 +15,9 @@ spec                model (random weights)                                 batch
 ==================  =====================================================  ==========================
 
 Each takes about a second a step on one CPU thread (measured with ``torch.set_num_threads(1)``),
-the size of the built-ins' defaults. transformers and diffusers are optional
+the size of the built-ins' defaults (``hf/llama-1b``, about 0.95B parameters, is a GPU's size). The causal LMs'
+head is moved into a loss unit ``lm_loss`` (``env.workloads.lm_loss.LMLoss``) and their step computes the
+model's own loss from it, so a plan can chunk it. transformers and diffusers are optional
 (``pip install 'ckpt-search[hf]'``) and imported only when a zoo model is built. Dropout is on
 wherever the model has it, so a checkpoint plan that replays a different mask is caught.
 """
@@ -29,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from env.data.errors import WorkloadError
+from env.workloads.lm_loss import LMLoss
 from env.workloads.spec import int_list
 
 HF_INSTALL = "pip install 'ckpt-search[hf]'"
@@ -55,6 +59,19 @@ def _hf_loss(model: nn.Module, inputs: Any) -> torch.Tensor:
     return model(**inputs).loss
 
 
+def _with_loss_unit(model: nn.Module) -> nn.Module:
+    """A causal LM whose head is moved into a loss unit ``lm_loss`` (``env.workloads.lm_loss.LMLoss``), so a plan
+    can reach the logits; its step is :func:`_causal_lm_loss`, the model's own loss (shifted, ignore index -100)."""
+    model.lm_loss = LMLoss(head=model.lm_head)
+    del model.lm_head  # one home per module: the head is the loss unit's (its weight stays tied where it was)
+    return model
+
+
+def _causal_lm_loss(model: nn.Module, inputs: Any) -> torch.Tensor:
+    hidden = model.base_model(input_ids=inputs["input_ids"]).last_hidden_state  # (B, T, d), normed
+    return model.lm_loss(hidden[:, :-1], inputs["labels"][:, 1:])  # token t predicts label t + 1
+
+
 def _tokens(o: dict[str, Any], g: torch.Generator, length: int | None = None) -> torch.Tensor:
     return torch.randint(0, o["vocab_size"], (o["batch_size"], length or o["seq_len"]), generator=g)
 
@@ -65,7 +82,7 @@ def _llama(tf: Any, o: dict[str, Any], g: torch.Generator) -> Built:
                             num_key_value_heads=o["n_head"], max_position_embeddings=o["seq_len"],
                             attention_dropout=o["dropout"], use_cache=False)
     ids = _tokens(o, g)
-    return tf.LlamaForCausalLM(config), {"input_ids": ids, "labels": ids.clone()}, _hf_loss
+    return _with_loss_unit(tf.LlamaForCausalLM(config)), {"input_ids": ids, "labels": ids.clone()}, _causal_lm_loss
 
 
 def _gpt2(tf: Any, o: dict[str, Any], g: torch.Generator) -> Built:
@@ -76,7 +93,7 @@ def _gpt2(tf: Any, o: dict[str, Any], g: torch.Generator) -> Built:
     model = tf.GPT2LMHeadModel(config)
     model.loss_type = "ForCausalLM"  # its class name does not say; unset, every loss logs a warning (a graph break)
     ids = _tokens(o, g)
-    return model, {"input_ids": ids, "labels": ids.clone()}, _hf_loss
+    return _with_loss_unit(model), {"input_ids": ids, "labels": ids.clone()}, _causal_lm_loss
 
 
 def _bert(tf: Any, o: dict[str, Any], g: torch.Generator) -> Built:

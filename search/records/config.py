@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, get_args, get_origin
 
-from env.data.errors import CkptSearchError
+from env.data.errors import CkptSearchError, WorkloadError
 from env.data.types import RewardMode
+from env.workloads.spec import MATMUL_PRECISIONS, PRECISIONS, fold_precision
 
 
 def _f(default: Any, doc: str, **kw: Any) -> Any:
@@ -30,13 +31,20 @@ class SearchConfig:
     workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
                                     "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory. The "
                                     "default, a 6-block GPT at d=128, searches in minutes on 2 CPU cores")
+    precision: str = _f("32", "the step's precision (Lightning's names): 32, bf16-mixed (autocast bf16, fp32 "
+                              "weights), 16-mixed (autocast fp16, a gradient scaler), bf16-true (bf16 weights and "
+                              "optimizer state); written into the workload spec", choices=PRECISIONS)
+    matmul_precision: str = _f("highest", "torch.set_float32_matmul_precision: highest, or high (TF32 on CUDA); "
+                                          "written into the workload spec", choices=MATMUL_PRECISIONS)
     units: list[str] = _f(["auto"], "decision units: auto (non-overlapping modules, each run once a step, holding "
                                     ">= 95%% of the bytes saved for backward, found from one instrumented step), "
                                     "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
                                     "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
     max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
-    actions: list[str] = _f(["keep", "recompute", "selective", "chain"], "actions searched per unit (offload needs "
-                            "CUDA; chain recomputes a run of units that chain as one region)", nargs="+")
+    actions: list[str] = _f(["keep", "recompute", "selective", "chain", "chunked"], "actions searched per unit "
+                            "(offload needs CUDA; chain recomputes a run of units that chain as one region; chunked "
+                            "runs a loss unit's head and loss over chunks of tokens, where the model has one)",
+                            nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
     timesteps: int = _f(2048, "environment steps per agent (one step = one unit's decision)")
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
@@ -149,6 +157,11 @@ class SearchConfig:
         except ValueError:
             raise CkptSearchError(f"--reward {self.reward!r} is not a reward mode; choose one of "
                                   f"{', '.join(m.value for m in RewardMode)}") from None
+        try:
+            self.workload, self.precision, self.matmul_precision = fold_precision(self.workload, self.precision,
+                                                                                  self.matmul_precision)
+        except WorkloadError as e:
+            raise CkptSearchError(f"--workload {self.workload}: {e}") from None
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
@@ -171,30 +184,32 @@ class SearchConfig:
             raise CkptSearchError(f"--step-timeout must be a positive number of seconds, got {self.step_timeout}")
         if self.max_measurements < 0:
             raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
-        self._validate_throughput()
+        _validate_throughput(self)
         for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):
             if getattr(self, name) < 1:
                 raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         return self
 
-    def _validate_throughput(self) -> None:
-        bad = [c for c in self.memory_cap if not (math.isfinite(c) and c > 0)]
-        if bad:
-            raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one "
-                                  "training step may use, e.g. --memory-cap 60 120")
-        if any(b < 1 for b in self.micro_batches):
-            given = " ".join(map(str, self.micro_batches))
-            raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
-        if min(self.global_batch, self.batch_dim + 1, self.throughput_timesteps, self.throughput_evaluators) < 0:
-            raise CkptSearchError(f"--global-batch {self.global_batch}, --batch-dim {self.batch_dim}, "
-                                  f"--throughput-timesteps {self.throughput_timesteps}, --throughput-evaluators "
-                                  f"{self.throughput_evaluators}: give 0 or more (--batch-dim: -1 for none)")
-        if self.throughput_mode and self.fsdp:
-            raise CkptSearchError("--fsdp with a throughput search (--memory-cap, --micro-batches, --throughput): "
-                                  "micro-batches are not measured under FSDP; run the two searches separately")
-        if self.throughput_mode and not self.memory_cap and self.device == "cpu":
-            raise CkptSearchError("a throughput search on CPU needs --memory-cap MB (the memory one training step may "
-                                  "use, e.g. --memory-cap 60 120); on CUDA it defaults to the device's memory")
+
+def _validate_throughput(cfg: SearchConfig) -> None:
+    """The throughput search's flags, checked (``SearchConfig.validate``)."""
+    bad = [c for c in cfg.memory_cap if not (math.isfinite(c) and c > 0)]
+    if bad:
+        raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one "
+                              "training step may use, e.g. --memory-cap 60 120")
+    if any(b < 1 for b in cfg.micro_batches):
+        given = " ".join(map(str, cfg.micro_batches))
+        raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
+    if min(cfg.global_batch, cfg.batch_dim + 1, cfg.throughput_timesteps, cfg.throughput_evaluators) < 0:
+        raise CkptSearchError(f"--global-batch {cfg.global_batch}, --batch-dim {cfg.batch_dim}, "
+                              f"--throughput-timesteps {cfg.throughput_timesteps}, --throughput-evaluators "
+                              f"{cfg.throughput_evaluators}: give 0 or more (--batch-dim: -1 for none)")
+    if cfg.throughput_mode and cfg.fsdp:
+        raise CkptSearchError("--fsdp with a throughput search (--memory-cap, --micro-batches, --throughput): "
+                              "micro-batches are not measured under FSDP; run the two searches separately")
+    if cfg.throughput_mode and not cfg.memory_cap and cfg.device == "cpu":
+        raise CkptSearchError("a throughput search on CPU needs --memory-cap MB (the memory one training step may "
+                              "use, e.g. --memory-cap 60 120); on CUDA it defaults to the device's memory")
 
 
 def measured_scope(config: dict[str, Any] | None) -> str | None:

@@ -37,6 +37,7 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import Action, Plan
 from env.data.plan_check import PlanCheck
 from env.data.types import MIB
+from env.workloads.spec import WorkloadSpec, split_precision
 from search.records.pareto import fastest_within
 from search.records.peer_verdicts import PeerVerdict
 from search.records.throughput import ThroughputCurve
@@ -117,8 +118,8 @@ class FrontierFile(BaseModel):
 
     def plan(self, point: FrontierPoint) -> Plan:
         """The point's decisions as a full :class:`Plan` (every unit named) for this model."""
-        return Plan(fingerprint=self.fingerprint,
-                    actions={u: point.plan.get(u, Action.KEEP) for u in self.units})
+        return Plan(fingerprint=self.fingerprint, actions={u: point.plan.get(u, Action.KEEP) for u in self.units},
+                    precision=split_precision(dict(WorkloadSpec.parse(self.workload).options))[1]["precision"])
 
     def plan_json(self, point: FrontierPoint) -> str:
         """The point's plan as ``search.export`` writes it (and a run's ``plans/``): the plan's JSON, and for a

@@ -43,11 +43,13 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from env.data.errors import PlanError
 from env.data.plan import Plan, fingerprint
 from env.runtime.apply import AppliedPlan, apply_actions, compile_forward
+from env.workloads.spec import precision_note
 
 PlanSource = Plan | str | Path
 
@@ -68,16 +70,42 @@ def read_plan(plan_or_path: PlanSource) -> Plan:
                     "give a Plan, a path to a plan JSON file, or its JSON text")
 
 
+class PrecisionWarning(UserWarning):
+    """A plan measured at one precision applied to a step at another."""
+
+
+def applied_precision(model: nn.Module, precision: str | None) -> str | None:
+    """The precision the plan is applied at: ``precision`` when given; else ``bf16-true`` for a model whose
+    weights are bf16, None otherwise (autocast cannot be seen from the model)."""
+    if precision is not None:
+        return precision
+    p = next(model.parameters(), None)
+    return "bf16-true" if p is not None and p.dtype == torch.bfloat16 else None
+
+
+def warn_precision(plan: Plan, model: nn.Module, precision: str | None) -> None:
+    """One line (``PrecisionWarning``) when the plan was measured at another precision than it is applied at."""
+    applied = applied_precision(model, precision)
+    if applied is None and plan.precision == "bf16-true":
+        applied = "32"  # fp32 weights: not the bf16-true step the plan was measured for
+    note = precision_note(plan.precision, applied) if applied is not None else None
+    if note:
+        warnings.warn(note, PrecisionWarning, stacklevel=3)
+
+
 def apply_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = True,
-               compile_units: bool = False) -> AppliedPlan:
+               compile_units: bool = False, precision: str | None = None) -> AppliedPlan:
     """Apply a plan to ``model`` in place; returns the handle (``.remove()``, context manager).
 
     ``strict=True`` refuses a plan whose fingerprint is not this model's. ``strict=False``
     applies the units the model has, lists the others in ``handle.skipped`` and warns.
     ``compile_units=True``: every unit of the plan runs under ``torch.compile``, as ``--compile``
-    measured it (``env.runtime.apply.apply_actions``' ``compile_unit``).
+    measured it (``env.runtime.apply.apply_actions``' ``compile_unit``). ``precision``: the step's precision
+    (Lightning's name); a plan measured at another says so in one line (``PrecisionWarning``), as does a plan
+    measured at ``bf16-true`` applied to fp32 weights or the other way round.
     """
     plan = read_plan(plan_or_path)
+    warn_precision(plan, model, precision)
     compile_unit = compile_forward if compile_units else None
     if strict:
         return apply_actions(model, plan, strict=True, compile_unit=compile_unit)

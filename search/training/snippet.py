@@ -32,7 +32,7 @@ from env.data.plan import Plan
 # Top-level definitions of env/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "_eager_contexts", "_restore_after",
-    "Policy", "Keep", "Recompute", "Offload", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
+    "Policy", "Keep", "Recompute", "Offload", "is_loss_unit", "Chunked", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
     "_on_cuda", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
 )
@@ -41,7 +41,7 @@ OFFLOAD_NAMES: tuple[str, ...] = (
     "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "dense_strides", "HostPool", "OffloadStats", "_Group", "_Saved",
     "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
 )
-EXTRA_IMPORTS = ("import hashlib", "from enum import Enum")
+EXTRA_IMPORTS = ("import hashlib", "import warnings", "from enum import Enum")
 # The snippet's own error for a plan that does not fit the model (the project's PlanError, without the project).
 PLAN_ERROR = ("class PlanError(ValueError):\n"
               '    """A plan that does not fit the model (as ckpt-search\'s PlanError)."""\n')
@@ -50,15 +50,21 @@ _INSTALL = '''
 
 PLAN: dict[str, str] = {plan}
 FINGERPRINT = {fingerprint!r}  # of the model the plan was made for
+PRECISION = {precision!r}  # the step's precision the plan was measured at (Lightning's name)
 
 
-def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: bool = False) -> Callable[[], None]:
+def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: bool = False,
+                          precision: str | None = None) -> Callable[[], None]:
     """Apply PLAN to ``model`` in place; returns a function that removes it again.
 
     ``strict=True`` refuses a model whose fingerprint is not the plan's (another model).
     ``compile_units=True``: each unit runs under torch.compile, the checkpoints around it (regional
-    compilation, as ``--compile`` measured the plan); compile nothing else.
+    compilation, as ``--compile`` measured the plan); compile nothing else. ``precision``: the step's
+    precision; a plan measured at another says so in one line (a warning).
     """
+    if precision is not None and precision != PRECISION:
+        warnings.warn(f"this plan was measured at precision {{PRECISION}} and is applied at {{precision}}: its peak and "
+                      f"time were measured for another step; search again with --precision {{precision}}")
     modules = dict(model.named_modules())
     if strict:
         missing = [u for u in PLAN if u not in modules]
@@ -164,6 +170,6 @@ def plan_snippet(plan: Plan, title: str = "") -> str:
     body += [offload_defs[n] + "\n" for n in OFFLOAD_NAMES]
     body += [defs[n] + "\n" for n in APPLY_NAMES]
     plan_text = json.dumps({k: v.value for k, v in plan.actions.items()}, indent=4)
-    text = "\n".join(body) + _INSTALL.format(plan=plan_text, fingerprint=plan.fingerprint)
+    text = "\n".join(body) + _INSTALL.format(plan=plan_text, fingerprint=plan.fingerprint, precision=plan.precision)
     compile(text, "<checkpoint plan snippet>", "exec")  # a broken snippet fails here, not in training
     return text

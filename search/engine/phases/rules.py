@@ -10,7 +10,7 @@ from env.data.types import PlanSource
 from search.engine.phases.context import RunContext
 from search.records import meta
 
-RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective")
+RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective", "all_chunked")
 
 
 def measure_rules(ctx: RunContext) -> None:
@@ -19,7 +19,7 @@ def measure_rules(ctx: RunContext) -> None:
     device shows (store meta ``baseline_by_evaluator``). The other rules are proposed, not measured."""
     ledger, codec = ctx.ledger, ctx.ledger.codec
     rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed,
-                           links=ledger.setup.profile.chain_links)
+                           links=ledger.setup.profile.chain_links, loss_units=ledger.setup.profile.chunk_units)
     chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
     plans = [(tuple(v), PlanSource.rule(k)) for k, v in chosen.items()]
     measured = ctx.measurer.measure(plans)
