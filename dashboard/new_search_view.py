@@ -64,7 +64,7 @@ def new_search_page(runs_root: Path, policy: LaunchPolicy) -> None:
         _launched()
         return
     st.caption("The command it runs:")
-    st.code(shlex.join(command), language="bash")
+    st.code(shlex.join(command), language="bash", wrap_lines=True)
     if st.button("Start search", type="primary"):
         try:
             started = start_search(workload, options.agents, options.timesteps, runs_root, name, policy, options)

@@ -165,13 +165,15 @@ def _unit_table(units: pd.DataFrame) -> None:
     missing = units.kept_bytes.isna()
     if missing.any():  # an action the profile has no costs for (a chain region is measured whole, in the step)
         for c in shown.columns[2:]:
-            decimals = 2 if "(ms)" in c else 1
+            decimals = 2 if "(ms)" in c else 3
             shown[c] = ["not profiled" if m else f"{v:.{decimals}f}" for v, m in zip(shown[c], missing)]
         st.caption(f"Not profiled per unit: {', '.join(sorted(set(units.action[missing])))} (its cost is the plan's "
                    "measured step, not a per-unit figure).")
+    largest = float(units[["kept_bytes", "backward_peak_bytes"]].max().max()) / per
+    size_format = "%.3f" if largest < 1 else ("%.2f" if largest < 10 else "%.1f")  # about three digits
     st.dataframe(shown, hide_index=True, width="stretch",
-                 column_config={c: NumberColumn(format="%.1f" if "(ms)" not in c else "%.2f") for c in shown.columns[2:]}
-                 if not missing.any() else None)
+                 column_config={c: NumberColumn(format=size_format if "(ms)" not in c else "%.2f")
+                                for c in shown.columns[2:]} if not missing.any() else None)
 
 
 def _compare_with_rule(run: RunData, digest: str) -> None:
@@ -230,10 +232,10 @@ def export_section(run: RunData, digest: str) -> None:
     command = export_command(run, digest, json_name)
     c2.markdown("**How to apply**, before training (both blocks run as pasted; the icon at a block's corner copies it)")
     if command:
-        c2.code(command, language="bash")
+        c2.code(command, language="bash", wrap_lines=True)
     else:
         c2.caption("This plan is not on the frontier, which search.export writes from: download its JSON above.")
-    c2.code(apply_code(run, json_name), language="python")
+    c2.code(apply_code(run, json_name), language="python", wrap_lines=True)
     c2.caption(f"With only torch: `from {py_name[:-3]} import apply_checkpoint_plan; apply_checkpoint_plan(model)` "
                "(the snippet above). With torch.compile: apply the plan first, then compile.")
     scopes = run.frontier.loc[run.frontier.digest == digest, "compile_scope"].dropna().tolist() \

@@ -33,6 +33,7 @@ DOCS = Path(__file__).resolve().parent
 WIDTH = 1400
 PAGES = {"frontier": "Frontier", "plan": "Plan", "pricing": "Price of memory", "live": "Live", "new_search": "New search",
          "throughput": "Throughput"}
+LAST_TEXT = {"plan": "How to apply"}  # text a page shows last, once its run is done
 GPU_PER_BASELINE = 1.5  # the price page's GPU: 1.5x the baseline's peak, so the plans differ in micro-batch and GPUs
 
 
@@ -45,12 +46,18 @@ def fit_height(page: Page) -> None:
 
 def open_page(page: Page, name: str, gpu_gb: float) -> None:
     page.get_by_role("tab", name=PAGES[name]).click()
+    page.wait_for_timeout(500)  # the running indicator appears within this once the page's run is going
+    page.get_by_test_id("stStatusWidget").wait_for(state="detached", timeout=120_000)  # only the open page runs
+    if name in LAST_TEXT:  # a page that imports torch first: its indicator can show late
+        page.get_by_text(LAST_TEXT[name]).first.wait_for(timeout=120_000)
     page.wait_for_timeout(1500)  # plotly draws after the tab is shown
     if name == "pricing":
         box = page.get_by_role("spinbutton", name="GPU memory (GB)")
         box.fill(f"{gpu_gb:.3g}")
         box.press("Enter")
-        page.wait_for_timeout(2500)
+        page.wait_for_timeout(500)
+        page.get_by_test_id("stStatusWidget").wait_for(state="detached", timeout=120_000)
+        page.wait_for_timeout(1500)
 
 
 def shoot(runs: Path, pages: list[str], prefix: str = "", out: Path = DOCS) -> list[Path]:
@@ -108,6 +115,7 @@ def main() -> None:
     p.add_argument("--pages", nargs="+", choices=list(PAGES), default=[k for k in PAGES if k != "throughput"],
                    help="pages to shoot (throughput: give a folder whose newest run searched with --memory-cap)")
     p.add_argument("--prefix", default="", help="file name prefix, e.g. 48_units_")
+    p.add_argument("--out", default=str(DOCS), help="folder to write the pictures to (default: docs/)")
     p.add_argument("--first-paint", metavar="URL", help="time a served dashboard's first paint instead")
     p.add_argument("--times", type=int, default=3, help="with --first-paint: fresh sessions to time")
     args = p.parse_args()
@@ -123,7 +131,7 @@ def main() -> None:
         runs = Path(tempfile.mkdtemp(prefix="ckpt-screens-"))
         subprocess.run([sys.executable, "-m", "search.run", "--workload", "gpt/tiny?n_layer=8", "--no-progress",
                         "--out", str(runs), "--name", "gpt-tiny-demo"], cwd=ROOT, check=True)
-    for path in shoot(runs, args.pages, args.prefix):
+    for path in shoot(runs, args.pages, args.prefix, Path(args.out)):
         print(path)
 
 

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from dashboard import selection
 from dashboard.data import load_run
 from dashboard.launch import RUNS_ENV
-from dashboard.new_search import LaunchPolicy, resolve_workload, search_command, start_search
+from dashboard.new_search import LaunchPolicy, Options, resolve_workload, search_command, start_search
 from env.data.errors import CkptSearchError
 from env.data.plan import Plan
 from env.data.types import MIB
@@ -207,6 +207,14 @@ def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.Mo
                        "--name", "r1", "--no-progress"]
     with pytest.raises(CkptSearchError, match="unknown workload 'nope'"):
         start_search("nope", 1, 1, tmp_path)
+    for bad, says in (("gpt?n_layer=0", "n_layer=0 of workload 'gpt' must be at least 1"),
+                      ("gpt?n_layer=-3", "n_layer=-3 of workload 'gpt' must be at least 1"),
+                      ("cnn?batch_size=0", "batch_size=0 of workload 'cnn' must be at least 1"),
+                      ("gpt/tiny?dropout=1.5", r"dropout=1.5 of workload 'gpt' must be in \[0, 1\)")):
+        with pytest.raises(CkptSearchError, match=says):  # the CLI's check (env.workloads.spec), the form's too
+            start_search(bad, 1, 1, tmp_path)
+    with pytest.raises(CkptSearchError, match="--memory-cap -5"):  # the CLI's own parse_config on the arguments
+        search_command("gpt/tiny", 1, 1, tmp_path, "r2", Options(1, 1, memory_cap=(-5.0,)))
     assert not any(tmp_path.iterdir())  # nothing started, no folder made
     at = _app(tmp_path, monkeypatch)
     at.text_input[0].set_value("gpt/huge")

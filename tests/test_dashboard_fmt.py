@@ -17,3 +17,20 @@ def test_sizes_durations_and_changes() -> None:
     assert fmt.change(1.00004) == "±0.0%" and fmt.change(math.nan) == "n/a"
     assert fmt.size_unit(3e6) == ("MiB", MIB) and fmt.size_unit(1e5) == ("MiB", MIB)
     assert [fmt.decimals_for(v) for v in (1.94, 125.7, 80_000)] == [2, 1, 0]
+
+
+def test_messages_are_plain_text_and_one_line() -> None:
+    from pydantic import BaseModel, ValidationError
+
+    from dashboard.data import one_line
+
+    assert fmt.plain("a $5 cap and $6 more, C:\\runs") == "a \\$5 cap and \\$6 more, C:\\\\runs"  # no maths rendered
+
+    class Point(BaseModel):
+        peak_bytes: int
+
+    try:
+        Point.model_validate({"peak_bytes": "lots"})
+    except ValidationError as e:
+        line = one_line(e)
+    assert line.startswith("peak_bytes: ") and "\n" not in line and "type=" not in line  # no pydantic type dump
