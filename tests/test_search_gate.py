@@ -1,6 +1,6 @@
 """The correctness gate in a real search (Ray, SQLite): on a model whose unit ``blocks.1`` draws noise from numpy's
-generator, no plan shown or exported recomputes it, frontier.json says each shown plan was checked and its error,
-and report.md names the unit and the cause."""
+generator, no plan shown or exported recomputes it, none the search proposed after checking its rules is measured,
+frontier.json says each shown plan was checked and its error, and report.md names the unit and the cause."""
 
 from __future__ import annotations
 
@@ -36,3 +36,10 @@ def test_a_plan_that_changes_the_gradients_is_never_shown(tmp_path, ray_session)
         checks = s.read(meta.GATE)
         assert {c.digest for c in checks.values() if not c.passed} == {r["digest"] for r in refused}
         assert s.read(meta.PHASE_SECONDS)["correctness gate"] > 0
+        # the rule recomputing every unit was checked right after the rules: of the exact solver's and the agents'
+        # plans (proposed after it) those that recompute blocks.1 are never measured, and some were proposed
+        k = s.read(meta.UNITS).index("blocks.1")
+        assert checks[s.read(meta.RULES)["all"]].culprits == ["blocks.1"]
+        later = [p for p in s.plans() if not any(src.startswith("rule:") for src in p.proposers)]
+        assert any(p.actions[k] != "keep" for p in later)
+        assert all(p.measurement is None for p in later if p.actions[k] != "keep")

@@ -23,7 +23,7 @@ from search.engine.measurer import Measurer, agents_measure
 from search.engine.phase_clock import PhaseClock
 from search.engine.phases.context import RunContext
 from search.engine.phases.deciding import confirming_passes, deciding_passes
-from search.engine.phases.gate import gate_shown
+from search.engine.phases.gate import gate_rules, gate_shown
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact
 from search.engine.phases.peers import measure_peers
 from search.engine.phases.prepare import prepare
@@ -76,6 +76,8 @@ class Driver:
         self.agents.spawn()  # they start while the Evaluators measure; "agents' start" waits for them
         with phase("rules"):
             measure_rules(ctx)
+        with phase("correctness gate"):
+            gate_rules(ctx)  # a unit a rule's recompute breaks is kept by every plan proposed from here
         with phase("peers"):
             measure_peers(ctx)
         with phase("exact solver"):

@@ -94,6 +94,11 @@ class Ledger:
         """The units a failed check named: every plan proposed after keeps them."""
         return set(self._condemned)
 
+    def recomputes_condemned(self, idx: Sequence[int]) -> bool:
+        """Whether the plan (indices) does anything but keep a unit the correctness gate condemned."""
+        return bool(self._condemned) and any(u in self._condemned and a != Action.KEEP.value
+                                             for u, a in zip(self.codec.units, self.codec.names(idx)))
+
     def set_baseline(self, digest: str) -> None:
         """The all-keep plan's digest: the reference every plan's time is paired with."""
         self.store.write(meta.BASELINE_DIGEST, digest)
@@ -126,9 +131,7 @@ class Ledger:
         pred = self.setup.cost_model.predict(list(idx))
         digest = self.codec.digest(idx)
         is_candidate = PlanSource(source).kind is not SourceKind.RULE if candidate is None else candidate
-        condemned = self._condemned
-        if condemned and any(u in condemned and a != Action.KEEP.value
-                             for u, a in zip(self.codec.units, self.codec.names(idx))):
+        if self.recomputes_condemned(idx):
             is_candidate = False  # recomputes a unit the correctness gate condemned: never measured
         with self.lock:
             self.archive.propose(idx, digest, source, pred.peak_bytes, pred.step_seconds, candidate=is_candidate)

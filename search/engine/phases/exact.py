@@ -53,6 +53,7 @@ def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
     room = max(0, ctx.max_measurements - ctx.n_measured)
     ledger = ctx.ledger
     peaks = [m.peak_bytes for m in ledger.peers().values() if not m.oom]
+    exact = [p for p in exact if not ledger.recomputes_condemned(p)]  # the correctness gate refused their units
     measured = {p for p in exact if ledger.codec.digest(p) in ledger.archive.measured}
     picks = warm_start_picks(ledger.corrected().predict, exact, peaks, min(room, max(2, room // 2)), measured)
     ctx.measurer.measure([(p, PlanSource.EXACT) for p in picks])

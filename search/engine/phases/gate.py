@@ -5,6 +5,8 @@ One step with the plan against one without, from the same weights, inputs and RN
 gradient compared (``env.measure.gate``), on the first Evaluator. A plan that fails leaves every frontier
 (``ParetoArchive.refused``), the frontier is taken again without it and its new plans are checked, until every
 plan shown passed; the units a failure names are kept by every plan proposed after it (``Ledger.propose``).
+Before that, right after the rules are measured, the rules that recompute every unit are checked
+(``gate_rules``): a broken unit is then condemned before the exact solver's and the agents' plans are proposed.
 Store meta ``gate``: each verdict. Runs measured under FSDP are not checked (the gate runs one device's step).
 """
 
@@ -17,26 +19,44 @@ from search.engine.phases.context import RunContext
 from search.records import meta
 
 
+EARLY_RULES = ("all", "all_selective")  # rules that recompute every unit: a failure names every broken unit
+
+
+def gate_rules(ctx: RunContext) -> list[PlanCheck]:
+    """Right after the rules are measured, the rules that recompute every unit (``EARLY_RULES``) checked: where
+    one fails, each unit is tried alone, so every unit that changes the step is condemned before the exact
+    solver's plans and the agents' are proposed, and none of those that recompute it is measured."""
+    checked, measured = ctx.ledger.store.read(meta.GATE), ctx.ledger.archive.measured
+    rules = ctx.ledger.store.read(meta.RULES)
+    todo = [measured[d] for name, d in rules.items() if name in EARLY_RULES and d in measured and d not in checked]
+    return check_plans(ctx, todo)
+
+
 def gate_shown(ctx: RunContext) -> list[PlanCheck]:
     """Check the plans shown until every one passed (see the module); the verdicts this call made."""
     from search.engine.report import Shown  # the report reads this phase's records: imported where used
 
-    ledger = ctx.ledger
-    if ledger.store.read(meta.FSDP):
-        return []
     made: list[PlanCheck] = []
-    while True:  # ends: each round that fails a plan takes it off the frontier for good
-        checked = ledger.store.read(meta.GATE)
-        todo = unchecked(Shown.of(ledger).front, checked)
-        if not todo:
-            return made
-        answers = ray_session.get(ctx.measurer.pool.first.check.remote([list(r.actions) for r in todo]))
-        for answer in answers:
-            check = PlanCheck.model_validate(answer)
-            ledger.record_check(check)
-            made.append(check)
-            if not check.passed:
-                ledger.events.append(f"plan {check.digest} {check.line()}")
+    while todo := unchecked(Shown.of(ctx.ledger).front, ctx.ledger.store.read(meta.GATE)):
+        checks = check_plans(ctx, todo)  # each round that fails a plan takes it off the frontier for good
+        if not checks:
+            break
+        made += checks
+    return made
+
+
+def check_plans(ctx: RunContext, plans: list[MeasuredPlan]) -> list[PlanCheck]:
+    """The gate's verdict on each plan, from the first Evaluator, recorded in the ledger (nothing under FSDP)."""
+    ledger = ctx.ledger
+    if not plans or ledger.store.read(meta.FSDP):
+        return []
+    answers = ray_session.get(ctx.measurer.pool.first.check.remote([list(r.actions) for r in plans]))
+    checks = [PlanCheck.model_validate(a) for a in answers]
+    for check in checks:
+        ledger.record_check(check)
+        if not check.passed:
+            ledger.events.append(f"plan {check.digest} {check.line()}")
+    return checks
 
 
 def unchecked(front: list[MeasuredPlan], checked: dict[str, PlanCheck]) -> list[MeasuredPlan]:
