@@ -10,6 +10,7 @@ import torch
 from env.data.errors import BudgetError
 from env.data.memory_budget import resolve_budget
 from env.data.plan import Action
+from env.data.plan_check import GATE_TOLERANCE
 from env.data.types import MIB
 from env.runtime.apply import planned_units
 from env.runtime.chains import training_step
@@ -98,8 +99,12 @@ def test_second_call_is_cached_and_the_key_names_shape_and_precision(tmp_path):
     w = user_workload(model, inputs, None, None)
     assert cache_key(w, "32", None, None).digest() != cache_key(w, "bf16-mixed", None, None).digest()
     assert len(list(tmp_path.glob("auto-*.json"))) == 2
-    with pytest.raises(Exception, match="precision 'bf16-mixed' has no gradient tolerance"):
-        auto_checkpoint(model, inputs, "1GiB", precision="bf16-mixed", cache_dir=str(tmp_path))
+    mixed = auto_checkpoint(model, inputs, "1GiB", precision="bf16-mixed", cache_dir=str(tmp_path))
+    assert not mixed.cached and mixed.check.tolerance == GATE_TOLERANCE["bf16-mixed"]  # measured afresh, at bf16
+    mixed.remove()
+    assert len(list(tmp_path.glob("auto-*.json"))) == 3
+    with pytest.raises(Exception, match="precision='bf16-true' but the model's parameters are"):
+        auto_checkpoint(model, inputs, "1GiB", precision="bf16-true", cache_dir=str(tmp_path))
 
 
 def test_budget_nothing_fits_is_one_line(tmp_path):

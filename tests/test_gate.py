@@ -11,6 +11,7 @@ from env.data.plan_check import GATE_TOLERANCE, PlanCheck, gate_tolerance
 from env.measure.gate import check_plan
 from env.runtime.apply import plan_for
 from env.runtime.state import plain_attributes
+from env.workloads.precision import PRECISIONS
 from env.workloads.workload import Workload
 from tests import broken_models
 
@@ -59,6 +60,18 @@ def test_plan_keeping_the_broken_units_passes(name):
 
 def test_tolerance_is_stated_per_precision():
     assert gate_tolerance(None) == gate_tolerance("32") == GATE_TOLERANCE["32"]
-    with pytest.raises(Exception, match="precision 'bf16-mixed' has no gradient tolerance"):
-        gate_tolerance("bf16-mixed")
+    assert set(GATE_TOLERANCE) == set(PRECISIONS)  # every precision a workload runs at has one
+    assert GATE_TOLERANCE["32"] < GATE_TOLERANCE["16-mixed"] < GATE_TOLERANCE["bf16-mixed"]
+    with pytest.raises(Exception, match="precision 'fp8' has no gradient tolerance"):
+        gate_tolerance("fp8")
     assert PlanCheck(digest="x", passed=True, error=0.0, tolerance=1e-3).culprit is None
+
+
+def test_the_gate_reads_the_workloads_precision():
+    """Under bf16 autocast the sound model passes within bf16-mixed's tolerance; the broken one is still refused."""
+    precision = "bf16-mixed"
+    for name, passes in (("sound", True), ("numpy_noise", False)):
+        model, inputs = getattr(broken_models, name)()
+        w = Workload(name, model, inputs, precision=precision)
+        check = check_plan(w, plan_for(w.model, UNITS, [Action.RECOMPUTE] * len(UNITS)), UNITS)
+        assert check.tolerance == GATE_TOLERANCE[precision] and check.passed is passes, check.line()

@@ -40,7 +40,7 @@ def check_plan(workload: Workload, plan: Plan, units: Sequence[str], precision: 
                reference: Step | None = None) -> PlanCheck:
     """The gate's verdict on ``plan`` (see the module docstring); model state as before. ``reference``: the
     unplanned step from ``seed`` (``gate_step``), where the caller checks several plans on one workload."""
-    tolerance = gate_tolerance(precision)
+    tolerance = gate_tolerance(precision if precision is not None else workload.precision)
     reference = gate_step(workload, seed) if reference is None else reference
     error = step_error(gate_step(workload, seed, plan, units), reference)
     if error <= tolerance:

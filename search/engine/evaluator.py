@@ -131,7 +131,8 @@ class Evaluator:
         without, from the same weights, inputs and RNG state (``env.measure.gate.check_plan``), eager."""
         with model_errors("the correctness gate (a training step with each shown plan against one without)"):
             reference = gate_step(self.workload, self.seed)
-            return [check_plan(self.workload, self._plan(a), self.units, seed=self.seed, reference=reference)
+            return [check_plan(self.workload, self._plan(a), self.units, self.workload.precision, seed=self.seed,
+                               reference=reference)
                     .model_dump(mode="json") for a in plans]
 
     def warm_up(self) -> dict[str, Any]:

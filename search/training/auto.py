@@ -98,13 +98,14 @@ def auto_checkpoint(model: nn.Module, inputs: Any, memory_budget: MemoryBudget, 
     ``inputs``: one batch, a tuple for ``model(*inputs)`` or a dict for ``model(**inputs)``; the call returns
     the scalar loss, or ``loss_fn(output)`` does. ``memory_budget``: bytes (int), a size string (``"8GB"``,
     ``"900MiB"``) or a fraction ``0 < f <= 1`` of the unplanned step's measured peak. ``precision``: the
-    steps' precision, part of the cache key; this version measures full-precision steps (``None`` or
-    ``"32"``). A budget no plan fits raises ``BudgetError`` naming the lowest measured peak.
+    step's precision as Lightning names it (``env.workloads.precision``; None: ``32``), measured so and part
+    of the cache key; ``bf16-true`` expects a model already in bf16. A budget no plan fits raises
+    ``BudgetError`` naming the lowest measured peak.
     """
     start = time.perf_counter()
     precision = "32" if precision in (None, 32) else str(precision)
     gate_tolerance(precision)  # refuses a precision the gate has no tolerance for
-    workload = user_workload(model, inputs, loss_fn, optimizer)
+    workload = user_workload(model, inputs, loss_fn, optimizer, precision)
     if planned_units(model):
         raise PlanError(f"{type(model).__name__} already has a checkpoint plan applied (units "
                         f"{', '.join(planned_units(model)[:3])}); call .remove() on its handle first")
@@ -130,8 +131,9 @@ def auto_checkpoint(model: nn.Module, inputs: Any, memory_budget: MemoryBudget, 
 
 
 def user_workload(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Tensor] | None,
-                  optimizer: torch.optim.Optimizer | None) -> Workload:
-    """The training step the caller trains: ``model`` on ``inputs``, the loss, the caller's optimizer (else AdamW)."""
+                  optimizer: torch.optim.Optimizer | None, precision: str = "32") -> Workload:
+    """The training step the caller trains: ``model`` on ``inputs``, the loss, the caller's optimizer (else AdamW),
+    at ``precision`` (the ``-mixed`` ones under autocast; ``bf16-true``: the model's own bf16 weights)."""
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
     elif isinstance(inputs, list):
@@ -149,9 +151,13 @@ def user_workload(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.
     if loss_fn is not None:
         def call(m: nn.Module, i: Any) -> torch.Tensor:
             return loss_fn(m(**i) if isinstance(i, dict) else m(*i))
+    floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if precision == "bf16-true" and floats != {torch.bfloat16}:
+        raise WorkloadError(f"precision='bf16-true' but the model's parameters are {sorted(map(str, floats))}; "
+                            "call model.to(torch.bfloat16) first, or pass precision='bf16-mixed'")
     factory = (lambda params: optimizer) if optimizer is not None else default_optimizer
     return Workload(f"{type(model).__name__} (auto_checkpoint)", model, inputs, loss_fn=call,
-                    optimizer_factory=factory)
+                    optimizer_factory=factory, precision=precision)
 
 
 def device_model(device: torch.device) -> str:
