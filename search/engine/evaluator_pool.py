@@ -164,7 +164,8 @@ class EvaluatorPool:
             self.get(where_call(slot.handle), PROCESS_START, f"{slot.name}'s process start", fixed=True)
             self.get(built, self.deadlines.build(),
                      f"{slot.name}: building the workload {cfg.workload} (its factory, then one training step)", slot)
-        slot.info = self.get(slot.handle.info.remote(), self.deadlines.step(), f"{slot.name}'s start", slot)
+        started = self.deadlines.step() if lazy else PROCESS_START + self.deadlines.build()  # a group builds as it starts
+        slot.info = self.get(slot.handle.info.remote(), started, f"{slot.name}'s start", slot if lazy else None)
         if self.deadlines.first_step is None and slot.info.get("first_step_seconds"):
             self.deadlines.first_step = float(slot.info["first_step_seconds"])
 
