@@ -296,6 +296,12 @@ class EvaluatorPool:
                 out[k] = on_result(ray_session.get(done[0]))
             except ray_session.actor_gone() as e:
                 kills[k] = kills.get(k, 0) + 1
+                if self.cfg.fsdp and kills[k] >= KILLS_NOT_FITTING:  # a group holds no workload to make the record
+                    raise CkptSearchError(
+                        f"the measurement of {describe_job(jobs[k])} killed an FSDP group's ranks twice "
+                        f"({ray_session.death_cause(e, limit=160)}); under --fsdp a configuration that kills its "
+                        "ranks is not recorded as not fitting: lower the batch size, or measure it without --fsdp"
+                    ) from None
                 self._died(slot, e, on=f"the measurement of {describe_job(jobs[k])}", kills=kills[k])
                 queue.appendleft(k)  # measured by whichever Evaluator is free next, or recorded as not fitting
         return [out[k] for k in range(len(jobs))]
