@@ -44,6 +44,13 @@ def test_a_step_the_cpu_allocator_refuses_is_a_not_fitting_record_and_the_next_s
     assert at.profile(16, None) is None  # a profile that does not fit is no profile, not the model's error
 
 
+def test_inputs_that_cannot_be_allocated_at_a_micro_batch_do_not_fit_either() -> None:
+    at = _at("inputs_too_big_above?fits=8")
+    m = at.measure(["keep"] * 4, 16, None, "throughput:lowest", "m5")
+    assert m.oom and m.requested_bytes == 1 << 52 and m.batch_shape == "16 samples (its inputs did not fit)"
+    assert at.profile(16, None) is None and not at.measure(["keep"] * 4, 8, None, "", "m6").oom
+
+
 def test_a_configuration_that_killed_its_evaluator_is_recorded_without_a_step() -> None:
     at = _at("killed_above?fits=8")  # a step above 8 samples would kill this process: none is run
     m = at.not_fitting(["recompute"] * 4, 32, None, "rule:all", "m3")

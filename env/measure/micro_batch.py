@@ -20,6 +20,7 @@ A measurement of the peak alone runs none on CPU (``AtMicroBatch.warmup_for``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Sequence
 
 import torch
@@ -31,7 +32,7 @@ from env.measure.compiled import CompileOptions
 from env.measure.measurement import measure, not_fitting, record_fields, release_after_oom
 from env.measure.peers import Peer, PeerKind, measure_peer
 from env.measure.profiler import profile
-from env.measure.timeline import is_oom
+from env.measure.timeline import is_oom, requested_bytes
 from env.runtime.apply import plan_for
 from env.workloads.batching import MicroBatches, batching_for, tokens_per_sample
 from env.workloads.workload import Workload
@@ -74,7 +75,10 @@ class AtMicroBatch:
         """A plan (action names per unit) or a peer measured at ``micro_batch``; ``known``: the plan or peer
         measured there before, whose peak it takes on CPU (``env.measure.measurement.reuses_peak``);
         ``stop_above``: no step timed where the peak is above these bytes (``measure_prepared``), none at all where
-        it is negative (the peak only, after ``warmup_for`` steps)."""
+        it is negative (the peak only, after ``warmup_for`` steps). Where even its inputs do not fit, the record
+        says so (``not_fitting``)."""
+        if (error := self._inputs_error(micro_batch, batch_dim)) is not None:
+            return self.not_fitting(item, micro_batch, batch_dim, source, measurement_id, requested_bytes(error))
         with self.batches(batch_dim).use(micro_batch) as w:
             warmup = self.warmup_for(item, stop_above)
             if isinstance(item, Peer):
@@ -100,6 +104,8 @@ class AtMicroBatch:
         """The profile at ``micro_batch``, checked by the search against plans measured there, not here; None
         where its steps run out of memory (an allocation fails, ``env.measure.timeline.is_oom``) (the throughput search profiles at a size it guessed before it
         knew where all keep fits)."""
+        if self._inputs_error(micro_batch, batch_dim) is not None:
+            return None
         with self.batches(batch_dim).use(micro_batch) as w:
             try:
                 return profile(w, self.units, self.actions, repeats=self.repeats, baseline=False, check=False)
@@ -111,14 +117,30 @@ class AtMicroBatch:
             return None
 
     def not_fitting(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None, source: str,
-                    measurement_id: str) -> MeasuredPlan:
-        """The record of a plan or peer at ``micro_batch`` that killed the process measuring it (the kernel's
-        out-of-memory killer), made without a step: ``env.measure.measurement.not_fitting``."""
-        with self.batches(batch_dim).use(micro_batch) as w:
+                    measurement_id: str, asked: int | None = None) -> MeasuredPlan:
+        """The record of a plan or peer at ``micro_batch`` that does not fit, made without a step: it killed the
+        process measuring it (the kernel's out-of-memory killer), or its inputs could not be allocated (``asked``
+        bytes; its batch shape then says so): ``env.measure.measurement.not_fitting``."""
+        inputs_fit = self._inputs_error(micro_batch, batch_dim) is None
+        with self.batches(batch_dim).use(micro_batch) if inputs_fit else contextlib.nullcontext(self.workload) as w:
             if isinstance(item, Peer):  # filed as ``measure_peer`` files it
                 fields = record_fields(w, item.digest, [], source or item.digest, measurement_id)
             else:
                 plan = plan_for(w.model, self.units, [Action(a) for a in item])
                 fields = record_fields(w, plan.digest, list(item), source, measurement_id)
+            if not inputs_fit:
+                fields["batch_shape"] = f"{micro_batch} samples (its inputs did not fit)"
             compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
-            return not_fitting(w, fields, **({"compile_seconds": 0.0} if compiled else {}))
+            return not_fitting(w, fields, asked, **({"compile_seconds": 0.0} if compiled else {}))
+
+    def _inputs_error(self, micro_batch: int, batch_dim: int | None) -> BaseException | None:
+        """The error that making the inputs of ``micro_batch`` samples raised where they do not fit in memory
+        (the factory called at that size, or the inputs resized); None where they were made."""
+        try:
+            self.batches(batch_dim).inputs(micro_batch)
+        except Exception as e:  # noqa: BLE001 - inputs that do not fit are an answer; anything else is raised
+            if not is_oom(e):
+                raise
+            e.__traceback__ = None
+            return e
+        return None

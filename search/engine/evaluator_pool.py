@@ -164,7 +164,8 @@ class EvaluatorPool:
             self.get(where_call(slot.handle), PROCESS_START, f"{slot.name}'s process start", fixed=True)
             self.get(built, self.deadlines.build(),
                      f"{slot.name}: building the workload {cfg.workload} (its factory, then one training step)", slot)
-        slot.info = self.get(slot.handle.info.remote(), self.deadlines.step(), f"{slot.name}'s start", slot)
+        started = self.deadlines.step() if lazy else PROCESS_START + self.deadlines.build()  # a group builds as it starts
+        slot.info = self.get(slot.handle.info.remote(), started, f"{slot.name}'s start", slot if lazy else None)
         if self.deadlines.first_step is None and slot.info.get("first_step_seconds"):
             self.deadlines.first_step = float(slot.info["first_step_seconds"])
 
@@ -295,6 +296,12 @@ class EvaluatorPool:
                 out[k] = on_result(ray_session.get(done[0]))
             except ray_session.actor_gone() as e:
                 kills[k] = kills.get(k, 0) + 1
+                if self.cfg.fsdp and kills[k] >= KILLS_NOT_FITTING:  # a group holds no workload to make the record
+                    raise CkptSearchError(
+                        f"the measurement of {describe_job(jobs[k])} killed an FSDP group's ranks twice "
+                        f"({ray_session.death_cause(e, limit=160)}); under --fsdp a configuration that kills its "
+                        "ranks is not recorded as not fitting: lower the batch size, or measure it without --fsdp"
+                    ) from None
                 self._died(slot, e, on=f"the measurement of {describe_job(jobs[k])}", kills=kills[k])
                 queue.appendleft(k)  # measured by whichever Evaluator is free next, or recorded as not fitting
         return [out[k] for k in range(len(jobs))]

@@ -58,7 +58,7 @@ class Ledger:
 
     def __post_init__(self) -> None:
         self.baseline_digest: str | None = self.store.read(meta.BASELINE_DIGEST)
-        self.events[:0] = [e for e in self.store.read(meta.EVENTS) if e not in self.events]  # a resumed run's
+        self.events[:0] = self.store.read(meta.EVENTS)  # a resumed run's
         self._rank = Ranking(None)  # from the baseline as the store has it, once measured
         self._condemned: set[str] = set()  # units a failed correctness check named (``record_check``)
 
@@ -158,11 +158,11 @@ class Ledger:
             return merged
 
     def note(self, event: str) -> None:
-        """An event the report must mention, kept once, into the store at once (meta ``events``)."""
+        """An event the report must mention, into the store at once (meta ``events``): each as it happened, two
+        alike twice (two plans that read alike killed their Evaluators)."""
         with self.lock:
-            if event not in self.events:
-                self.events.append(event)
-                self.store.write(meta.EVENTS, self.events)
+            self.events.append(event)
+            self.store.write(meta.EVENTS, self.events)
 
     def record_peer(self, name: str, m: MeasuredPlan, note: str = "", spec: dict[str, Any] | None = None,
                     label: str = "") -> MeasuredPlan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 from env.data.errors import CkptSearchError, MeasurementError, ModelError, PlanError, UnitError, WorkloadError
 
 LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # "0": Ray's nodes bind to 127.0.0.1 (no multi-node)
+OBJECT_STORE_LEAST = 100 << 20  # bytes: Ray refuses an object store below 75 MiB
 
 
 class RankDiedError(CkptSearchError):
@@ -51,9 +53,18 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
         # A single-node instance serves this machine only: Ray binds it to loopback when told that
         # no other node will join, instead of to the host's network address.
         os.environ.setdefault(LOCAL_ONLY_ENV, "0")
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                 object_store_memory=object_store_bytes())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def object_store_bytes() -> int | None:
+    """The local instance's object store under an address-space limit (``ulimit -v``): a tenth of it, at least
+    ``OBJECT_STORE_LEAST``, as every Ray process maps the whole store and Ray's default (30% of free memory) can
+    exceed the limit, failing the driver's start in ``mmap``; None (Ray's default) where there is no limit."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if limit == resource.RLIM_INFINITY else max(OBJECT_STORE_LEAST, limit // 10)
 
 
 def raylet_messages_to_stderr() -> None:

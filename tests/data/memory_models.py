@@ -65,3 +65,10 @@ def sleeps_in_forward(batch_size: int = 4):
 def blocks(batch_size: int = 4, width: int = 32, seq: int = 1):
     """The same model with no limit of its own: where it stops fitting is the allocator's (``ulimit -v``)."""
     return Net(width), _inputs(batch_size, width, seq)
+
+
+def inputs_too_big_above(batch_size: int = 4, fits: int = 8):
+    """A factory whose inputs above ``fits`` samples cannot be allocated (the CPU allocator's own error)."""
+    if batch_size > fits:
+        torch.empty(1 << 52, dtype=torch.uint8)
+    return Net(), _inputs(batch_size)
