@@ -13,7 +13,8 @@ Two departures, both so that a peer keeps the gradients of no checkpointing: tor
 ``preserve_rng_state=False`` (its models have no dropout); here the RNG state is preserved, so a dropout
 recomputed in backward draws the mask it drew in forward. And torchtitan's models have no bias, so their
 matmuls are ``aten.mm``; a ``Linear`` with a bias runs ``aten.addmm``, which is counted as a matmul here, as
-the policy means it. The blocks are wrapped by replacing their ``forward`` (undone on exit), as
+the policy means it. Where scaled-dot-product attention runs its math path (on CPU with dropout), there is no
+attention kernel to save, and its ``bmm`` are recomputed with the rest. The blocks are wrapped by replacing their ``forward`` (undone on exit), as
 ``checkpoint_sequential``'s peer does, so the model's own code calls them unchanged.
 """
 

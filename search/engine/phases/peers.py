@@ -2,8 +2,8 @@
 
 A peer that is a plan of ours (``env.measure.peers.peer_plan``: every ``checkpoint_sequential``, transformers'
 checkpointing and torchtitan's layer policy whose blocks are decision units) is measured once, as that plan,
-and shown as it: it contends for the frontier as any plan does. The others are measured as themselves here,
-and again in the deciding and confirming passes, side by side with the plan that answers them
+and shown as it: it contends for the frontier as any plan does. The others are measured as themselves here.
+Both kinds are measured again in the deciding and confirming passes, right after the plan that answers them
 (``side_by_side_peers``), so that a verdict compares measurements taken together.
 """
 
@@ -48,22 +48,25 @@ def measure_peers(ctx: RunContext) -> None:
 
 
 def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int) -> list[str | Peer]:
-    """``todo`` (digests of measured plans) with each peer measured as itself that the passes so far (``done``)
-    measured less than ``limit`` times placed right after the plan that answers it (our fastest plan of the
-    strict frontier at no more memory), the answer put in where ``todo`` lacks it and the passes measured it less
-    than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that ran out of memory, and those with no plan of ours as low, are left out."""
+    """``todo`` (digests of measured plans) with each peer that the passes so far (``done``) measured less than
+    ``limit`` times placed right after the plan that answers it (our fastest plan of the strict frontier at no
+    more memory): a peer measured as itself, and a peer that is a plan of ours as that plan (unless it answers
+    itself). The answer is put in where ``todo`` lacks it and the passes measured it less than ``limit`` times
+    (else the peer goes last: its answer is measured in these passes already). Peers that ran out of memory,
+    and those with no plan of ours as low, are left out."""
     ledger = ctx.ledger
     front = ledger.frontier()
-    specs = {k: v.get("spec") for k, v in ledger.store.read(meta.PEERS).items()}
+    entries = ledger.store.read(meta.PEERS)
     out: list[str | Peer] = list(todo)
     for name, m in sorted(ledger.peers().items(), key=lambda kv: kv[1].peak_bytes):
-        spec, answer = specs.get(name), answer_to(m, front)
-        if spec is None or m.oom or answer is None or done.count(f"peer:{name}") >= limit:
+        entry, answer = entries[name], answer_to(m, front)
+        item: str | Peer | None = entry.get("plan") or (Peer.model_validate(entry["spec"]) if entry.get("spec") else None)
+        if item is None or m.oom or answer is None or answer.digest == m.digest or item in out \
+                or done.count(item_key(item)) >= limit:
             continue
         if answer.digest not in out and done.count(answer.digest) < limit:
             out.append(answer.digest)
-        at = out.index(answer.digest) + 1 if answer.digest in out else len(out)
-        out.insert(at, Peer.model_validate(spec))
+        out.insert(out.index(answer.digest) + 1 if answer.digest in out else len(out), item)
     return out
 
 
