@@ -9,8 +9,9 @@ A row's status says where it stands against the run's one frontier (``RunData.fr
   than the run's timing noise (``search.records.pareto.readable``; its lower peak is of no use);
 - ``not confirmed (faster than <plan>)``: faster beyond both spreads than every frontier plan at no more
   memory, yet not on the frontier (the confirming passes, or measured after ``frontier.json`` was written);
-- a peer's status is its verdict against our fastest frontier plan at no more memory, by
-  ``env.data.measured.compare_times`` (the report's verdict), and ``the same plan as rule X`` where the peer is
+- a peer's status is the search's verdict from ``frontier.json`` (``search.records.peer_verdicts``: measured
+  side by side with our fastest plan at no more memory, as report.md states it); for a run without one, its
+  verdict against our fastest frontier plan at no more memory by ``env.data.measured.compare_times``, and ``the same plan as rule X`` where the peer is
   a plan of our space that the run measured as a rule: ``checkpoint-sequential-K`` (``env.measure.peers``) is the
   rule ``segments_K`` (``agents.baselines``), checked by their peaks agreeing to the byte.
 
@@ -28,6 +29,7 @@ from dashboard import fmt
 from dashboard.data import RunData
 from env.data.measured import compare_times
 from env.data.types import MIB
+from search.records.peer_verdicts import PeerVerdict
 
 ON_FRONTIER = "on the frontier"
 COLUMNS = ["kind", "name", "peak (MiB)", "median step (ms)", "spread (IQR, ms)", "samples", "x selected", "status",
@@ -90,7 +92,11 @@ def same_rule(run: RunData, peer: pd.Series) -> str | None:
 
 
 def peer_verdict(run: RunData, peer: pd.Series) -> str:
-    """A peer against our fastest frontier plan at no more memory, as the report says it."""
+    """A peer against our fastest frontier plan at no more memory, as the report says it: the search's own
+    verdict where ``frontier.json`` holds one (measured side by side), else by ``compare_times`` here."""
+    stored = run.peer_verdicts.get(str(peer.peer))
+    if stored is not None:
+        return stored_verdict(stored)
     rule = same_rule(run, peer)
     prefix = f"the same plan as rule {rule} (same peak to the byte); " if rule else ""
     ours = fastest_below(run.frontier, float(peer.peak_bytes))
@@ -99,6 +105,15 @@ def peer_verdict(run: RunData, peer: pd.Series) -> str:
     v = compare_times((float(peer.step_seconds), float(peer.spread_seconds)),
                       (float(ours.step_seconds), float(ours.spread_seconds)))
     return prefix + f"against {_name(ours)}: {v}" + (" (the peer is faster)" if v.verdict == "faster" else "")
+
+
+def stored_verdict(v: PeerVerdict) -> str:
+    """A verdict of ``frontier.json`` in the comparison's words."""
+    same = f"the same plan as ours, {v.plan_summary} ({v.plan}); " if v.plan else ""
+    if v.ours is None or v.ours.digest == v.plan:
+        return same + ("on the frontier" if v.plan else v.text)
+    faster = " (the peer is faster)" if v.verdict == "faster" else ""
+    return same + f"against {v.ours.plan} ({v.ours.digest}), side by side: {v.text}{faster}"
 
 
 def _ratio(seconds: float, selected: float | None) -> float:

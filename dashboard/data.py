@@ -34,6 +34,7 @@ from env.data.plan import Plan, action_summary
 from env.data.unit_choice import UnitChoice
 from search.records import meta
 from search.records.frontier_file import FRONTIER_NAME, FrontierError, FrontierFile, load_frontier
+from search.records.peer_verdicts import PeerVerdict
 from search.records.meta import DriverProcess, PeerEntry
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
 from search.records.ranking import timing_noise
@@ -99,6 +100,8 @@ class RunData:
     refused: dict[str, str] = field(default_factory=dict)  # digest -> the correctness gate's line: never exported
     baseline_digest: str = ""  # the all-keep plan's digest
     device: str = ""  # what the baseline was measured on (e.g. "cpu (1 threads)", a GPU's name)
+    # peer name -> the verdict the search wrote to frontier.json (search.records.peer_verdicts), as report.md says it
+    peer_verdicts: dict[str, PeerVerdict] = field(default_factory=dict)
 
     def plan(self, digest: str) -> Plan:
         """The evaluated plan with this digest, as an exportable :class:`Plan`."""
@@ -250,6 +253,14 @@ def _frontier(run_dir: Path, units: list[str], evaluations: pd.DataFrame, tolera
     return _frontier_from_evaluations(evaluations, tolerance, noise), "evaluations", tolerance, noise, [note]
 
 
+def _peer_verdicts(run_dir: Path) -> dict[str, PeerVerdict]:
+    """The peers' verdicts ``frontier.json`` holds (none where it is missing, damaged or older than them)."""
+    try:
+        return {v.peer: v for v in load_frontier(run_dir).peers} if (run_dir / FRONTIER_NAME).is_file() else {}
+    except FrontierError:
+        return {}
+
+
 def _baseline(profile: ModelProfile | None, evaluations: pd.DataFrame,
               baseline_digest: str | None) -> tuple[float, float]:
     row = evaluations.loc[(evaluations.digest == baseline_digest) & evaluations.measured]
@@ -328,6 +339,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         refused={d: c.line() for d, c in store.read(meta.GATE).items() if not c.passed},
         baseline_digest=store.read(meta.BASELINE_DIGEST) or "",
         device=base.device if base is not None else (profile.device if profile else ""),
+        peer_verdicts=_peer_verdicts(run_dir),
     )
 
 

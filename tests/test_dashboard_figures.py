@@ -190,3 +190,25 @@ def test_one_selection_shared_by_slider_chart_and_list(run: RunData) -> None:
     assert state[selection.SELECTED] == run.rules["all"] and state[selection.BUDGET] == pytest.approx(max(all_peak, low))
     selection.reset_for(state, run)  # a rerun keeps what the user chose
     assert state[selection.SELECTED] == run.rules["all"] and state[selection.HOW] == "list"
+
+
+def test_a_peer_reads_the_verdict_the_search_wrote(run: RunData, tmp_path) -> None:
+    """Where frontier.json holds the search's side-by-side verdict, the comparison states it, not one of its own;
+    a peer that is a plan of ours is named as that plan."""
+    from dashboard.data import _peer_verdicts
+    from search.records.frontier_file import write_frontier, load_frontier
+    from search.records.peer_verdicts import OurPlan, PeerVerdict, Timed
+
+    name = str(run.peers.iloc[0].peer)
+    ours = run.frontier.iloc[0]
+    timed = {"peak_bytes": int(ours.peak_bytes), "step_seconds": float(ours.step_seconds), "spread_seconds": 0.001,
+             "n_measurements": 3}
+    v = PeerVerdict(peer=name, measured=Timed(**timed), verdict="within noise", ratio=1.01, noise=0.04,
+                    ours=OurPlan(**timed, digest=str(ours.digest), actions=list(ours.actions), plan="recompute 2"))
+    write_frontier(tmp_path, load_frontier(run.path).model_copy(update={"peers": [v]}))
+    assert _peer_verdicts(tmp_path) == {name: v}
+    table = comparison.comparison_table(dataclasses.replace(run, peer_verdicts={name: v}), None)
+    status = table.loc[(table.kind == "peer") & (table.name == name), "status"].iloc[0]
+    assert status == f"peer · against recompute 2 ({ours.digest}), side by side: within noise (±4%)"
+    same = v.model_copy(update={"plan": str(ours.digest), "plan_summary": "recompute 2"})
+    assert comparison.stored_verdict(same) == f"the same plan as ours, recompute 2 ({ours.digest}); on the frontier"
