@@ -104,3 +104,10 @@ def test_fsdp2_shards_a_bf16_mixed_step_with_its_mixed_precision_policy():
         assert torch.isfinite(loss) and all(p.grad is not None for p in sharded.model.parameters())
     finally:
         leave_group()
+
+
+def test_a_spec_without_precision_options_stays_as_given():
+    from env.workloads.spec import fold_precision
+
+    assert fold_precision("gpt?n_layer=2&batch_size=4", "32", "highest") == ("gpt?n_layer=2&batch_size=4", "32", "highest")
+    assert fold_precision("gpt?n_layer=2&precision=32", "32", "highest")[0] == "gpt?n_layer=2"

@@ -167,13 +167,16 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     """--reward model from a fixed profile (tests/data): the proposals, in order, and the measured
     peaks are the pinned ones (same seed, same search). The pin held across the search's redesign
     into a driver plus a ledger; it was taken again when the agents became budget-conditioned, and when
-    the env's observation gained the open chain region's entries (the agents' plans changed, the rules not)."""
+    the env's observation gained the open chain region's entries (the agents' plans changed, the rules not). When
+    gpt's final norm and head became the loss unit ``lm_loss``, the profile's fingerprint and the digests were
+    rewritten for the renamed parameters (the plans, their order and the peaks unchanged), and the units are given
+    as the profile's (``--units blocks``)."""
     from search.run import main
 
     pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())
     args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chunk-timesteps", "256",
             "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--reward", "model",
-            "--seed", "0", "--out", str(tmp_path), "--name", "pin"]
+            "--seed", "0", "--out", str(tmp_path), "--name", "pin", "--units", "blocks"]  # the profile's units
     run = tmp_path / "pin"
     run.mkdir()
     with RunStore(run / "store.sqlite") as s:

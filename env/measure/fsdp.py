@@ -74,7 +74,7 @@ def leave_group() -> None:
 
 
 def shard_workload(workload: Workload, units: list[str]) -> Workload:
-    """The workload with ``fully_shard`` on each unit (but one whose parameters are tied to others outside it,
+    """The workload with ``fully_shard`` on each unit (but one whose parameters are tied to the root's alone,
     left to the root's group) and on the root, with ``-mixed`` precision's ``MixedPrecisionPolicy``, over every rank of the group, and a
     fresh optimizer over the shards, after one training step. A model that ``fully_shard`` refuses, or that
     fails its first sharded step (FSDP2 checks some things, tied parameters across units among them, when
@@ -88,7 +88,7 @@ def shard_workload(workload: Workload, units: list[str]) -> Workload:
     mesh = init_device_mesh(workload.device.type, (dist.get_world_size(),))
     policy = fsdp_mixed_precision(workload.precision)  # bf16-mixed: parameters gathered in bf16, as users train
     model.zero_grad(set_to_none=True)
-    for fqn in [u for u in dict.fromkeys(units) if u and not _shares_parameters(model, u)] + [""]:
+    for fqn in [u for u in dict.fromkeys(units) if u and not _tied_to_the_root(model, u, units)] + [""]:
         try:
             fully_shard(model.get_submodule(fqn), mesh=mesh, **({"mp_policy": policy} if policy else {}))
         except Exception as e:  # the model's structure, not a bug here: say which module and why
@@ -104,12 +104,14 @@ def shard_workload(workload: Workload, units: list[str]) -> Workload:
     return sharded
 
 
-def _shares_parameters(model: nn.Module, unit: str) -> bool:
-    """Whether a parameter of ``unit`` is also registered outside it (a tied head: gpt's ``lm_loss.head`` and
-    ``wte``); FSDP2 needs tied parameters in one group, so such a unit is left to the root's."""
+def _tied_to_the_root(model: nn.Module, unit: str, units: list[str]) -> bool:
+    """Whether a parameter of ``unit`` is also registered outside it, and only outside every unit (a tied head:
+    gpt's ``lm_loss.head`` and ``wte``): FSDP2 needs tied parameters in one group, so such a unit is left to the
+    root's. Parameters tied between two units are left to ``fully_shard``, which refuses them."""
     inside = {id(p) for p in model.get_submodule(unit).parameters()}
-    return any(id(p) in inside and not name.startswith(unit + ".")
-               for name, p in model.named_parameters(remove_duplicate=False))
+    elsewhere = [name for name, p in model.named_parameters(remove_duplicate=False)
+                 if id(p) in inside and not name.startswith(unit + ".")]
+    return bool(elsewhere) and not any(name.startswith(u + ".") for name in elsewhere for u in units if u)
 
 
 def _unshardable(workload: Workload, where: str, error: Exception) -> WorkloadError:

@@ -232,8 +232,9 @@ def fold_precision(workload: str, precision: str, matmul_precision: str) -> tupl
         options[key] = str(flag) if str(flag) != default else options.get(key, default)
     _, chosen = split_precision(options)
     own = {k: v for k, v in options.items() if PRECISION_DEFAULTS.get(k) != v}
-    return str(WorkloadSpec(spec.target, spec.preset, tuple(sorted(own.items())))), chosen["precision"], \
-        chosen["matmul_precision"]
+    if own != dict(spec.options):  # as given otherwise: a run's spec and the records' stay what they were
+        workload = str(WorkloadSpec(spec.target, spec.preset, tuple(sorted(own.items()))))
+    return workload, chosen["precision"], chosen["matmul_precision"]
 
 
 def precision_note(measured: str, applied: str) -> str | None:

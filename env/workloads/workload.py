@@ -34,7 +34,9 @@ def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
 
 @dataclass
 class Workload:
-    """One training step: ``loss_fn(model, inputs)`` (default: call the model) then backward."""
+    """One training step: ``loss_fn(model, inputs)`` (default: call the model) then backward, at ``precision``
+    (``env.workloads.precision``: the forward under its autocast, ``16-mixed``'s backward and step through a
+    gradient scaler; ``bf16-true``'s model and inputs are cast by ``load_workload``)."""
 
     spec: str
     model: nn.Module
