@@ -66,9 +66,14 @@ def test_the_report_has_a_gpu_section_only_with_gpu_results(tmp_path: Path) -> N
 def test_the_summary_line_names_each_steps_call_when_there_were_several() -> None:
     steps = {"tests": {"status": "ok", "run": "2026-12-04 18:06:35"},
              "fidelity": {"status": "failed", "why": "ran over", "run": "2026-12-04 18:00:26"}}
-    line = gpu_summary_line({"device": "H200 (cuda)", "steps": steps, "calls": [{}, {}], "written_at": "2026-12-04"})
-    assert line == "`python bench/gpu.py` on H200 (cuda) in 2 calls, 2026-12-04: tests ok at 18:06; " \
+    line = gpu_summary_line({"device": "H200 (cuda)", "steps": steps, "calls": [{}, {}], "written_at": "2026-12-05"})
+    assert line == "`python bench/gpu.py` on H200 (cuda) in 2 calls, 2026-12-05: tests ok at 18:06; " \
                    "fidelity failed (ran over) at 18:00."
+    # written before selective's fix for random draws: the same line, and its selective figures marked as such
+    before = gpu_summary_line({"device": "H200 (cuda)", "steps": steps, "calls": [{}, {}], "written_at": "2026-12-04"})
+    assert before.startswith("`python bench/gpu.py` on H200 (cuda) in 2 calls, 2026-12-04: tests ok at 18:06; "
+                             "fidelity failed (ran over) at 18:00. Every figure below with `selective` was measured "
+                             "before its fix")
 
 
 def test_the_gpu_tests_are_collected_from_the_modules_that_hold_them() -> None:
