@@ -45,12 +45,14 @@ def test_precision_round_trips_through_config_json_and_resume(tmp_path: Path):
     cfg = parse_config(["--workload", "gpt/tiny", "--precision", "bf16-mixed", "--matmul-precision", "high",
                         "--out", str(tmp_path), "--name", "run"])
     assert cfg.workload == "gpt/tiny?matmul_precision=high&precision=bf16-mixed" and cfg.precision == "bf16-mixed"
-    cfg, run = make_run_dir(cfg)
+    cfg, run, lock = make_run_dir(cfg)
+    lock.release()  # the driver that made the folder is done with it; the resume below takes the lock again
     again = parse_config(["--config", str(run / "config.json")])
     assert (again.workload, again.precision, again.matmul_precision) == (cfg.workload, "bf16-mixed", "high")
     with RunStore(run / "store.sqlite") as s:
         s.write(meta.CONFIG, json.loads(cfg.to_json()))
-    resumed, _ = make_run_dir(SearchConfig(resume=str(run)).validate())
+    resumed, _, lock = make_run_dir(SearchConfig(resume=str(run)).validate())
+    lock.release()
     assert (resumed.workload, resumed.precision) == (cfg.workload, "bf16-mixed")
     # a spec that names its precision needs no flag; the flag given over it wins
     assert SearchConfig(workload="gpt/tiny?precision=bf16-true").validate().precision == "bf16-true"
