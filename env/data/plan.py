@@ -230,10 +230,8 @@ class Plan(BaseModel):
 
 
 def check_plan(plan: Plan, model: "nn.Module", units: Sequence[str] | None = None) -> None:
-    """Refuse a plan with no actions, a plan for another model, or one naming units the model does not have."""
-    if not plan.actions:
-        raise PlanError("the plan has no actions (it names no unit), so there is nothing to apply; export a plan "
-                        "from a run with python -m search.export RUN_DIR")
+    """Refuse a plan for another model, or one naming units the model does not have (a plan with no actions
+    fits every model: it is the all-keep baseline a measurement applies)."""
     names = {n for n, _ in model.named_modules()}
     missing = [u for u in plan.actions if u not in names]
     if missing:

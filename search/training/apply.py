@@ -59,15 +59,21 @@ class PlanMismatchWarning(UserWarning):
 
 
 def read_plan(plan_or_path: PlanSource) -> Plan:
-    """A :class:`Plan` from a Plan, a path to a plan JSON file, or the JSON text itself."""
+    """A :class:`Plan` with actions from a Plan, a path to a plan JSON file, or the JSON text itself; a plan
+    with no actions is refused in one line (there is nothing to apply)."""
     if isinstance(plan_or_path, Plan):
-        return plan_or_path
-    if isinstance(plan_or_path, str) and plan_or_path.lstrip().startswith("{"):
-        return Plan.from_json(plan_or_path, source="plan JSON text")
-    if isinstance(plan_or_path, (str, Path)):
-        return Plan.load(plan_or_path)
-    raise PlanError(f"cannot read a plan from {type(plan_or_path).__name__}; "
-                    "give a Plan, a path to a plan JSON file, or its JSON text")
+        plan = plan_or_path
+    elif isinstance(plan_or_path, str) and plan_or_path.lstrip().startswith("{"):
+        plan = Plan.from_json(plan_or_path, source="plan JSON text")
+    elif isinstance(plan_or_path, (str, Path)):
+        plan = Plan.load(plan_or_path)
+    else:
+        raise PlanError(f"cannot read a plan from {type(plan_or_path).__name__}; "
+                        "give a Plan, a path to a plan JSON file, or its JSON text")
+    if not plan.actions:
+        raise PlanError("the plan has no actions (it names no unit), so there is nothing to apply; export a plan "
+                        "from a run with python -m search.export RUN_DIR")
+    return plan
 
 
 class PrecisionWarning(UserWarning):
