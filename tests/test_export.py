@@ -50,6 +50,7 @@ def _run_folder(run_dir: Path, spec: str, rows: list[list[str]], unit_finder=fin
         store.write(meta.FINGERPRINT, fp)
         for _, m in measured:
             store.record(m)
+        store.write(meta.STATUS, "finished")  # a finished run: export refuses one that stopped before finishing
     write_frontier(run_dir, frontier)
     return frontier
 
