@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import types
 from typing import Any, Callable
 
 import torch
@@ -61,15 +62,21 @@ def _hf_loss(model: nn.Module, inputs: Any) -> torch.Tensor:
 
 def _with_loss_unit(model: nn.Module) -> nn.Module:
     """A causal LM whose head is moved into a loss unit ``lm_loss`` (``env.workloads.lm_loss.LMLoss``), so a plan
-    can reach the logits; its step is :func:`_causal_lm_loss`, the model's own loss (shifted, ignore index -100)."""
+    can reach the logits; its forward is :func:`_causal_lm_forward`, the model's own loss (shifted, ignore index
+    -100), so that ``torch.compile(model)`` traces the whole step, the loss unit included."""
     model.lm_loss = LMLoss(head=model.lm_head)
     del model.lm_head  # one home per module: the head is the loss unit's (its weight stays tied where it was)
+    model.forward = types.MethodType(_causal_lm_forward, model)
     return model
 
 
+def _causal_lm_forward(self: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    hidden = self.base_model(input_ids=input_ids).last_hidden_state  # (B, T, d), normed
+    return self.lm_loss(hidden[:, :-1], labels[:, 1:])  # token t predicts label t + 1
+
+
 def _causal_lm_loss(model: nn.Module, inputs: Any) -> torch.Tensor:
-    hidden = model.base_model(input_ids=inputs["input_ids"]).last_hidden_state  # (B, T, d), normed
-    return model.lm_loss(hidden[:, :-1], inputs["labels"][:, 1:])  # token t predicts label t + 1
+    return model(**inputs)  # the model's forward is its loss (a compiled model's call runs the compiled step)
 
 
 def _tokens(o: dict[str, Any], g: torch.Generator, length: int | None = None) -> torch.Tensor:
