@@ -173,7 +173,8 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     the env's observation gained the open chain region's entries (the agents' plans changed, the rules not). When
     gpt's final norm and head became the loss unit ``lm_loss``, the profile's fingerprint and the digests were
     rewritten for the renamed parameters (the plans, their order and the peaks unchanged), and the units are given
-    as the profile's (``--units blocks``)."""
+    as the profile's (``--units blocks``). When torchtitan's layer SAC joined the eager peers, its every-2-layers
+    plan, a plan of ours, joined the proposals after the rules' (the rules' plans, their order and peaks unchanged)."""
     from search.run import main
 
     pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())
