@@ -8,8 +8,8 @@ For each workload, in one process and through one ``search.engine.evaluator.Eval
 measurement function, one cache):
 
 1. the search service (``search.engine.driver.Driver``, as ``python -m search.run --reward hybrid
-   --no-warm-start --max-measurements M``): K PPO agents; it measures the baseline rules it
-   always shows, then the agents' candidates, up to M plans in all;
+   --no-warm-start --peers none --max-measurements M``): K PPO agents; it measures the baseline rules it
+   always shows (7 on gpt/tiny's 5 units), then the agents' candidates, up to M plans in all;
 2. random search: M distinct plans, each unit's action uniform;
 3. NSGA-II (``optuna.samplers.NSGAIISampler``): one categorical per unit, objectives measured
    peak bytes and step seconds, M trials;
@@ -116,7 +116,7 @@ def run_search(spec: str, args: argparse.Namespace, run_root: Path) -> SearchRun
                        max_measurements=args.measurements, repeats=args.repeats, warm_start=False,
                        batch_scaling=False, out=str(run_root), name=spec.replace("/", "-").replace(":", "-")[:40],
                        seed=args.seed, measure_threads=args.threads, chunk_timesteps=args.chunk_timesteps,
-                       progress=False).validate()
+                       progress=False, peers="none").validate()  # peers' plans are no method's evaluations
     run_dir = run_root / cfg.name
     run_dir.mkdir(parents=True, exist_ok=True)
     store = RunStore(run_dir / "store.sqlite")
@@ -322,7 +322,7 @@ def options(ap: argparse.ArgumentParser) -> None:
 
 
 BENCH = Bench("search_quality", __doc__, options, threads=1, rows="workloads", row_id=lambda r: r["label"],
-              quick={"measurements": 6, "agents": 2, "timesteps": 128, "chunk_timesteps": 64, "population": 4,
+              quick={"measurements": 8, "agents": 2, "timesteps": 128, "chunk_timesteps": 64, "population": 4,
                      "max_exact": 6, "repeats": 1})
 
 if __name__ == "__main__":

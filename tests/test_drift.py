@@ -291,9 +291,10 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     led.set_baseline(digest["KKK"])
 
     class Timed:  # the Measurer's part the passes use: each plan measured once more, at its time in the passes
-        def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
-            assert again
-            return [record(plan_of[setup.codec.digest(idx)], passes=True) for idx, _ in jobs]
+        def side_by_side(self, items, again: bool = False) -> None:
+            assert again and all(isinstance(item, tuple) for item in items)  # no peers in this search
+            for idx, _ in items:
+                record(plan_of[setup.codec.digest(idx)], passes=True)
 
     no_references = SearchConfig(reference_every=0.0)  # nothing closes the passes: the test's times are raw
     deciding_passes(RunContext(no_references, led, Timed(), None, 0, None))  # type: ignore[arg-type]
@@ -309,7 +310,7 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
 class _Passes:
     """A 3-unit search whose plans read one time until the confirming passes and another in them, raw (no
     references): ``plans`` maps a plan (``"RKK"``) to (source, peak, time before, time in them). It plays the
-    Measurer's part in the passes (``measure``); ``ctx`` runs them."""
+    Measurer's part in the passes (``side_by_side``); ``ctx`` runs them."""
 
     def __init__(self, tmp_path, plans: dict[str, tuple[str, int, float, float]]) -> None:
         from search.engine.phases.context import RunContext
@@ -334,8 +335,10 @@ class _Passes:
 
     evaluators = 1
 
-    def measure(self, jobs, again: bool = False) -> list[MeasuredPlan]:
-        return [self.record(self.plan_of[self.setup.codec.digest(idx)]) for idx, _ in jobs]
+    def side_by_side(self, items, again: bool = False) -> None:
+        assert again and all(isinstance(item, tuple) for item in items)  # no peers in these searches
+        for idx, _ in items:
+            self.record(self.plan_of[self.setup.codec.digest(idx)])
 
     def names(self, records) -> list[str]:
         return [self.plan_of[r.digest] for r in records]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.ppo import AgentConfig
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore, StoreError
@@ -80,14 +81,16 @@ def test_a_resumed_agent_never_trains_past_its_timesteps(tmp_path: Path, ray_ses
     assert main([*TINY, "--out", str(tmp_path), "--name", "t"]) == 0
     run = tmp_path / "t"
     with RunStore(run / STORE_NAME) as store:  # the state a kill -9 between save and progress row leaves
+        rollout = AgentConfig().episodes_per_rollout * len(store.read(meta.UNITS))
+        whole = 256 // rollout * rollout  # PPO trains whole rollouts only: gpt/tiny's 5 units, 240 of 256
         for row in store.progress():
-            assert row["timesteps"] == 256
+            assert row["timesteps"] == whole
             store.set_progress(row["agent"], timesteps=0, status="running")
         store.write(meta.STATUS, "interrupted")
     assert main(["--resume", str(run), "--no-progress"]) == 0
     with RunStore(run / STORE_NAME, readonly=True) as store:
         rows = store.progress()
-    assert [r["timesteps"] for r in rows] == [256, 256] and {r["status"] for r in rows} == {"finished"}
+    assert [r["timesteps"] for r in rows] == [whole, whole] and {r["status"] for r in rows} == {"finished"}
 
 
 BROKEN = "tests/data/broken_models.py"
