@@ -13,18 +13,20 @@ again when ``search.records.ranking.reference_due`` says so, and labels each sam
 what it knows when it measures (an agent's measured reward uses it). The search ranks plans
 against the references nearest to them on both sides (``search.records.ranking.Ranking``), read
 from the measurement ids, which count everything one Evaluator measured in order.
+
+Its peers are measured by the methods of ``search.engine.evaluator_peers.EvaluatorPeers``, its plans at other
+micro-batches by those of ``search.engine.evaluator_batches.EvaluatorBatches``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import socket
 import time
 import uuid
 from collections import deque
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -39,12 +41,13 @@ from env.measure.gate import check_plan, gate_step
 from env.measure.measurement import (compile_options, measure, not_fitting, record_fields, warm_up,
                                     warmup_before_timing)
 from env.measure.micro_batch import AtMicroBatch
-from env.measure.peers import Peer, measure_peer, model_facts, peer_plan, peers_for
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import MAX_UNITS, resolve_units
 from env.workloads.spec import WorkloadSpec
 from env.workloads.workload import Workload, load_workload
+from search.engine.evaluator_batches import EvaluatorBatches
+from search.engine.evaluator_peers import EvaluatorPeers, counted
 from search.engine.stuck import where_stuck
 from search.records.ranking import REFERENCE_WINDOW, pooled_reference, reference_due
 
@@ -55,7 +58,7 @@ def resolve_device(name: str) -> str:
     return name
 
 
-class Evaluator:
+class Evaluator(EvaluatorPeers, EvaluatorBatches):
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
                  device: str = "auto", threads: int | None = None, name: str = "evaluator_0",
                  compile: bool | CompileOptions = False, max_units: int = MAX_UNITS, reference_every: float = 0.0,
@@ -226,33 +229,6 @@ class Evaluator:
             update["reference_seconds"] = [self._reference[0]] * len(m.step_seconds_samples)
         return m.model_copy(update=update)
 
-    def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
-        """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
-        return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
-
-    def peer_plans(self, peers: Sequence[Peer]) -> list[list[str] | None]:
-        """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none
-        (``env.measure.peers.peer_plan``)."""
-        facts = model_facts(self.workload)
-        plans = [peer_plan(self.workload, p, self.units, facts) for p in peers]
-        return [None if a is None else [x.value for x in a] for a in plans]
-
-    def evaluate_peer(self, peer: Peer, not_fitting: bool = False) -> MeasuredPlan:
-        """Measure a peer as plans are measured (compiled when the run is, or when the peer compiles): the same
-        warm-up, and a peer measured before on CPU lends its peak, as a plan does; ``not_fitting``: as
-        ``evaluate`` takes it."""
-        if not_fitting:
-            return self._labelled(self._killed(self.workload, peer.digest, [], peer.digest), is_reference=False)
-        self._refresh_reference()
-        self.n_measured += 1
-        known = self._peers.get(peer.name)
-        with counted(self.busy, "plans"), model_errors(f"the measurement of peer {peer.name}"):
-            m = measure_peer(self.workload, peer, repeats=self.repeats,
-                             warmup=warmup_before_timing(self.workload, known, self.compile), compile=self.compile,
-                             measurement_id=f"{self._id_prefix}:{self.n_measured}", known=known)
-        self._peers[peer.name] = known.merged(m) if known is not None else m
-        return self._labelled(m, is_reference=False)
-
     def evaluate_whole_model(self, actions: Sequence[str], source: str, not_fitting: bool = False) -> MeasuredPlan:
         """Measure a plan with the plan applied and then the whole model compiled (``--compile-scope both``'s
         pass over the frontier), as a user who calls ``torch.compile(model)`` runs it: a compile of its own,
@@ -277,48 +253,10 @@ class Evaluator:
         plan = plan_for(w.model, self.units, [Action(a) for a in actions])
         return batch_point(batch_size, measure(w, plan, self.units, repeats=self.repeats))
 
-    # -- other micro-batches (the throughput search): kept apart from the cache and the journal, which hold
-    # the run's plans at the workload's own batch
-    def batch_facts(self, batch_dim: int | None) -> dict[str, Any]:
-        """The workload's own micro-batch and how it changes (``env.measure.micro_batch.AtMicroBatch.facts``)."""
-        return self.at_batch.facts(batch_dim)
-
-    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
-                   source: str = "", known: MeasuredPlan | None = None,
-                   stop_above: int | None = None, not_fitting: bool = False) -> dict[str, Any]:
-        """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
-        ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
-        ``stop_above`` as ``AtMicroBatch.measure`` takes them, ``not_fitting`` as ``evaluate`` does."""
-        self.n_measured += 1
-        with model_errors(f"a measurement at micro-batch {micro_batch}"):
-            if not_fitting:
-                m = self.at_batch.not_fitting(item, micro_batch, batch_dim, source,
-                                              f"{self._id_prefix}:{self.n_measured}")
-            else:
-                m = self.at_batch.measure(item, micro_batch, batch_dim, source,
-                                          f"{self._id_prefix}:{self.n_measured}", known, stop_above)
-        return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
-
-    def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any] | None:
-        """The profile at ``micro_batch`` (``AtMicroBatch.profile``), as JSON; None where it ran out of memory."""
-        with model_errors(f"the profile at micro-batch {micro_batch}"):
-            got = self.at_batch.profile(micro_batch, batch_dim)
-        return None if got is None else got.model_dump(mode="json")
-
     def drain(self) -> list[MeasuredPlan]:
         """Every measurement since the last drain (the store skips those it already has)."""
         out, self.journal = self.journal, []
         return out
-
-
-@contextlib.contextmanager
-def counted(busy: dict[str, float], kind: str) -> Iterator[None]:
-    """The seconds of what runs inside, and one more measurement, counted in ``busy`` as ``kind`` (plans or
-    references; ``Evaluator.seconds``)."""
-    start = time.perf_counter()
-    yield
-    busy[kind] += time.perf_counter() - start
-    busy[f"{kind[:-1]}_measurements"] += 1
 
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:

@@ -13,57 +13,27 @@
   another micro-batch) and hands jobs to the others until that call is done, not queued behind it.
 - Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
   queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
-  what happened, for the report.
+  what happened, for the report (``search.engine.evaluator_restarts.EvaluatorRestarts``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-import time
-from collections import deque
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
-from env.data.plan import action_summary
 from env.data.types import PlanSource
 from env.measure.compiled import CompileOptions
 from search.engine import ray_session
-from search.engine.deadlines import PROCESS_START, SAY_AFTER, WARM_UP_STEPS, Deadlines, ask_where, where_call
+from search.engine.deadlines import PROCESS_START, WARM_UP_STEPS, Deadlines, ask_where, where_call
 from search.engine.evaluator import ray_evaluator, resolve_device
+from search.engine.evaluator_restarts import EvaluatorRestarts, EvaluatorSlot, describe_job
 from search.engine.fsdp.group import group_count, group_nodes, ray_fsdp_group
 from search.records.config import SearchConfig
 
 Job = tuple[Sequence[str], PlanSource, bool]  # (action names, source, again)
-
-
-@dataclass
-class EvaluatorSlot:
-    name: str
-    gpu: bool
-    handle: Any = None
-    info: dict[str, Any] | None = None
-    restarts: int = 0
-    alive: bool = True
-    aside: Any = None  # a long call of its own (``EvaluatorPool.first_aside``): no job goes to it until it is done
-    aside_what: str = ""  # that call, in words
-    aside_died: Any = None  # that call, where the Evaluator's process died in it (``EvaluatorPool.aside_result``)
-    gone: Exception | None = None  # found dead between jobs: restarted before the next (``EvaluatorPool._gather``)
-
-
-KILLS_NOT_FITTING = 2  # Evaluators a configuration killed (their processes) before it is recorded as not fitting
-
-
-def describe_job(job: Any) -> str:
-    """A job in words for the run's events: a plan (action names and who proposed it), a ``BatchJob`` at its
-    micro-batch, a peer."""
-    item, micro_batch = getattr(job, "item", job), getattr(job, "micro_batch", None)
-    if isinstance(item, tuple) and item and isinstance(item[0], (list, tuple)):  # (action names, source, ...)
-        item = item[0]
-    name = f"peer {item.name}" if hasattr(item, "name") else f"plan ({action_summary(item)})"
-    return name + (f" at micro-batch {micro_batch}" if micro_batch is not None else "")
 
 
 def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
@@ -108,7 +78,7 @@ def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
     return cfg.evaluators, False
 
 
-class EvaluatorPool:
+class EvaluatorPool(EvaluatorRestarts):
     def __init__(self, cfg: SearchConfig, stop_if_asked: Callable[[], None] = lambda: None) -> None:
         """``stop_if_asked``: called between waits, raises where the run was told to stop (Ctrl-C, SIGTERM)."""
         import ray
@@ -214,17 +184,6 @@ class EvaluatorPool:
         finally:
             slot.aside = None
 
-    def _free_for_jobs(self) -> list[EvaluatorSlot]:
-        """The live Evaluators but one whose call of its own (``first_aside``) is still running; one found dead
-        between jobs (``_gather``) restarted first."""
-        for s in [s for s in self.live if s.gone is not None]:
-            gone, s.gone = s.gone, None
-            self._died(s, gone)
-        for s in self.live:
-            if s.aside is not None and self.ray.wait([s.aside], timeout=0)[0]:
-                self._aside_ended(s)
-        return [s for s in self.live if s.aside is None] or self.live
-
     @property
     def on_gpus(self) -> bool:
         return bool(self.slots) and all(s.gpu for s in self.slots)
@@ -260,89 +219,6 @@ class EvaluatorPool:
         order. ``not_fitting`` True asks for the job's record as not fitting, measured by no step (``_dispatch``);
         ``deadline(job)``: its seconds (a measurement's by default)."""
         return self._dispatch(jobs, call, on_result, deadline)
-
-    def _dispatch(self, jobs: Sequence[Any], call: Callable[[Any, Any, bool], Any],
-                  on_result: Callable[[MeasuredPlan], MeasuredPlan],
-                  deadline: Callable[[Any], float] | None = None) -> list[MeasuredPlan]:
-        """Jobs to free Evaluators; an Evaluator whose process dies on a job (the kernel's out-of-memory killer)
-        is restarted and the job goes back on the queue; a job that killed ``KILLS_NOT_FITTING`` Evaluators is
-        recorded as not fitting instead (``call`` with ``not_fitting``)."""
-        queue: deque[int] = deque(range(len(jobs)))
-        running: dict[Any, tuple[EvaluatorSlot, int]] = {}
-        out: dict[int, MeasuredPlan] = {}
-        kills: dict[int, int] = {}
-        started: dict[Any, float] = {}
-        deadline = deadline or self.measurement_seconds
-        while queue or running:
-            self.deadlines.stop_if_asked()
-            free = self._free_for_jobs()
-            for slot in free:
-                if queue and all(s is not slot for s, _ in running.values()):
-                    k = queue.popleft()
-                    ref = call(slot.handle, jobs[k], kills.get(k, 0) >= KILLS_NOT_FITTING)
-                    running[ref], started[ref] = (slot, k), time.monotonic()
-            if not running:
-                raise CkptSearchError("every Evaluator died; see the events in the run's report and start it again "
-                                      "with --resume")
-            aside = [s.aside for s in self.live if s not in free]  # their calls' ends wake the loop too
-            done, _ = self.ray.wait(list(running) + aside, num_returns=1, timeout=SAY_AFTER)
-            if not done:
-                self._overdue(running, started, jobs, deadline)
-                continue
-            if done[0] not in running:
-                continue  # an Evaluator's call of its own ended: it takes jobs from here on
-            slot, k = running.pop(done[0])
-            try:
-                out[k] = on_result(ray_session.get(done[0]))
-            except ray_session.actor_gone() as e:
-                kills[k] = kills.get(k, 0) + 1
-                if self.cfg.fsdp and kills[k] >= KILLS_NOT_FITTING:  # a group holds no workload to make the record
-                    raise CkptSearchError(
-                        f"the measurement of {describe_job(jobs[k])} killed an FSDP group's ranks twice "
-                        f"({ray_session.death_cause(e, limit=160)}); under --fsdp a configuration that kills its "
-                        "ranks is not recorded as not fitting: lower the batch size, or measure it without --fsdp"
-                    ) from None
-                self._died(slot, e, on=f"the measurement of {describe_job(jobs[k])}", kills=kills[k])
-                queue.appendleft(k)  # measured by whichever Evaluator is free next, or recorded as not fitting
-        return [out[k] for k in range(len(jobs))]
-
-    def _overdue(self, running: dict[Any, tuple[EvaluatorSlot, int]], started: dict[Any, float],
-                 jobs: Sequence[Any], deadline: Callable[[Any], float]) -> None:
-        """Of the calls running, one waited on for long said on stderr (once), one past its deadline ended in
-        ``DeadlineError`` (``search.engine.deadlines``)."""
-        for ref, (slot, k) in running.items():
-            seconds, spent = deadline(jobs[k]), time.monotonic() - started[ref]
-            stage = f"{slot.name}: the measurement of {describe_job(jobs[k])}"
-            if spent > seconds:
-                raise self.deadlines.passed(stage, seconds, (lambda h=slot.handle: ask_where(self.ray, h))
-                                            if not self.cfg.fsdp else None)
-            self.deadlines.say(stage, spent, seconds)
-
-    def _aside_ended(self, slot: EvaluatorSlot) -> None:
-        """A slot's call of its own (``first_aside``) ended: it takes jobs from now on; where its process died in
-        the call, restarted first (``aside_result`` then answers None)."""
-        ref, slot.aside = slot.aside, None
-        try:
-            self.ray.get(ref, timeout=0)
-        except ray_session.actor_gone() as e:
-            slot.aside_died = ref
-            self._died(slot, e, on=slot.aside_what)
-        except Exception:  # noqa: BLE001 - the call's own error: ``aside_result`` raises it
-            pass
-
-    def aside_result(self, ref: Any, seconds: float) -> Any:
-        """The result of ``first_aside``'s call within ``seconds``, or None where the Evaluator's process died in
-        it (restarted, the event recorded)."""
-        slot = next((s for s in self.slots if s.aside_died is ref), None)
-        if slot is not None:
-            slot.aside_died = None
-            return None
-        try:
-            return self.get(ref, seconds, f"{self.live[0].name}: {self.live[0].aside_what}", self.live[0])
-        except ray_session.actor_gone() as e:
-            slot = self.live[0]
-            self._died(slot, e, on=slot.aside_what)
-            return None
 
     def measure_async(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> threading.Thread:
         """``measure`` in a thread, for agents training meanwhile on other cores (GPU Evaluators)."""
@@ -383,38 +259,3 @@ class EvaluatorPool:
         """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
         return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]
 
-    def _gather(self, refs: list[Any]) -> list[Any]:
-        """Each live Evaluator's answer to a short call (``drain``, ``seconds``), also while a stopped run drains
-        them; one that died meanwhile answers nothing and is restarted before it gets a job (``_free_for_jobs``)."""
-        out = []
-        for slot, ref in zip(list(self.live), refs):
-            try:
-                out.append(self.get(ref, self.measurement_seconds(), f"{slot.name}'s answer", slot, stoppable=False))
-            except ray_session.actor_gone() as e:
-                slot.gone = e
-        return out
-
-    def _event(self, text: str) -> None:
-        self.events.append(text)
-        if self.on_event is not None:
-            self.on_event(text)
-
-    def _died(self, slot: EvaluatorSlot, error: Exception, on: str = "", kills: int = 0) -> None:
-        """An Evaluator's process died: restarted, and the event kept for the store and the report. One that
-        died measuring ``on`` (its ``kills``-th death on it) is always restarted: the configuration is recorded
-        as not fitting after its second, so these deaths are bounded; one that died otherwise is restarted once
-        and left out after a second death."""
-        slot.restarts += 1
-        what = ray_session.death_cause(error, limit=160)
-        if on:
-            then = ("; the configuration is recorded as not fitting, as an out-of-memory kill"
-                    if kills >= KILLS_NOT_FITTING else "; the configuration is measured again" if kills else "")
-            self._event(f"{slot.name} died in {on} ({what}); restarted{then}")
-        elif slot.restarts <= 1:
-            self._event(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
-        else:
-            self._event(f"{slot.name} died again ({what}); the run went on without it")
-            slot.alive = False
-            return
-        self._start(slot)
-        self._warm_up([slot])

@@ -4,7 +4,7 @@ It owns the run's ``ParetoArchive`` (what the driver reasons with), the ``RunSto
 survives the process) and the ``PlanCodec`` (plan forms), and keeps them in step: a proposal
 goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, never twice) and
 the archive gets the merged record back. The driver decides what to do; the ledger only
-records and answers.
+records and answers; the peers' records are kept by ``search.engine.peer_records.PeerRecords``.
 
 The store keeps every sample as measured; the archive keeps each record as the search ranks it
 (``search.records.ranking.Ranking``): paired with the reference plan measured beside it, in the baseline's
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
 
 from env.cost.correction import MeasuredCorrection
 from env.cost.cost_model import CostModel
@@ -27,8 +27,8 @@ from env.data.plan import Action
 from env.data.plan_check import PlanCheck
 from env.data.types import Indices, PlanSource, SourceKind
 from search.engine.archive import Kinds, ParetoArchive, hypervolume_of
+from search.engine.peer_records import PeerRecords
 from search.records import meta
-from search.records.config import measured_scope
 from search.records.ranking import Ranking, decided_from
 from search.records.store import RunStore
 
@@ -47,7 +47,7 @@ class SearchSetup:
 
 
 @dataclass
-class Ledger:
+class Ledger(PeerRecords):
     setup: SearchSetup
     store: RunStore
     archive: ParetoArchive = field(default_factory=ParetoArchive)
@@ -163,53 +163,6 @@ class Ledger:
         with self.lock:
             self.events.append(event)
             self.store.write(meta.EVENTS, self.events)
-
-    def record_peer(self, name: str, m: MeasuredPlan, note: str = "", spec: dict[str, Any] | None = None,
-                    label: str = "") -> MeasuredPlan:
-        """A peer's measurement: kept beside the plans (store meta ``peers``), never on their frontier. ``spec``:
-        the peer as JSON (``env.measure.peers.Peer``), kept so that the passes can measure it again."""
-        with self.lock:
-            peers = self.store.read(meta.PEERS)
-            old = peers.get(name)
-            merged = old["record"].merged(m) if old is not None else m
-            entry: meta.PeerEntry = {**(old or {}), "record": merged, "note": note}  # type: ignore[typeddict-item]
-            if spec is not None:
-                entry.update(spec=spec, label=label)
-            peers[name] = entry
-            self.store.write(meta.PEERS, peers)
-        return merged
-
-    def record_peer_plan(self, name: str, digest: str, note: str = "", label: str = "") -> None:
-        """A peer that is a plan of ours (measured as that plan, ``digest``): kept beside the plans with that
-        plan's record as the store has it now (``refresh_peer_plans`` brings it up to date)."""
-        with self.lock:
-            peers = self.store.read(meta.PEERS)
-            peers[name] = {"record": self.archive.measured[digest], "note": note, "plan": digest, "label": label}
-            self.store.write(meta.PEERS, peers)
-
-    def refresh_peer_plans(self) -> None:
-        """Each peer that is a plan of ours given its plan's record as the store has it now (every measurement)."""
-        with self.lock:
-            peers = self.store.read(meta.PEERS)
-            for entry in peers.values():
-                row = self.store.get(entry["plan"]) if entry.get("plan") else None
-                if row is not None and row.measurement is not None:
-                    entry["record"] = row.measurement
-            self.store.write(meta.PEERS, peers)
-
-    def peers(self) -> dict[str, MeasuredPlan]:
-        """Each measured peer's record as the search ranks it; a peer that is a plan of ours: that plan's."""
-        compiled = measured_scope(self.store.read(meta.CONFIG)) is not None  # compiled peers: the whole model each
-        out = {}
-        for k, v in self.store.read(meta.PEERS).items():
-            plan = v.get("plan")
-            out[k] = (self.archive.measured[plan] if plan in self.archive.measured
-                      else self._rank(v["record"], floor=not compiled))
-        return out
-
-    def peer_plans(self) -> dict[str, str | None]:
-        """Each measured peer's plan of ours (its digest), None where it is measured as itself."""
-        return {k: v.get("plan") for k, v in self.store.read(meta.PEERS).items()}
 
     def record_whole_model(self, m: MeasuredPlan) -> MeasuredPlan:
         """A plan's measurement with the whole model compiled (store meta ``whole_model``, by the plan's
