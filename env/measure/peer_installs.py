@@ -78,15 +78,20 @@ def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _children_of(workload: Workload, peer: Peer, name: str) -> list[nn.Module]:
+    """The children of the module ``name`` a peer wraps; one line where the workload has no such module."""
+    try:
+        container = workload.model.get_submodule(name)
+    except AttributeError:
+        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{name}'; "
+                            "list the peers of this workload with env.measure.peers.peers_for") from None
+    return list(container.children())
+
+
 @contextlib.contextmanager
 def checkpoint_sequential_blocks(workload: Workload, peer: Peer) -> Iterator[None]:
     chain, k = str(peer.params["chain"]), int(peer.params["segments"])
-    try:
-        container = workload.model.get_submodule(chain)
-    except AttributeError:
-        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{chain}'; "
-                            "list the peers of this workload with env.measure.peers.peers_for") from None
-    children = list(container.children())
+    children = _children_of(workload, peer, chain)
     if not 1 <= k <= len(children):
         raise WorkloadError(f"peer '{peer.name}': segments={k} must be between 1 and the chain's {len(children)} blocks")
     taken = [i for i, c in enumerate(children) if "forward" in c.__dict__]
@@ -113,13 +118,7 @@ def checkpoint_sequential_blocks(workload: Workload, peer: Peer) -> Iterator[Non
 def _blocks_of(workload: Workload, peer: Peer) -> list[nn.Module]:
     """The blocks a torchtitan peer wraps: the children of its ``blocks`` container (transformers' checkpointing
     layers among them, on a transformers model)."""
-    name = str(peer.params["blocks"])
-    try:
-        container = workload.model.get_submodule(name)
-    except AttributeError:
-        raise WorkloadError(f"peer '{peer.name}': workload '{workload.spec}' has no module '{name}'; "
-                            "list the peers of this workload with env.measure.peers.peers_for") from None
-    children = list(container.children())
+    children = _children_of(workload, peer, str(peer.params["blocks"]))
     layers = [c for c in children if is_hf_checkpointing_layer(c)]
     return layers or children
 
