@@ -235,7 +235,7 @@ def _frontier_from_evaluations(evaluations: pd.DataFrame, tolerance: float, nois
 
 
 def _frontier(run_dir: Path, units: list[str], evaluations: pd.DataFrame, tolerance: float,
-              noise: float) -> tuple[pd.DataFrame, str, float, float, list[str]]:
+              noise: float) -> tuple[pd.DataFrame, str, float, float, list[str], dict[str, PeerVerdict]]:
     """(frontier, its source, memory tolerance, timing noise, notes): ``frontier.json``'s points and the rule
     it was written with; without the file, or where it is damaged, the same rule over the store's evaluations."""
     if (run_dir / FRONTIER_NAME).is_file():
@@ -247,18 +247,16 @@ def _frontier(run_dir: Path, units: list[str], evaluations: pd.DataFrame, tolera
         else:
             rule = ff.readable or {}
             return (_frontier_from_file(ff, units), "frontier.json",
-                    float(rule.get("memory_tolerance_bytes", tolerance)), float(rule.get("timing_noise", noise)), [])
+                    float(rule.get("memory_tolerance_bytes", tolerance)), float(rule.get("timing_noise", noise)), [],
+                    _peer_verdicts(ff))
     else:
         note = f"no {FRONTIER_NAME} yet: the frontier shown is computed from the measured evaluations"
-    return _frontier_from_evaluations(evaluations, tolerance, noise), "evaluations", tolerance, noise, [note]
+    return _frontier_from_evaluations(evaluations, tolerance, noise), "evaluations", tolerance, noise, [note], {}
 
 
-def _peer_verdicts(run_dir: Path) -> dict[str, PeerVerdict]:
-    """The peers' verdicts ``frontier.json`` holds (none where it is missing, damaged or older than them)."""
-    try:
-        return {v.peer: v for v in load_frontier(run_dir).peers} if (run_dir / FRONTIER_NAME).is_file() else {}
-    except FrontierError:
-        return {}
+def _peer_verdicts(ff: FrontierFile) -> dict[str, PeerVerdict]:
+    """The peers' verdicts a frontier file holds, by peer (none in a file older than them)."""
+    return {v.peer: v for v in ff.peers}
 
 
 def _baseline(profile: ModelProfile | None, evaluations: pd.DataFrame,
@@ -310,7 +308,8 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
     records = [rank(m) for m in store.measured() if not m.oom]
     base = store.baseline()
     tolerance = MEMORY_TOLERANCE * (base.activation_bytes if base is not None else 0)
-    frontier, source, tolerance, noise, notes = _frontier(run_dir, units, evaluations, tolerance, timing_noise(records))
+    frontier, source, tolerance, noise, notes, verdicts = _frontier(run_dir, units, evaluations, tolerance,
+                                                                   timing_noise(records))
     evaluations["on_frontier"] = evaluations.digest.isin(set(frontier.digest)) & evaluations.measured
     evaluations["dominated"] = ~evaluations.on_frontier
     if not frontier.empty:
@@ -339,7 +338,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         refused={d: c.line() for d, c in store.read(meta.GATE).items() if not c.passed},
         baseline_digest=store.read(meta.BASELINE_DIGEST) or "",
         device=base.device if base is not None else (profile.device if profile else ""),
-        peer_verdicts=_peer_verdicts(run_dir),
+        peer_verdicts=verdicts,
     )
 
 

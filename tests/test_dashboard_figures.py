@@ -206,7 +206,7 @@ def test_a_peer_reads_the_verdict_the_search_wrote(run: RunData, tmp_path) -> No
     v = PeerVerdict(peer=name, measured=Timed(**timed), verdict="within noise", ratio=1.01, noise=0.04,
                     ours=OurPlan(**timed, digest=str(ours.digest), actions=list(ours.actions), plan="recompute 2"))
     write_frontier(tmp_path, load_frontier(run.path).model_copy(update={"peers": [v]}))
-    assert _peer_verdicts(tmp_path) == {name: v}
+    assert _peer_verdicts(load_frontier(tmp_path)) == {name: v}
     table = comparison.comparison_table(dataclasses.replace(run, peer_verdicts={name: v}), None)
     status = table.loc[(table.kind == "peer") & (table.name == name), "status"].iloc[0]
     assert status == f"peer · against recompute 2 ({ours.digest}), side by side: within noise (±4%)"
