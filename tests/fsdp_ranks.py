@@ -59,8 +59,28 @@ def rank_checks(rank: int, ranks: int, port: int, out: str) -> None:
     result["profile"] = profile(w, units, repeats=1).model_dump(mode="json")
     result["peaks"] = {a: [measure(w, plan_for(w.model, units, [a] * len(units)), units, repeats=1).peak_bytes
                            for _ in range(2)] for a in UNIFORM}
+    result["gate"] = _gate_checks()
     torch.save(result, f"{out}.{rank}")
     leave_group()
+
+
+def _gate_checks() -> dict[str, dict]:
+    """The correctness gate on sharded models, as an FSDP group runs it (``FsdpRank.check``): every uniform plan of
+    gpt/tiny, and recompute-everything on the model whose ``blocks.1`` draws numpy noise."""
+    from env.measure.fsdp import shard_workload
+    from env.measure.gate import agreed_error, check_plan
+    from env.runtime.apply import plan_for
+    from env.units.find import find_units
+    from env.workloads.workload import load_workload
+
+    checks = {}
+    for spec, actions in [("gpt/tiny", a) for a in UNIFORM[1:]] + [("tests/broken_models.py:numpy_noise", "recompute")]:
+        w = load_workload(spec, seed=0)
+        units = find_units(w.model)
+        w = shard_workload(w, units)
+        plan = plan_for(w.model, units, [actions] * len(units))
+        checks[f"{spec} {actions}"] = check_plan(w, plan, units, seed=STEP_SEED, error_of=agreed_error).model_dump()
+    return checks
 
 
 def _chain_refusal(how: str) -> str:

@@ -137,6 +137,19 @@ def test_a_chained_plan_under_fsdp2_is_refused_in_one_line_applied_before_or_aft
             assert "sharded with FSDP2" in line and "recompute these units one by one" in line and "\n" not in line
 
 
+@pytest.mark.slow
+def test_the_gate_under_fsdp2_passes_sound_plans_and_names_a_broken_unit_alike_on_every_rank(two_ranks):
+    """Each rank checks on its shard, with the gradients gathered whole and the error agreed: the same verdicts."""
+    first, second = (rank["gate"] for rank in two_ranks)
+    assert first == second
+    for case, check in first.items():
+        if "numpy_noise" in case:
+            assert not check["passed"] and check["culprits"] == ["blocks.1"], check
+            assert any("numpy" in cause for cause in check["causes"]), check
+        else:
+            assert check["passed"] and check["error"] <= check["tolerance"], (case, check)
+
+
 def test_a_search_under_fsdp_does_not_search_chain():
     from search.records.config import parse_config
 
@@ -248,6 +261,9 @@ def test_a_two_rank_search_measures_per_rank_peaks_below_one_device(killed_run):
         assert s.read(meta.PROFILE).baseline.clock == "thread-cpu, slowest of 2 ranks"
         rules = [s.get(d).measurement for d in s.read(meta.RULES).values()]
     assert all(m.clock == front["clock"] for m in _every_measurement_once(run / "store.sqlite"))
+    # the correctness gate checked every plan shown, under FSDP, on the sharded step
+    assert all(p["checked"] and p["gradient_error"] is not None for p in front["points"]), front["points"]
+    assert "plans shown were checked on the workload" in report
     assert load_run(run).fsdp_ranks == 2  # what the dashboard shows of the run
     by_peak = sorted(rules, key=lambda m: m.peak_bytes)
     assert by_peak[0].peak_bytes < by_peak[-1].peak_bytes  # plans save memory per rank too

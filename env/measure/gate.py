@@ -17,7 +17,7 @@ and OLMo-core#828 are the failures this exists for (random numbers recomputed af
 from __future__ import annotations
 
 import random
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -37,22 +37,34 @@ def gate_step(workload: Workload, seed: int, plan: Plan | None = None, units: Se
 
 
 def check_plan(workload: Workload, plan: Plan, units: Sequence[str], precision: str | None = None, seed: int = 0,
-               reference: Step | None = None) -> PlanCheck:
+               reference: Step | None = None, error_of: Callable[[Step, Step], float] = step_error) -> PlanCheck:
     """The gate's verdict on ``plan`` (see the module docstring); model state as before. ``reference``: the
-    unplanned step from ``seed`` (``gate_step``), where the caller checks several plans on one workload."""
+    unplanned step from ``seed`` (``gate_step``), where the caller checks several plans on one workload.
+    ``error_of``: how far one step lies from another; an FSDP rank passes one that agrees across its group
+    (``agreed_error``), so that every rank takes the same steps after a verdict."""
     tolerance = gate_tolerance(precision if precision is not None else workload.precision)
     reference = gate_step(workload, seed) if reference is None else reference
-    error = step_error(gate_step(workload, seed, plan, units), reference)
+    error = error_of(gate_step(workload, seed, plan, units), reference)
     if error <= tolerance:
         return PlanCheck(digest=plan.digest, passed=True, error=error, tolerance=tolerance)
-    named = culprits(workload, plan, units, seed, reference, tolerance)
+    named = culprits(workload, plan, units, seed, reference, tolerance, error_of)
     causes = likely_causes(workload, named[0]) if named else []
     return PlanCheck(digest=plan.digest, passed=False, error=error, tolerance=tolerance, culprits=named,
                      causes=causes)
 
 
+def agreed_error(a: Step, b: Step) -> float:
+    """``step_error`` agreed across an FSDP group: the largest of its ranks' (whose losses may differ; their
+    gathered gradients do not), by a collective every rank of the group makes."""
+    import torch.distributed as dist
+
+    error = torch.tensor([step_error(a, b)], dtype=torch.float64, device=a[0].device)  # NCCL: on the rank's GPU
+    dist.all_reduce(error, op=dist.ReduceOp.MAX)
+    return float(error.item())
+
+
 def culprits(workload: Workload, plan: Plan, units: Sequence[str], seed: int, reference: Step,
-             tolerance: float) -> list[str]:
+             tolerance: float, error_of: Callable[[Step, Step], float] = step_error) -> list[str]:
     """The units whose action alone, every other unit kept, changes the step beyond ``tolerance``, in execution
     order; empty where none does alone (one step each). A chain region is tried as one; where it changes the step,
     each of its units is tried alone as ``recompute``, and all of them are named where none does alone."""
@@ -65,7 +77,7 @@ def culprits(workload: Workload, plan: Plan, units: Sequence[str], seed: int, re
         one = [Action.KEEP] * len(units)
         one[start:stop] = part
         single = Plan.from_list(units, one, plan.fingerprint)
-        return step_error(gate_step(workload, seed, single, units), reference) > tolerance
+        return error_of(gate_step(workload, seed, single, units), reference) > tolerance
 
     found: list[str] = []
     for start, stop in sorted(alone):

@@ -103,8 +103,15 @@ def training_step(workload: Workload, seed: int, plan: Plan | None = None, units
         with apply_actions(workload.model, plan, units) if plan is not None else contextlib.nullcontext():
             loss = (dataclasses.replace(workload, model=model) if model is not None else workload).loss()
             loss.backward()
-        grads = [None if p.grad is None else p.grad.detach().clone() for p in workload.model.parameters()]
+        grads = [None if p.grad is None else _whole(p.grad) for p in workload.model.parameters()]
     return loss.detach(), grads
+
+
+def _whole(grad: torch.Tensor) -> torch.Tensor:
+    """A copy of ``grad``; under FSDP2 (a ``DTensor``) the whole gradient, gathered from every rank: a collective
+    that every rank makes in the same parameter order, so that each compares the same tensors."""
+    full = getattr(grad, "full_tensor", None)
+    return full().detach() if full is not None else grad.detach().clone()
 
 
 def same_step(a: Step, b: Step) -> bool:

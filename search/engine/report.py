@@ -157,7 +157,7 @@ def gate_summary(points: list[FrontierPoint], refused: list[PlanCheck], ledger: 
 def gate_markdown(gate: dict[str, Any]) -> list[str]:
     """The report's correctness-gate section: every plan shown checked, and each plan refused with its units."""
     if not gate["checked"]:
-        return ["## Correctness gate", "", "The plans shown were not checked (an interrupted run, or FSDP)."]
+        return ["## Correctness gate", "", "The plans shown were not checked (an interrupted run)."]
     largest = gate["largest_error"]
     lines = ["## Correctness gate", "",
              f"{gate['checked']} of the {gate['shown']} plans shown were checked on the workload: one training step "

@@ -82,6 +82,11 @@ class FsdpGroup(Evaluator):
         """Every rank steps until its step time settles; the group took as many steps as its slowest rank."""
         return {"evaluator": self.label, "steps": max(self._on_ranks(lambda h: h.warm_up.remote()))}
 
+    def check(self, plans: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+        """The correctness gate under FSDP: every rank checks each plan on its part of the sharded step, with the
+        gradients gathered whole and the error agreed across the group (``FsdpRank.check``); rank 0's verdicts."""
+        return self._on_ranks(lambda h: h.check.remote([list(p) for p in plans], self.seed))[0]
+
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
         return []
 

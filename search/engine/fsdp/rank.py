@@ -18,6 +18,7 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, action_summary, fingerprint
 from env.measure.fsdp import free_port, join_group, shard_workload, sharded_modules
+from env.measure.gate import agreed_error, check_plan, gate_step
 from env.measure.measurement import measure, warm_up
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
@@ -69,6 +70,15 @@ class FsdpRank:
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(actions)})"):
             return measure(self.workload, plan, self.units, repeats=repeats, warmup=2, source=source,
                            measurement_id=measurement_id)
+
+    def check(self, plans: Sequence[Sequence[str]], seed: int) -> list[dict[str, Any]]:
+        """The correctness gate on this rank's part of the sharded step (``env.measure.gate.check_plan``): the
+        gradients gathered whole, the error agreed across the group, so every rank answers the same verdicts."""
+        with model_errors("the correctness gate (a training step with each shown plan against one without)"):
+            reference = gate_step(self.workload, seed)
+            return [check_plan(self.workload, plan_for(self.workload.model, self.units, [Action(a) for a in p]),
+                               self.units, self.workload.precision, seed=seed, reference=reference,
+                               error_of=agreed_error).model_dump(mode="json") for p in plans]
 
     def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int) -> MeasuredPlan:
         """A plan at another batch size, on a second sharded copy of the workload built at that size."""

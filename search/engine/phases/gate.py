@@ -7,7 +7,8 @@ gradient compared (``env.measure.gate``), on the first Evaluator. A plan that fa
 plan shown passed; the units a failure names are kept by every plan proposed after it (``Ledger.propose``).
 Before that, right after the rules are measured, the rules that recompute every unit are checked
 (``gate_rules``): a broken unit is then condemned before the exact solver's and the agents' plans are proposed.
-Store meta ``gate``: each verdict. Runs measured under FSDP are not checked (the gate runs one device's step).
+Store meta ``gate``: each verdict. Under FSDP the group checks on its sharded step, every rank at once
+(``FsdpGroup.check``).
 """
 
 from __future__ import annotations
@@ -46,9 +47,9 @@ def gate_shown(ctx: RunContext) -> list[PlanCheck]:
 
 
 def check_plans(ctx: RunContext, plans: list[MeasuredPlan]) -> list[PlanCheck]:
-    """The gate's verdict on each plan, from the first Evaluator, recorded in the ledger (nothing under FSDP)."""
+    """The gate's verdict on each plan, from the first Evaluator (or FSDP group), recorded in the ledger."""
     ledger = ctx.ledger
-    if not plans or ledger.store.read(meta.FSDP):
+    if not plans:
         return []
     answers = ray_session.get(ctx.measurer.pool.first.check.remote([list(r.actions) for r in plans]))
     checks = [PlanCheck.model_validate(a) for a in answers]
