@@ -99,6 +99,10 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
     report = (run_dir / "report.md").read_text()
     assert "## Throughput under memory caps" in report and "### Cap 1.2 MiB" in report and "**ours**" in report
     assert "Measured by 2 Evaluators side by side" in report and "Best measured by who proposed it" in report
+    with RunStore(run_dir, readonly=True) as store:  # every answer checked by the correctness gate before it was chosen
+        checks = store.read(meta.GATE)
+    assert all(checks[r.answer.digest].passed for r in curve.caps)
+    assert f"{len({r.answer.digest for r in curve.caps})} plans answering a memory cap were checked" in report
     assert json.loads((run_dir / "report.json").read_text())["throughput"]["caps"]
 
 

@@ -136,18 +136,25 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
         "paired": base.has_references,
         "references": base.n_measurements,
         "throughput": curve.model_dump(mode="json") if curve else None,
-        "gate": gate_summary(points, refused, ledger),
+        "gate": gate_summary(points, refused, ledger, curve, checks),
     }
     (run_dir / "report.json").write_text(json.dumps(report, indent=2))
     (run_dir / "report.md").write_text(to_markdown(report))
     return report
 
 
-def gate_summary(points: list[FrontierPoint], refused: list[PlanCheck], ledger: Ledger) -> dict[str, Any]:
-    """What the correctness gate found: how many shown plans it checked, their largest error, each refused plan."""
+def gate_summary(points: list[FrontierPoint], refused: list[PlanCheck], ledger: Ledger,
+                 curve: ThroughputCurve | None = None, checks: dict[str, PlanCheck] | None = None) -> dict[str, Any]:
+    """What the correctness gate found: how many shown plans it checked, their largest error, each refused plan;
+    with a throughput search, how many of its answers (plans of ours, not peers) it checked and their largest
+    error."""
     errors = [p.gradient_error for p in points if p.checked and p.gradient_error is not None]
     measured = ledger.archive.measured
+    ours = {a.digest for a in curve.answers() if a.plan is not None} if curve is not None else set()
+    answered = [checks[d] for d in ours if checks and d in checks and checks[d].passed]
     return {"shown": len(points), "checked": sum(p.checked for p in points),
+            "answers": len(ours), "answers_checked": len(answered),
+            "answers_largest_error": max((c.error for c in answered), default=None),
             "largest_error": max(errors, default=None), "tolerance": refused[0].tolerance if refused else None,
             "refused": [{**c.model_dump(mode="json"), "line": c.line(),
                          "plan": action_summary(measured[c.digest].actions) if c.digest in measured else c.digest}
@@ -163,6 +170,11 @@ def gate_markdown(gate: dict[str, Any]) -> list[str]:
              f"{gate['checked']} of the {gate['shown']} plans shown were checked on the workload: one training step "
              "with the plan against one without, from the same weights, inputs and RNG state; largest error of the "
              f"loss or a gradient {largest:.2g} (relative to its magnitude)."]
+    if gate.get("answers"):
+        worst = gate["answers_largest_error"]
+        lines += ["", f"{gate['answers_checked']} of the {gate['answers']} plans answering a memory cap were checked "
+                  "the same way, at the workload's own batch" + (f"; largest error {worst:.2g}." if worst is not None
+                                                                  else ".")]
     for r in gate["refused"]:
         lines += ["", f"- plan {r['plan']} ({r['digest']}) {r['line']}. Every plan proposed after keeps "
                   + (", ".join(r["culprits"]) or "its recomputed units") + "."]  # the line names the causes

@@ -20,8 +20,8 @@ one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.th
    time for ``CANDIDATE_ROUNDS`` rounds, and each proposer's first (``measure_candidates``); then the
    finalists (``finalists``: the ``DECIDING`` best measured that fit, rules and probes counted, as they are
    plans too, and any other within ``NEAR`` of the best, up to ``DECIDING_MOST``; with the rules the model
-   prices within ``NEAR`` of the fastest rule at the largest micro-batch each fits) measured again side by
-   side, then the first two on those measured again (the run-off), and the answer is the one of the most
+   prices within ``NEAR`` of the fastest rule at the largest micro-batch each fits), those the correctness
+   gate passes (``passed_gate``), measured again side by side, then the first two on those measured again (the run-off), and the answer is the one of the most
    samples per second on the run-off's measurements whose measured peak fits, or where those cannot tell the
    two apart the one the fit prices faster (``decide``, ``the_faster``);
 5. the quote (``search.engine.throughput.quote``): every cap's answer and peers measured again,
@@ -48,6 +48,7 @@ from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
 from search.engine.phases.context import RunContext
+from search.engine.phases.gate import check_plans
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
                                           no_plan_fits, resolve_caps)
@@ -384,8 +385,21 @@ def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch], model: Th
     return group
 
 
-def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]], model: ThroughputModel) -> dict[int, Answer | None]:
-    """Per cap, its ``finalists`` measured again side by side in ``DECIDING_ROUNDS`` interleaved rounds (each
+def passed_gate(ctx: RunContext, finalists_of: dict[int, list[Answer]]) -> dict[int, list[Answer]]:
+    """Each cap's finalists that the correctness gate passes (``search.engine.phases.gate``): every plan among
+    them that has no verdict yet is checked once, on the workload at its own batch (a plan recomputes the same
+    way at every micro-batch), so that an answer keeps the gradients as every plan of the frontier does. A plan
+    the gate refuses is no cap's answer, and its units are kept by every plan proposed after it."""
+    plans = {m.digest: m for group in finalists_of.values() for _, m in group}
+    known = ctx.ledger.store.read(meta.GATE)
+    check_plans(ctx, [m for digest, m in plans.items() if digest not in known])
+    verdicts = ctx.ledger.store.read(meta.GATE)
+    return {cap: [(b, m) for b, m in group if verdicts[m.digest].passed] for cap, group in finalists_of.items()}
+
+
+def decide(run: ThroughputRun, finalists_of: dict[int, list[Answer]], model: ThroughputModel
+           ) -> dict[int, Answer | None]:
+    """Per cap, its ``finalists`` (``finalists_of``, those the correctness gate passed) measured again side by side in ``DECIDING_ROUNDS`` interleaved rounds (each
     once a round, however many caps name it), then the run-off: the first two on those measurements measured
     again in ``RUNOFF_ROUNDS`` interleaved rounds, and the answer is the one of the most samples per second on
     the run-off's measurements alone, whose measured peak fits. Measured minutes apart, under a load that
@@ -395,7 +409,6 @@ def decide(run: ThroughputRun, peers: dict[int, list[FitSearch]], model: Through
     ``checkpoint_sequential`` with 2 segments at micro-batch 2. The run-off's measurements chose nothing
     before, so they rank the two as a quote would; where they cannot tell the two apart, the fit does
     (``the_faster``)."""
-    finalists_of = {cap: finalists(run, cap, peers.get(cap, []), model) for cap in run.setup.caps}
     got = _measured_again(run, [m for group in finalists_of.values() for m in group], DECIDING_ROUNDS)
     first_two = {cap: sorted(_fitting(run, cap, [(b, got[(m.digest, b)]) for b, m in group]),
                              key=samples_per_second, reverse=True)[:2] for cap, group in finalists_of.items()}
@@ -449,7 +462,9 @@ def search_throughput(ctx: RunContext, run: ThroughputRun) -> None:
         pool, peers = plans_and_peers(ctx, run, model)
     with phase("throughput: candidates"):
         measure_candidates(ctx, run, model, pool)
+    with phase("throughput: correctness gate"):
+        finalists_of = passed_gate(ctx, {cap: finalists(run, cap, peers.get(cap, []), model) for cap in setup.caps})
     with phase("throughput: deciding"):
-        answers = decide(run, peers, model)
+        answers = decide(run, finalists_of, model)
     with phase("throughput: quote"):
         quote_and_curve(ctx, run, model, answers, peers)
