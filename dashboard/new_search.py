@@ -94,6 +94,7 @@ class Options:
     memory_cap: Sequence[float] = ()  # MiB; a throughput search when given
     device: str = "auto"
     evaluators: int = 1
+    precision: str = "32"  # Lightning's names (--precision); "32" is the CLI's default
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,8 @@ def search_command(workload: str, agents: int, timesteps: int, out: str | Path, 
         cmd += ["--device", o.device]
     if o.evaluators != 1:
         cmd += ["--evaluators", str(o.evaluators)]
+    if o.precision != "32":
+        cmd += ["--precision", o.precision]
     parse_config(cmd[3:])  # the CLI's own checks, on the arguments it will get
     return cmd
 

@@ -16,6 +16,7 @@ import streamlit as st
 from dashboard import fmt
 from dashboard.new_search import LaunchPolicy, Options, is_running, search_command, start_search, stop_search
 from env.data.errors import CkptSearchError
+from env.workloads.spec import PRECISIONS
 from search.records.runs import run_id
 
 PENDING_RUN = "pending_run"  # run folder name the sidebar switches to on the next run of the script
@@ -41,11 +42,15 @@ def _form() -> tuple[str, Options]:
     timesteps = int(c[1].number_input("timesteps per agent", min_value=1, value=512))
     evaluators = int(c[2].number_input("CPU evaluators", min_value=1, value=1,
                                        help="plans measured at once on a CPU host (--evaluators)"))
-    c = st.columns(2)
+    c = st.columns(3)
     caps = c[0].text_input("memory caps (MiB, optional)", value="",
                            help="a throughput search: the fastest (plan, micro-batch) under each cap (--memory-cap)")
     device = c[1].selectbox("device", DEVICES, help="where plans are measured (--device; auto: CUDA if present)")
-    return workload, Options(agents, timesteps, tuple(_memory_caps(caps)) if caps.strip() else (), device, evaluators)
+    precision = c[2].selectbox("precision", PRECISIONS, key="precision",
+                               help="the step's precision (--precision, Lightning's names): 32, bf16-mixed (autocast "
+                                    "bf16, fp32 weights), 16-mixed (autocast fp16, a gradient scaler), bf16-true")
+    return workload, Options(agents, timesteps, tuple(_memory_caps(caps)) if caps.strip() else (), device, evaluators,
+                             precision)
 
 
 def new_search_page(runs_root: Path, policy: LaunchPolicy) -> None:

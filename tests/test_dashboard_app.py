@@ -215,10 +215,17 @@ def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.Mo
             start_search(bad, 1, 1, tmp_path)
     with pytest.raises(CkptSearchError, match="--memory-cap -5"):  # the CLI's own parse_config on the arguments
         search_command("gpt/tiny", 1, 1, tmp_path, "r2", Options(1, 1, memory_cap=(-5.0,)))
+    bf16 = search_command("gpt/tiny", 1, 1, tmp_path, "r3", Options(1, 1, precision="bf16-mixed"))
+    assert bf16[bf16.index("--precision") + 1] == "bf16-mixed" and "--precision" not in cmd
     assert not any(tmp_path.iterdir())  # nothing started, no folder made
     at = _app(tmp_path, monkeypatch)
-    at.text_input[0].set_value("gpt/huge")
-    at.button[0].click().run()
+    at.selectbox(key="precision").set_value("bf16-mixed").run()  # the form's precision reaches the command shown
+    assert "--precision bf16-mixed" in at.code[0].value
+    at.text_input[0].set_value("gpt/tiny?precision=16-mixed").run()  # the flag given over the spec wins, as in the CLI
+    shown = at.code[0].value
+    assert not at.error and "precision=16-mixed' --agents" in shown and "--precision bf16-mixed" in shown
+    at.selectbox(key="precision").set_value("32")
+    at.text_input[0].set_value("gpt/huge").run()
     _no_exception(at)
     assert "unknown preset 'huge'" in at.error[0].value
 

@@ -41,6 +41,19 @@ def test_a_bad_precision_is_refused_in_one_line():
         SearchConfig(workload="gpt/tiny?matmul_precision=medium").validate()
 
 
+def test_the_checks_before_launch_take_a_spec_that_names_its_precision():
+    """``python -m search.run --precision bf16-mixed`` folds the flag into the spec, which the checks made before Ray
+    starts (``check_workload``) and the dashboard's form (``resolve_workload``) read with the workload's own options."""
+    from dashboard.new_search import resolve_workload
+    from search.run import check_workload
+
+    spec = parse_config(["--workload", "gpt/tiny", "--precision", "bf16-mixed"]).workload
+    check_workload(spec)
+    assert resolve_workload(spec) == spec
+    with pytest.raises(WorkloadError, match="precision=fp8 is not one of"):
+        check_workload("gpt/tiny?precision=fp8")
+
+
 def test_precision_round_trips_through_config_json_and_resume(tmp_path: Path):
     cfg = parse_config(["--workload", "gpt/tiny", "--precision", "bf16-mixed", "--matmul-precision", "high",
                         "--out", str(tmp_path), "--name", "run"])

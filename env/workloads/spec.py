@@ -168,7 +168,8 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
                 f"unknown preset '{spec.preset}' for workload '{spec.target}'; choose one of {', '.join(presets)}"
             )
         opts.update(presets[spec.preset])
-    for key, value in spec.options:
+    own, _ = split_precision(dict(spec.options))  # the options every workload takes, checked there
+    for key, value in own.items():
         if key not in opts:
             raise WorkloadError(
                 f"unknown option '{key}' for workload '{spec.target}'; valid options: {', '.join(sorted(opts))}"
