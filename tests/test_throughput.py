@@ -680,3 +680,17 @@ def test_the_model_optimal_is_solved_at_every_micro_batch_priced_not_only_the_la
     solo = _model(replace(model.setup, caps=between[:1]), seconds_factor=3.0)  # the search's pool: the ladder's plans and the optimum's
     solo.check(8, keep, "all keep", timed_at_8)
     assert model.model_optimal(between[0]).plan in solo.exact_plans()
+
+
+def test_the_report_prices_only_the_answers_the_search_priced():
+    """A run recorded before the predictions (or a cap nothing fits) has no row in "Predicted against measured";
+    an answer priced at 0.25 s against a quoted 0.2 s at micro-batch 8 reads 32.0 beside 40.0, 0.80x."""
+    from search.engine.throughput.report import predicted_markdown, throughput_markdown
+
+    curve = _curve()
+    assert predicted_markdown(curve) == [] and "Predicted against measured" not in "\n".join(throughput_markdown(curve))
+    curve.caps[0] = curve.caps[0].model_copy(update={"fit_seconds": 0.16, "predicted_seconds": 0.25})
+    lines = predicted_markdown(curve)
+    assert lines[0] == "### Predicted against measured"
+    assert [line for line in lines if line.startswith("| 40.0")] == ["| 40.0 | recompute 2 | 8 | 50.0 | 32.0 | 40.0 | 0.80x |"]
+    assert not any(line.startswith("| 80.0") for line in lines)
