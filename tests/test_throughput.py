@@ -447,13 +447,14 @@ def test_both_agent_designs_find_the_model_optimal_plan_and_micro_batch_after_cl
                                                                                            rel=0.01)
 
 
-def _model(setup=None):
-    """A fitted model of gpt/tiny (4 units: keep, recompute, selective) from its profile at 2 and one 4 times larger."""
+def _model(setup=None, seconds_factor: float | None = None):
+    """A fitted model of gpt/tiny (4 units: keep, recompute, selective) from its profile at 2 and one 4 times larger
+    (its times ``seconds_factor`` times those at 2 when given: below 4, a step has a fixed cost)."""
     from search.engine.throughput.caps import ThroughputSetup
     from search.engine.throughput.plans import ThroughputModel
 
     setup = setup or ThroughputSetup([10 * MIB], [1, 2, 4, 8], 2, "x", None, 0, None, (1, 1, 1, 1))
-    return ThroughputModel(BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0)}), setup)
+    return ThroughputModel(BatchFit({2: PROFILE, 8: _scaled(PROFILE, 4.0, seconds_factor)}), setup)
 
 
 def test_the_answer_weighs_every_near_rule_at_its_largest_fitting_micro_batch():
@@ -607,3 +608,89 @@ def test_a_plan_the_probe_measured_first_is_credited_to_whoever_proposed_it(tmp_
         m = BatchBook(store).get(2, "keep")
     assert m.sources == ["throughput:probe", "exact+agent:micro-batch-conditioned"]
     assert proposed_by(m, "agent") and proposed_by(m, "exact") and m.step_seconds_samples == probe.step_seconds_samples
+
+
+# -- prices that follow measurements -----------------------------------------------------------------------------
+
+def test_a_predicted_step_time_is_scaled_by_the_steps_timed_at_the_nearest_micro_batch():
+    """All keep timed at 2 (twice the fit's time) and at 8 (half of it): predicted there, it is the measured time;
+    between them each micro-batch follows the nearest timed one in ratio (4: as near to both, the smaller), and a
+    peak measured alone at 3 moves the peaks there, never the times. The ranking prices with the same times."""
+    model = _model()
+    keep = (PROFILE.actions.index(Action.KEEP),) * len(PROFILE.units)
+    fit = {b: model.fit_seconds(keep, b) for b in model.batches}
+    assert model.predicted_seconds(keep, 3) == fit[3]  # nothing measured: the fit alone
+    measured = {2: 2.0 * fit[2], 8: 0.5 * fit[8]}
+    for b, seconds in measured.items():
+        model.check(b, keep, "all keep", _record(1.0, seconds))
+    peak_alone = _record(1.0).model_copy(update={"step_seconds_samples": []})  # its steps not timed
+    model.check(3, keep, "all keep", peak_alone)
+    for b, seconds in measured.items():
+        assert model.predicted_seconds(keep, b) == pytest.approx(seconds, rel=1e-12)
+        assert model.predicted_rate((b, _record(1.0).model_copy(update={"actions": ["keep"] * 4}))) == \
+            pytest.approx(b / seconds, rel=1e-12)
+    follows = {1: 2, 3: 2, 4: 2, 5: 8, 6: 8, 7: 8}
+    for b, nearest in follows.items():
+        assert model.predicted_seconds(keep, b) == pytest.approx(fit[b] * measured[nearest] / fit[nearest], rel=1e-12)
+        assert model.fit_seconds(keep, b) == fit[b]  # the fit itself is untouched
+    assert model.predicted_peak(keep, 3) == pytest.approx(MIB, abs=1)  # the peak measured there, alone
+    ranked_keep = {c.micro_batch: c.step_seconds for c in model.candidates([keep], 10 * MIB)}
+    assert ranked_keep and all(s == pytest.approx(model.predicted_seconds(keep, b), rel=1e-12)
+                               for b, s in ranked_keep.items())
+    # several plans timed at one micro-batch: the mean of their ratios, one factor for every plan there
+    recompute = (PROFILE.actions.index(Action.RECOMPUTE),) * len(PROFILE.units)
+    model.check(8, recompute, "candidate", _record(1.0, 1.5 * model.fit_seconds(recompute, 8)))
+    assert model.predicted_seconds(recompute, 7) == pytest.approx(model.fit_seconds(recompute, 7) * (0.5 + 1.5) / 2,
+                                                                  rel=1e-12)
+
+
+def test_the_model_optimal_is_solved_at_every_micro_batch_priced_not_only_the_ladders():
+    """Under a cap whose best (plan, micro-batch) lies between the ladder's sizes, ``model_optimal`` finds it as a
+    solve at every priced micro-batch does, with its time scaled as every price is, and its plan is one of the
+    exact solver's plans the search measures; the ladder's sizes alone give a slower one."""
+    from dataclasses import replace
+
+    from agents.throughput import exact_frontiers, model_optimal
+
+    model = _model(seconds_factor=3.0)  # a fixed cost per step: a larger micro-batch trains faster
+    keep = (PROFILE.actions.index(Action.KEEP),) * len(PROFILE.units)
+    timed_at_8 = _record(model.cost_model(8).peak_bytes(keep) / MIB, 0.8 * model.fit_seconds(keep, 8))
+    model.check(8, keep, "all keep", timed_at_8)  # the times at 5-8 scaled by 0.8, the peaks as fitted
+
+    def scaled(fronts: dict) -> dict:
+        return {b: [p.__class__(p.plan, p.peak_bytes, p.step_seconds * model.times.at(b)) for p in front]
+                for b, front in fronts.items()}
+
+    every, ladder = scaled(exact_frontiers(model.cost_model, model.batches)), scaled(exact_frontiers(
+        model.cost_model, model.setup.ladder))
+    between = []
+    for cap in np.linspace(model.lowest_peak(1), model.lowest_peak(max(model.batches)), 40).astype(int):
+        want, old = model_optimal(every, cap, model.counted), model_optimal(ladder, cap, model.counted)
+        got = model.model_optimal(cap)
+        assert (got is None) == (want is None)
+        if want is None:
+            continue
+        assert (got.micro_batch, got.samples_per_second) == (want.micro_batch, pytest.approx(want.samples_per_second))
+        assert got.step_seconds == pytest.approx(model.predicted_seconds(got.plan, got.micro_batch))
+        assert got.peak_bytes <= cap
+        if want.micro_batch not in model.setup.ladder:
+            between.append(cap)
+            assert old is None or old.samples_per_second < want.samples_per_second
+    assert len(between) >= 5  # caps whose optimum lies off the ladder: the test tells the two apart
+    solo = _model(replace(model.setup, caps=between[:1]), seconds_factor=3.0)  # the search's pool: the ladder's plans and the optimum's
+    solo.check(8, keep, "all keep", timed_at_8)
+    assert model.model_optimal(between[0]).plan in solo.exact_plans()
+
+
+def test_the_report_prices_only_the_answers_the_search_priced():
+    """A run recorded before the predictions (or a cap nothing fits) has no row in "Predicted against measured";
+    an answer priced at 0.25 s against a quoted 0.2 s at micro-batch 8 reads 32.0 beside 40.0, 0.80x."""
+    from search.engine.throughput.report import predicted_markdown, throughput_markdown
+
+    curve = _curve()
+    assert predicted_markdown(curve) == [] and "Predicted against measured" not in "\n".join(throughput_markdown(curve))
+    curve.caps[0] = curve.caps[0].model_copy(update={"fit_seconds": 0.16, "predicted_seconds": 0.25})
+    lines = predicted_markdown(curve)
+    assert lines[0] == "### Predicted against measured"
+    assert [line for line in lines if line.startswith("| 40.0")] == ["| 40.0 | recompute 2 | 8 | 50.0 | 32.0 | 40.0 | 0.80x |"]
+    assert not any(line.startswith("| 80.0") for line in lines)

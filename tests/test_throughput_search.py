@@ -107,6 +107,27 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
 
 
 @pytest.mark.slow
+def test_the_report_sets_each_answers_predicted_samples_per_second_beside_the_measured(run_dir: Path):
+    """Per cap, the answer as the model priced it when the search chose it (the fit alone, and scaled by the steps
+    timed at the nearest micro-batch) beside the quote's samples per second, in report.md and frontier.json."""
+    curve = load_frontier(run_dir).throughput
+    report = (run_dir / "report.md").read_text()
+    assert "### Predicted against measured" in report
+    scaled = 0
+    for row in curve.caps:
+        a = row.answer
+        assert row.fit_seconds > 0 and row.predicted_seconds > 0 and a.samples_per_second > 0
+        predicted = a.micro_batch / row.predicted_seconds
+        line = (f"| {row.cap_bytes / MIB:.1f} | {a.label} | {a.micro_batch} | {a.micro_batch / row.fit_seconds:.1f} | "
+                f"{predicted:.1f} | {a.samples_per_second:.1f} | {predicted / a.samples_per_second:.2f}x |")
+        assert line in report, line
+        scaled += row.predicted_seconds != row.fit_seconds
+    assert scaled  # the search timed steps, and they moved the prices off the fit's
+    saved = json.loads((run_dir / "frontier.json").read_text())["throughput"]["caps"]
+    assert [c["predicted_seconds"] for c in saved] == [r.predicted_seconds for r in curve.caps]
+
+
+@pytest.mark.slow
 def test_the_export_cli_writes_the_answer_with_its_micro_batch(run_dir: Path, tmp_path: Path, capsys):
     from search.export import main
 

@@ -78,6 +78,10 @@ class CapRow(BaseModel):
     answer: ThroughputPoint | None = None  # ours, as quoted (measured again after the choice); None: nothing fits
     selected: ThroughputPoint | None = None  # ours, on the measurements that chose it
     model_optimal: ThroughputPoint | None = None  # the exact solver's best (plan, micro-batch) on the fitted cost model
+    # the answer's step as the model priced it when the search chose it: the per-unit fit alone, and scaled by the
+    # steps timed at the nearest micro-batch (what the search ranks by); None: no answer, or a run before them
+    fit_seconds: float | None = None
+    predicted_seconds: float | None = None
     quote: list[ThroughputPoint] = Field(default_factory=list)  # ours first, then the peers: the quote's measurements
     unfit: dict[str, str] = Field(default_factory=dict)  # peer -> why it has no micro-batch that fits
     why: str = ""  # when nothing fits: the lowest measured peak

@@ -11,9 +11,10 @@ one Evaluator per ``--measure-threads`` cores, ``search.engine.evaluator_pool.th
 1. the per-unit fit through the workload's own profile and the probe's (``env.cost.batch_fit``; ``fitted``); all keep
    and the lowest-memory plan measured at every ladder size, timed up to the largest size the fit was made from
    (``measure_ladder``), and checked against the fit there (``ThroughputCurve.fit_checks``);
-2. the plans: the exact solver's at the ladder's micro-batches (``search.engine.throughput.plans``) and
-   those of one PPO agent conditioned on the micro-batch and the budget (``agents.batch_conditioned``),
-   with the rules;
+2. the plans: the exact solver's at the ladder's micro-batches and at every micro-batch priced where a cap's
+   model-optimal may lie (``search.engine.throughput.plans``; the fit's peaks and step times scaled by those
+   measured at the nearest micro-batch) and those of one PPO agent conditioned on the micro-batch and the budget
+   (``agents.batch_conditioned``), with the rules;
 3. the peers, each at the largest micro-batch it fits under each cap, by their peaks alone
    (``search.engine.throughput.peers``), measured while the agent of step 2 trains (``plans_and_peers``);
 4. per cap, the (plan, micro-batch)s the model ranks first that are not measured yet, ``CANDIDATES`` at a

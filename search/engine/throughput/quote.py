@@ -157,9 +157,9 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
     quoted = interleaved_rounds(run.measurer, jobs, QUOTE_ROUNDS)
-    check_where_quoted(model, codec, run.setup.lowest, quoted)
     rows = [_cap_row(run, model, codec, units, cap, answers[cap], searches[cap], quoted, proposed[cap])
-            for cap in run.setup.caps]
+            for cap in run.setup.caps]  # priced by the model that chose: the quote's measurements scale nothing yet
+    check_where_quoted(model, codec, run.setup.lowest, quoted)
     curve = ThroughputCurve(
         caps=rows, micro_batches=run.setup.ladder, default_micro_batch=run.setup.base,
         global_batch=run.setup.global_batch, tokens_per_sample=run.setup.tokens_per_sample,
@@ -207,6 +207,8 @@ def _cap_row(run: "ThroughputRun", model: ThroughputModel, codec: PlanCodec, uni
         label = codec.plan(codec.indices(m.actions)).summary()
         row["selected"] = _point(run, m, b, "ours", label, units)
         row["answer"] = _point(run, quoted[(m.digest, b)], b, "ours", label, units)
+        plan = codec.indices(m.actions)
+        row["fit_seconds"], row["predicted_seconds"] = model.fit_seconds(plan, b), model.predicted_seconds(plan, b)
     else:
         low = min((r for (b, d), r in run.book.records.items() if not r.oom), key=lambda r: r.peak_bytes, default=None)
         row["why"] = f"no plan measured fits {mib(cap)}" + (f"; the lowest measured peak is {mib(low.peak_bytes)}"

@@ -49,6 +49,26 @@ def cap_markdown(row: CapRow, rounds: int) -> list[str]:
     return lines + [""]
 
 
+def predicted_markdown(curve: ThroughputCurve) -> list[str]:
+    """Each cap's answer as the model priced it when the search chose it, beside the quote's samples per second."""
+    rows = []
+    for r in sorted(curve.caps, key=lambda r: r.cap_bytes):
+        a = r.answer
+        if a is None or not r.fit_seconds or not r.predicted_seconds or not a.samples_per_second:
+            continue  # no answer, or a run recorded before the predictions were
+        predicted = a.micro_batch / r.predicted_seconds
+        rows.append(f"| {r.cap_bytes / MIB:.1f} | {a.label} | {a.micro_batch} | {a.micro_batch / r.fit_seconds:.1f} | "
+                    f"{predicted:.1f} | {a.samples_per_second:.1f} | {predicted / a.samples_per_second:.2f}x |")
+    if not rows:
+        return []
+    return ["### Predicted against measured", "",
+            "Each cap's answer in samples per second as the model priced it when the search chose it: the per-unit "
+            "fit alone, and scaled by the steps timed at the nearest micro-batch measured (what the search ranks by), "
+            "beside the quote's measurements of it.", "",
+            "| cap MiB | answer | micro-batch | fit alone | predicted | measured | predicted / measured |",
+            "|---:|---|---:|---:|---:|---:|---:|", *rows, ""]
+
+
 def throughput_markdown(curve: ThroughputCurve) -> list[str]:
     """The section: how the search was set up, a table per cap, and the fit's checks."""
     accumulation = (f" Global batch {curve.global_batch}: a micro-batch takes ceil({curve.global_batch} / micro-batch) "
@@ -60,6 +80,7 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
              f"(the workload's own: {curve.default_micro_batch}; changed through {curve.batching}).{accumulation}"
              + (f" Measured by {curve.evaluators} Evaluators side by side, each one measurement at a time."
                 if curve.evaluators > 1 else ""), ""]
+    lines += predicted_markdown(curve)
     for row in sorted(curve.caps, key=lambda r: r.cap_bytes):
         lines += cap_markdown(row, curve.quote_rounds)
     if curve.not_fitting:
