@@ -555,7 +555,7 @@ def test_where_the_run_off_cannot_tell_two_apart_the_fit_decides():
 def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
     """The first of the deciding rounds is the finalist whose measurements read luckiest: the first two are
     measured again, in RUNOFF_ROUNDS rounds of their own, and the answer is the faster on those alone."""
-    from search.engine.phases.throughput import DECIDING_ROUNDS, RUNOFF_ROUNDS, ThroughputRun, decide
+    from search.engine.phases.throughput import DECIDING_ROUNDS, RUNOFF_ROUNDS, ThroughputRun, decide, finalists
     from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
     from search.engine.throughput.caps import ThroughputSetup
     from search.records.store import RunStore
@@ -581,7 +581,8 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
         measurer = Scripted(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
         for digest, (rate, _, _) in rates.items():
             book.record({"micro_batch": 4, "record": record(digest, rate)})
-        answers = decide(ThroughputRun(setup, measurer), {}, _model(setup))
+        run, model = ThroughputRun(setup, measurer), _model(setup)
+        answers = decide(run, {cap: finalists(run, cap, [], model)}, model)
     assert len(measurer.rounds) == DECIDING_ROUNDS + RUNOFF_ROUNDS
     assert all(sorted(r) == ["lucky", "steady", "third"] for r in measurer.rounds[:DECIDING_ROUNDS])
     assert all(sorted(r) == ["lucky", "steady"] for r in measurer.rounds[DECIDING_ROUNDS:])
