@@ -71,6 +71,7 @@ REALISTIC_WORKLOAD = "gpt/gpt2?precision=bf16-mixed"  # GPT-2 124M, batch 24 x 1
 DRY_RUN_DIR = ROOT / "runs" / "gpu-dry-run"
 GPU_ONLY = ("tests", "offload")
 MIN_STEP_SECONDS = 10  # a step given less than this is skipped: no search starts Ray and measures in it
+SEARCH_SHARE = 2 / 3  # of the peers step's time for its search; the rest quotes what it measured
 FAILURE_CHARS = 2000  # of pytest's failure text kept per failed test (its last characters: the assertion)
 
 
@@ -94,22 +95,23 @@ class Sizes:
 
 
 # About twice what each took on an H200 where measured (2026-12-04: tests 33 s, fidelity 51 s, offload 16 s);
-# premium, peers and throughput at GPT-2's size are not measured yet: their caps share the rest of 8 minutes.
+# premium, peers and throughput at GPT-2's size are not measured yet: their caps share the rest of 8 minutes,
+# the most to the peers, whose search and quote each compile the budgets cold.
 GPU = Sizes(workload=REALISTIC_WORKLOAD, micro_batches=[6, 12, 24, 48], cap_fractions=[0.5, 1.0],
             peers="all", peer_budgets=[0.5], search=["--agents", "2", "--timesteps", "512", "--chunk-timesteps", "512",
                                         "--max-measurements", "24", "--throughput-timesteps", "256"],
             throughput_peers="eager", premium=["--max-exact", "6", "--rounds", "2", "--repeats", "3"],
             quote_rounds=2, fidelity=["--workloads", "gpt", "cnn", "lstm", "mlp", "--plans", "20"],
             offload_workloads=["gpt", "gpt?batch_size=32"], budget_seconds=480,
-            caps={"tests": 75, "premium": 110, "peers": 170, "throughput": 125, "fidelity": 100, "offload": 45})
+            caps={"tests": 60, "premium": 90, "peers": 210, "throughput": 120, "fidelity": 100, "offload": 45})
 # The dry run leaves out the compile budgets: a cold compile takes over a minute on 2 CPU cores.
 DRY_RUN = Sizes(workload="gpt/tiny", micro_batches=[1, 2], cap_fractions=[0.9, 1.0], peers="eager", peer_budgets=[1.0],
                 search=["--agents", "1", "--timesteps", "64", "--chunk-timesteps", "64", "--max-measurements", "6",
                         "--repeats", "1", "--throughput-timesteps", "0", "--throughput-evaluators", "1"],
                 throughput_peers="none", premium=["--max-exact", "2", "--rounds", "1", "--repeats", "1"],
                 quote_rounds=1, fidelity=["--workloads", "gpt/tiny", "--plans", "3", "--rounds", "1"],
-                offload_workloads=["gpt/tiny"], budget_seconds=300,
-                caps={"tests": 60, "premium": 60, "peers": 120, "throughput": 120, "fidelity": 60, "offload": 30})
+                offload_workloads=["gpt/tiny"], budget_seconds=480,
+                caps={"tests": 60, "premium": 90, "peers": 180, "throughput": 150, "fidelity": 60, "offload": 30})
 DEFAULT_STEPS = ["tests", "premium", "peers", "throughput"]
 ALL_STEPS = [*DEFAULT_STEPS, "fidelity", "offload"]
 
@@ -279,11 +281,11 @@ def search(ctx: Context, name: str, flags: list[str], seconds: float) -> tuple[P
 
 
 def peers_step(ctx: Context, seconds: float) -> dict[str, Any]:
-    """The peers search (two thirds of the step's time), then its quote apart on the same device."""
+    """The peers search (``SEARCH_SHARE`` of the step's time), then its quote apart on the same device."""
     t0 = time.perf_counter()
     flags = ["--peers", ctx.sizes.peers, "--peer-budgets", *map(str, ctx.sizes.peer_budgets), "--no-batch-scaling",
              *ctx.sizes.search]
-    run_dir, info = search(ctx, "gpu-peers", flags, 2 * seconds / 3)
+    run_dir, info = search(ctx, "gpu-peers", flags, SEARCH_SHARE * seconds)
     ctx.baseline_peak_bytes = json.loads((run_dir / "report.json").read_text())["baseline"]["peak_bytes"]
     left = seconds - (time.perf_counter() - t0)
     try:
