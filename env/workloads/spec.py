@@ -150,7 +150,8 @@ def guess_option(value: str) -> Any:
 
 
 def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
-    """The resolved options of a built-in spec (defaults, then preset, then explicit options)."""
+    """The resolved options of a built-in spec (defaults, then preset, then explicit options); the precision
+    options every workload takes (``split_precision``) are checked there and left out here."""
     if spec.target not in BUILTIN_DEFAULTS:
         raise WorkloadError(
             f"unknown workload '{spec.target}'; choose one of {', '.join(CORE_BUILTINS)}, "
@@ -168,7 +169,8 @@ def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
                 f"unknown preset '{spec.preset}' for workload '{spec.target}'; choose one of {', '.join(presets)}"
             )
         opts.update(presets[spec.preset])
-    for key, value in spec.options:
+    own, _ = split_precision(dict(spec.options))
+    for key, value in own.items():
         if key not in opts:
             raise WorkloadError(
                 f"unknown option '{key}' for workload '{spec.target}'; valid options: {', '.join(sorted(opts))}"
