@@ -19,11 +19,12 @@ docs/workloads.md):
    folder: the peers and our plans selected against them quoted apart, on the device the search ran on,
    each peer's gradients checked.
 4. ``throughput``: ``python -m search.run --memory-cap A B --micro-batches ...``: at two caps (``--cap-fractions``
-   of the baseline peak the peers search measured, or ``--caps-mib``) the fastest (plan, micro-batch) over a
-   fixed micro-batch ladder, against the peers at the largest micro-batch each fits.
+   of the baseline peak the peers search measured, 0.5 and 1.0, or ``--caps-mib``) the fastest (plan,
+   micro-batch) over a fixed micro-batch ladder (6, 12, 24, 48), against the peers at the largest micro-batch
+   each fits.
 
 Optional (``--steps``): ``fidelity`` (``bench/fidelity.py`` on gpt, cnn, lstm and mlp at their built-in
-sizes: predicted against measured peak and time) and ``offload`` (on gpt, every unit kept, offloaded on a
+sizes, not ``--workload``: predicted against measured peak and time) and ``offload`` (on gpt, every unit kept, offloaded on a
 side stream, offloaded the blocking way with ``save_on_cpu`` and recomputed, in interleaved rounds).
 
 Every step writes ``<out-dir>/gpu_<step>.json`` the moment it ends, naming its clock and device (on CUDA a
@@ -36,8 +37,8 @@ SIGINT, which drains its measurements into its store and leaves it resumable (``
 run folders under ``--runs``), then the rest of the step quotes what it measured.
 
 ``--dry-run`` (and ``--device cpu``) runs the same steps at tiny sizes (``gpt/tiny``, the fewest agent steps
-and measurements, a two-size ladder) on the CPU into ``runs/gpu-dry-run``; the GPU-only steps (``tests``,
-``offload``) are recorded as skipped with the reason. Exit status 0 when every step ran (or was skipped
+and measurements, a two-size ladder, the eager peers without the compile budgets) on the CPU into
+``runs/gpu-dry-run``; the GPU-only steps (``tests``, ``offload``) are recorded as skipped with the reason. Exit status 0 when every step ran (or was skipped
 as GPU-only) and every gpu test passed, else 1. A CUDA device asked for where there is none is refused in
 one line, measuring nothing.
 """
