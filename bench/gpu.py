@@ -104,7 +104,7 @@ GPU = Sizes(workload=REALISTIC_WORKLOAD, micro_batches=[6, 12, 24, 48], cap_frac
             throughput_peers="eager", premium=["--max-exact", "6", "--rounds", "2", "--repeats", "3"],
             quote_rounds=2, fidelity=["--workloads", "gpt", "cnn", "lstm", "mlp", "--plans", "20"],
             offload_workloads=["gpt", "gpt?batch_size=32"], budget_seconds=480,
-            caps={"tests": 60, "premium": 90, "peers": 210, "throughput": 120, "fidelity": 100, "offload": 45})
+            caps={"tests": 75, "premium": 75, "peers": 210, "throughput": 120, "fidelity": 100, "offload": 45})
 # The dry run leaves out the compile budgets: a cold compile takes over a minute on 2 CPU cores.
 DRY_RUN = Sizes(workload="gpt/tiny", micro_batches=[1, 2], cap_fractions=[0.9, 1.0], peers="eager", peer_budgets=[1.0],
                 search=["--agents", "1", "--timesteps", "64", "--chunk-timesteps", "64", "--max-measurements", "6",
