@@ -489,13 +489,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-budgets", type=float, nargs="+",
                     help=f"compile budgets of the peers search, a cold compile each (default {GPU.peer_budgets[0]})")
     ap.add_argument("--steps", nargs="+", choices=ALL_STEPS, default=DEFAULT_STEPS, help="run only these steps")
-    ap.add_argument("--budget-seconds", type=float, help="wall time for every step together (default "
-                                                         f"{GPU.budget_seconds:.0f}; dry run {DRY_RUN.budget_seconds:.0f})")
+    ap.add_argument("--budget-seconds", type=float,
+                    help=f"wall time for every step together (default {GPU.budget_seconds:.0f})")
     ap.add_argument("--cap", nargs="+", default=[], metavar="STEP=SECONDS", help="another time cap for a step")
     ap.add_argument("--out-dir", type=Path, help="folder for the gpu_*.json results (default bench/results; dry run "
                                                  "runs/gpu-dry-run)")
-    ap.add_argument("--runs", type=Path, help="folder of the searches' run folders (default runs/, or the dry "
-                                              "run's folder)")
+    ap.add_argument("--runs", type=Path, help="folder of the searches' run folders (default runs/; dry run "
+                                              "<out-dir>/runs)")
     return ap
 
 
