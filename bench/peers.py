@@ -7,6 +7,7 @@
     python bench/peers.py --quote-only                      # quote the file's searches again
     python bench/peers.py --gradients-only                  # check the file's peers' gradients again
     python bench/peers.py --quick                           # gpt/tiny, two budgets (smoke test)
+    python bench/peers.py --run runs/gpt-20261207-020000    # quote a search run already made (bench/gpu.py)
     python bench/peers.py --default --workloads gpt/small --rounds 5  # the README's first command, its verdicts quoted
 
 For each workload, one ``python -m search.run --peers all``: its Evaluator measures the searched
@@ -23,24 +24,29 @@ difference is within the two spreads. Each quoted peer's gradients are checked a
 unplanned model's (``env.measure.peers.gradient_error``, dropout on): a peer that changes them
 (torch 2.13's compile budgets below 1.0 on a model with dropout, pytorch/pytorch#190758) is shown
 with its times but does not count as faster than ours. Clock: the search's (the measuring
-thread's CPU time on CPU), named in each row; each quote records the machine's load beside it.
+thread's CPU time on CPU), named in each row; each quote records the machine's load beside it. The
+quote and the gradient check run on the device the search measured on (its ``config.json``'s
+``--device``), and a quote whose device model differs from the search's is refused.
 The result (``peers_compiled`` with ``--compile``) is written after each workload.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import code_commit, read_result, write_json  # noqa: E402
+from bench.common import BenchError, code_commit, read_result, write_json  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
 from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
 from bench.views.peers import compile_budgets  # noqa: E402
@@ -50,35 +56,47 @@ from env.measure.compiled import CompileOptions  # noqa: E402
 from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, peers_for  # noqa: E402
 from env.runtime.chains import training_step  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
-from search.engine.evaluator import Evaluator  # noqa: E402
+from search.engine.evaluator import Evaluator, resolve_device  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]
-SEARCH_SETTINGS = ("seed", "repeats", "measure_threads", "compile_scope")  # what the quote's Evaluator takes from it
+SEARCH_SETTINGS = ("seed", "repeats", "measure_threads", "compile_scope", "device")  # what the quote takes from it
 
 
 def search(workload: str, budgets: Sequence[float], compiled: bool, extra: Sequence[str],
            default: bool = False) -> dict[str, Any]:
     """One search with every peer kind (``--peers all`` at ``budgets``), or with ``default`` the README's first
-    command as it is (``python -m search.run``, its default peers) on ``workload``: its report's figures, the
-    peers' verdicts from its ``frontier.json``, and what the run cost in baseline steps."""
+    command as it is (``python -m search.run``, its default peers) on ``workload``: its row (``run_row``)."""
     flags = (["--workload", workload, *extra] if default else
              ["--workload", workload, "--peers", "all", "--peer-budgets", *map(str, budgets), "--no-batch-scaling",
               *extra, *(["--compile"] if compiled else [])])
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
-        report, wall = run_search(flags, out=Path(tmp))
-        cfg = json.loads((Path(tmp) / "run" / "config.json").read_text())
-        frontier = json.loads((Path(tmp) / "run" / "frontier.json").read_text())
-    print(f"{workload}: {len(report['peers'])} peers, {wall:.0f} s", file=sys.stderr)
+        _, wall = run_search(flags, out=Path(tmp))
+        row = run_row(Path(tmp) / "run", "python -m search.run " + " ".join(flags), wall)
+    print(f"{workload}: {len(row['peers'])} peers, {wall:.0f} s", file=sys.stderr)
+    return {**row, "load_average_1": load_before}
+
+
+def run_row(run_dir: Path, command: str, wall: float | None) -> dict[str, Any]:
+    """A search's run folder as a row: its report's figures, the peers' verdicts from its ``frontier.json``, the
+    settings the quote takes from its ``config.json`` (the device among them) and what the run cost in baseline
+    steps. A run stopped at a budget (SIGINT) has them too, from what it measured by then."""
+    files = {name: run_dir / f"{name}.json" for name in ("report", "config", "frontier")}
+    missing = [str(f) for f in files.values() if not f.is_file()]
+    if missing:
+        raise BenchError(f"{run_dir}: no {', '.join(missing)}; give the folder of a search run that measured its "
+                         "baseline (search.run writes them when it finishes or is stopped)")
+    report, cfg, frontier = (json.loads(f.read_text()) for f in files.values())
     base = report["baseline"]["step_seconds"]
-    return {"workload": workload, "compiled": compiled, "command": "python -m search.run " + " ".join(flags),
-            "wall_seconds": wall, "baseline_steps": wall / base, "phase_seconds": report.get("phase_seconds"),
-            "evaluator_seconds": report.get("evaluator_seconds"), "measured": report["measured"],
-            "clock": report["clock"], "baseline": report["baseline"], "hypervolume": report["hypervolume"],
+    return {"workload": cfg["workload"], "compiled": bool(cfg["compile"]), "command": command,
+            "wall_seconds": wall, "baseline_steps": wall / base if wall else None,
+            "phase_seconds": report.get("phase_seconds"), "evaluator_seconds": report.get("evaluator_seconds"),
+            "measured": report["measured"], "clock": report["clock"], "device": report["device"],
+            "baseline": report["baseline"], "hypervolume": report["hypervolume"],
             "search": {k: cfg[k] for k in SEARCH_SETTINGS}, "units": frontier["units"],
-            "frontier": report["frontier"], "peers": report["peers"], "load_average_1": load_before}
+            "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
 
 
 def selected(row: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
@@ -101,9 +119,18 @@ def _figures(m: MeasuredPlan) -> dict[str, Any]:
 
 def search_settings(row: dict[str, Any]) -> dict[str, Any]:
     """The row's search settings (``SEARCH_SETTINGS``); rows written before they were recorded ran with the
-    defaults (and no compile scope)."""
+    defaults (and no compile scope), rows written before the device was recorded on the CPU."""
     defaults = SearchConfig()
-    return row.get("search", {k: getattr(defaults, k) for k in SEARCH_SETTINGS if k != "compile_scope"})
+    given = row.get("search", {k: getattr(defaults, k) for k in ("seed", "repeats", "measure_threads")})
+    return {"device": "cpu", **given}
+
+
+def check_device(row: dict[str, Any], measured_on: str) -> None:
+    """Refuse a quote taken on another device model than the search's: peers are quoted where the search ran."""
+    searched_on = row.get("device")
+    if searched_on is not None and searched_on.split(" (")[0] != measured_on.split(" (")[0]:
+        raise BenchError(f"{row['workload']}: the search measured on {searched_on}, this quote on {measured_on}; "
+                         "quote a run on the machine (and device) it ran on")
 
 
 def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
@@ -114,7 +141,7 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     actions = sorted({a for f in row["frontier"] for a in f["plan"].values()} | {"keep"})
     search = search_settings(row)
     scope = search.get("compile_scope", "model")  # rows written before there were scopes compiled the whole model
-    ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), "cpu",
+    ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), search["device"],
                    int(search["measure_threads"]) or None, name="quote",  # our plans as the search measured them:
                    compile=CompileOptions(scope="model" if scope == "model" else "units") if row["compiled"] else False)
     budgets = [b for b, _ in compile_budgets(row["peers"])]
@@ -137,6 +164,7 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     ev.warm_up()
     got = interleaved(jobs, rounds)
+    check_device(row, got["baseline"].device)
     samples = check_equal_samples(list(got.values()), row["workload"])
     rows = []
     for name, plan in picks.items():
@@ -163,24 +191,54 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
             "load_average_1": os.getloadavg()[0]}
 
 
+@contextlib.contextmanager
+def deterministic_kernels(device: torch.device) -> Iterator[None]:
+    """On CUDA, deterministic kernels (where one exists) and attention on the math kernel while the block runs:
+    the fused attention's backward and other CUDA kernels sum in an order that varies from run to run, so two
+    unplanned steps already differ in the last bits, and at bf16 that is above ``GRADIENT_TOLERANCE``."""
+    if device.type != "cuda":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def check_gradients(row: dict[str, Any]) -> None:
     """Each quoted peer's ``gradient_error`` (``env.measure.peers.gradient_error``: a training step with the peer
     against one without, from the same RNG state, dropout on; a compile budget compiled), into its quote entry:
     a peer that is faster only by training something else does not win."""
-    seed = int(search_settings(row)["seed"])
-    w = load_workload(row["workload"], seed=seed)
+    search = search_settings(row)
+    seed = int(search["seed"])
+    w = load_workload(row["workload"], seed=seed, device=resolve_device(search["device"]))
     entries = {e["peer"]: e for e in row["quote"]["peers"]}
     budgets = [b for b, _ in compile_budgets(row["quote"]["peers"])]
-    reference = training_step(w, seed)  # the unplanned step, one for all the peers
-    for peer in peers_for(w, budgets=budgets):
-        if peer.name in entries:
-            error = gradient_error(w, peer, seed, reference)
-            entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)
+    with deterministic_kernels(w.device):
+        reference = training_step(w, seed)  # the unplanned step, one for all the peers
+        for peer in peers_for(w, budgets=budgets):
+            if peer.name in entries:
+                error = gradient_error(w, peer, seed, reference)
+                entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)
     row["quote"]["gradients_checked"] = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": code_commit()}
     missing = [name for name, e in entries.items() if "gradient_error" not in e]
     if missing:
         raise SystemExit(f"{row['workload']}: no gradient check for {', '.join(missing)}: this build of the workload "
                          "offers other peers than the search measured")
+
+
+def searched(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """The rows to quote: the run folder given (``--run``), or one new search per workload, each as it ends."""
+    if args.run:
+        yield run_row(args.run, f"python -m search.run (the run in {args.run})", None)
+        return
+    for w in args.workloads:
+        yield search(w, args.budgets, args.compile, args.search, args.default)
 
 
 def measure(run: Run) -> None:
@@ -200,8 +258,8 @@ def measure(run: Run) -> None:
                 else:  # the file keeps the machine, date and load its times were measured at
                     write_json(run.path, run.result)
         return
-    for w in args.workloads:
-        row = search(w, args.budgets, args.compile, args.search, args.default)
+    for row in searched(args):
+        run.device = resolve_device(search_settings(row)["device"])  # the machine line names the device quoted on
         row["quote"] = quote(row, args.rounds)
         check_gradients(row)
         run.add_row(row)  # written after every workload: a long run keeps what it did
@@ -218,6 +276,8 @@ def options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved quoting rounds over the quoted plans")
     ap.add_argument("--search", nargs=argparse.REMAINDER, default=[],
                     help="further search.run flags, e.g. --search --agents 2 --timesteps 1024")
+    ap.add_argument("--run", type=Path, help="no search: quote this search run's folder (one of --peers all; one "
+                                             "stopped at a budget quotes what it measured), on the device it ran on")
     ap.add_argument("--quote-only", action="store_true",
                     help="no search: quote the searches of the result file again (--workloads picks which)")
     ap.add_argument("--gradients-only", action="store_true",

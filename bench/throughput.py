@@ -84,6 +84,11 @@ def search(spec: str, caps: dict[str, int], device: str, flags: Sequence[str], f
     """One throughput search; its curve as quoted and its wall time (module docstring, step 2)."""
     cap_flags = ["--memory-cap", *(f"{c / MIB:.3f}" for c in caps.values())]
     report, wall = run_search(["--workload", spec, "--device", device, *cap_flags, *flags], out=folder)
+    return search_row(report, "python -m search.run " + " ".join(["--workload", spec, *cap_flags, *flags]), wall)
+
+
+def search_row(report: dict[str, Any], command: str, wall: float) -> dict[str, Any]:
+    """A throughput search's report.json as a result row: per cap our answer, the peers, as the run quoted them."""
     curve = report["throughput"]
     rows = []
     for row in curve["caps"]:
@@ -92,8 +97,7 @@ def search(spec: str, caps: dict[str, int], device: str, flags: Sequence[str], f
                      "model_optimal": row["model_optimal"], "peers": [p for p in row["quote"] if p["name"] != "ours"],
                      "unfit": row["unfit"], "why": row["why"], "by_proposer": row.get("by_proposer", {}),
                      "ours_over_best_peer": _over_best(answer, row["quote"])})
-    return {"command": "python -m search.run " + " ".join(["--workload", spec, *cap_flags, *flags]),
-            "wall_seconds": wall, "clock": report["clock"], "micro_batches": curve["micro_batches"],
+    return {"command": command, "wall_seconds": wall, "clock": report["clock"], "micro_batches": curve["micro_batches"],
             "default_micro_batch": curve["default_micro_batch"], "fit_checks": curve["fit_checks"],
             "quote_rounds": curve["quote_rounds"], "caps": rows, "load_average_1": os.getloadavg()[0],
             "phase_seconds": report.get("phase_seconds", {})}

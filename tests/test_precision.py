@@ -54,6 +54,23 @@ def test_the_checks_before_launch_take_a_spec_that_names_its_precision():
         check_workload("gpt/tiny?precision=fp8")
 
 
+def test_a_built_in_spec_that_names_its_precision_is_accepted_where_its_options_are_read():
+    """search.run checks the spec folded with --precision (check_workload), and the throughput search reads the
+    batch size from a loaded workload's spec: both see the precision options beside the workload's own."""
+    from env.workloads.batching import batching_for
+    from env.workloads.spec import WorkloadSpec, builtin_options
+    from search.run import check_workload
+
+    cfg = parse_config(["--workload", "gpt/tiny", "--precision", "bf16-mixed"]).validate()
+    check_workload(cfg.workload)
+    assert builtin_options(WorkloadSpec.parse(cfg.workload))["batch_size"] == 2
+    assert batching_for(load_workload(cfg.workload)).base == 2
+    with pytest.raises(WorkloadError, match="unknown option 'precison' for workload 'gpt'"):
+        builtin_options(WorkloadSpec.parse("gpt/tiny?precison=bf16-mixed"))
+    with pytest.raises(WorkloadError, match="precision=fp8 is not one of"):
+        builtin_options(WorkloadSpec.parse("gpt/tiny?precision=fp8"))
+
+
 def test_precision_round_trips_through_config_json_and_resume(tmp_path: Path):
     cfg = parse_config(["--workload", "gpt/tiny", "--precision", "bf16-mixed", "--matmul-precision", "high",
                         "--out", str(tmp_path), "--name", "run"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.views.base import Result, View, mib, table
+from bench.views.peers import peers_table
 from bench.views.plans import fidelity_table, premium_table
 
 GPU_COMMAND = "python bench/gpu.py"
@@ -59,8 +60,11 @@ VIEWS = [
          GPU_COMMAND, gpu_tests_table),
     View("gpu_fidelity", "Cost-model fidelity on a GPU", "Predicted against measured peak and step time on random "
          "plans, at the built-in default sizes.", GPU_COMMAND, fidelity_table),
-    View("gpu_premium", "The checkpointing premium on a GPU", "As on the CPU, at the built-in default sizes.",
+    View("gpu_premium", "The checkpointing premium on a GPU", "As on the CPU, on the workload each row names.",
          GPU_COMMAND, premium_table),
+    View("gpu_peers", "Side by side with the peers on a GPU", "`python -m search.run --peers all` at the workload's "
+         "size, then the peers and our fastest plan at no more memory than each quoted apart from the search on the "
+         "same GPU, in interleaved rounds, each peer's gradients checked.", GPU_COMMAND, peers_table),
     View("gpu_offload", "Offload on a GPU", "Every unit offloaded with copies on a side stream (`env.runtime.offload`) "
          "against the blocking `save_on_cpu`, recompute and keep, measured in interleaved rounds.", GPU_COMMAND,
          gpu_offload_table),

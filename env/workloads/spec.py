@@ -150,7 +150,8 @@ def guess_option(value: str) -> Any:
 
 
 def builtin_options(spec: WorkloadSpec) -> dict[str, Any]:
-    """The resolved options of a built-in spec (defaults, then preset, then explicit options)."""
+    """The resolved options of a built-in spec (defaults, then preset, then explicit options); the precision
+    options every workload takes (``split_precision``) are checked there and left out here."""
     if spec.target not in BUILTIN_DEFAULTS:
         raise WorkloadError(
             f"unknown workload '{spec.target}'; choose one of {', '.join(CORE_BUILTINS)}, "
