@@ -43,7 +43,7 @@ class ProgressView:
 
     def update(self, status: RoundStatus) -> None:
         table = Table(title=f"ckpt-search: {status.workload}")
-        for col in ("agent", "budgets MB", "steps", "episodes", "best reward", "status"):
+        for col in ("agent", "budgets MiB", "steps", "episodes", "best reward", "status"):
             table.add_column(col)
         for s in status.agents:
             budgets = (f"{s.budget_range[0] / MIB:.1f}-{s.budget_range[1] / MIB:.1f}" if s.budget_range
@@ -64,11 +64,11 @@ class ProgressView:
         if not self.enabled:
             return
         b = report["baseline"]
-        self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MIB:.1f} MB, "
+        self.console.print(f"frontier: {len(report['frontier'])} measured plans; baseline {b['peak_bytes'] / MIB:.1f} MiB, "
                            f"{b['step_seconds'] * 1e3:.0f} ms")
         both = len({p.get("compile_scope") for p in report["frontier"]}) > 1  # --compile-scope both
         for p in report["frontier"]:
-            self.console.print(f"  {p['peak_bytes'] / MIB:8.1f} MB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
+            self.console.print(f"  {p['peak_bytes'] / MIB:8.1f} MiB ({1 - p['peak_bytes'] / b['peak_bytes']:4.0%} saved)  "
                                f"{p['step_seconds'] * 1e3:8.1f} ms ({p['step_seconds'] / b['step_seconds'] - 1:+4.0%})  {', '.join(p['found_by'])}"
                                + ("  (whole model compiled)" if p.get("compile_scope") == "model" and both else ""))
         phases = report.get("phase_seconds") or {}

@@ -204,7 +204,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
     b = rep["baseline"]
     lines = [f"# Search report: {rep['workload']}", "",
              f"{rep['units']} units, batch {rep['batch_shape']}, on {rep['device']}; {rep['measured']} plans measured "
-             f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MIB:.1f} MB, "
+             f"of {rep['evaluations']} evaluated. Baseline (no checkpointing): {b['peak_bytes'] / MIB:.1f} MiB, "
              f"{b['step_seconds'] * 1e3:.1f} ms a step. Step times: {_clock_words(rep['clock'])}"
              + (f"; each taken relative to the baseline measured beside it on the same Evaluator ({rep['references']} "
                 "measurements of it), in the baseline's median seconds, so plans measured minutes apart compare as "
@@ -278,7 +278,7 @@ def fsdp_markdown(fsdp: dict[str, Any], clock: str, activation_bytes: int) -> li
              "batch: every peak in this report is per rank (the largest rank's) and every step time is the slowest "
              "rank's, step by step. A rank holds its shard of the parameters, gradients and optimizer state before "
              "the step and gathers each unit's parameters for its forward and again for its backward, where a "
-             f"recompute runs on them; the baseline's peak is {activation_bytes / MIB:.1f} MB above what it holds. "
+             f"recompute runs on them; the baseline's peak is {activation_bytes / MIB:.1f} MiB above what it holds. "
              "The profile the search priced plans with was taken on a rank under FSDP (the rank whose baseline peak "
              f"is the largest). Sharded with fully_shard: the root and {len(units)} module(s) "
              f"({', '.join(units[:6])}{', ...' if len(units) > 6 else ''}), after the plan: checkpointing inside, "
