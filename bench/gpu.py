@@ -36,8 +36,8 @@ the steps together, each within its own cap (``--cap STEP=SECONDS``); a search o
 SIGINT, which drains its measurements into its store and leaves it resumable (``search.run --resume``, the
 run folders under ``--runs``), then the rest of the step quotes what it measured.
 
-``--dry-run`` (and ``--device cpu``) runs the same steps at tiny sizes (``gpt/tiny``, the fewest agent steps
-and measurements, a two-size ladder, the eager peers without the compile budgets) on the CPU into
+``--dry-run`` (and ``--device cpu``) runs the same steps at tiny sizes (``gpt/tiny?precision=bf16-mixed``: the
+real run's precision, the fewest agent steps and measurements, a two-size ladder, the eager peers without the compile budgets) on the CPU into
 ``runs/gpu-dry-run``; the GPU-only steps (``tests``, ``offload``) are recorded as skipped with the reason. Exit status 0 when every step ran (or was skipped
 as GPU-only) and every gpu test passed, else 1. A CUDA device asked for where there is none is refused in
 one line, measuring nothing.
@@ -106,7 +106,7 @@ GPU = Sizes(workload=REALISTIC_WORKLOAD, micro_batches=[6, 12, 24, 48], cap_frac
             offload_workloads=["gpt", "gpt?batch_size=32"], budget_seconds=480,
             caps={"tests": 75, "premium": 75, "peers": 210, "throughput": 120, "fidelity": 100, "offload": 45})
 # The dry run leaves out the compile budgets: a cold compile takes over a minute on 2 CPU cores.
-DRY_RUN = Sizes(workload="gpt/tiny", micro_batches=[1, 2], cap_fractions=[0.9, 1.0], peers="eager", peer_budgets=[1.0],
+DRY_RUN = Sizes(workload="gpt/tiny?precision=bf16-mixed", micro_batches=[1, 2], cap_fractions=[0.9, 1.0], peers="eager", peer_budgets=[1.0],
                 search=["--agents", "1", "--timesteps", "64", "--chunk-timesteps", "64", "--max-measurements", "6",
                         "--repeats", "1", "--throughput-timesteps", "0", "--throughput-evaluators", "1"],
                 throughput_peers="none", premium=["--max-exact", "2", "--rounds", "1", "--repeats", "1"],
@@ -476,7 +476,7 @@ def parse_caps(items: Sequence[str], ap: argparse.ArgumentParser) -> dict[str, f
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N, or cpu (the dry run)")
-    ap.add_argument("--dry-run", action="store_true", help="every step at tiny sizes on the CPU (gpt/tiny)")
+    ap.add_argument("--dry-run", action="store_true", help="every step at tiny sizes on the CPU (gpt/tiny at bf16-mixed)")
     ap.add_argument("--workload", help=f"what premium, peers and throughput measure (default {REALISTIC_WORKLOAD}; "
                                        f"dry run {DRY_RUN.workload})")
     ap.add_argument("--micro-batches", type=int, nargs="+", help="the throughput search's fixed ladder (default "
