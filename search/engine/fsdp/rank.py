@@ -18,7 +18,7 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, action_summary, fingerprint
 from env.measure.fsdp import free_port, join_group, shard_workload, sharded_modules
-from env.measure.measurement import measure, warm_up
+from env.measure.measurement import measure, not_fitting, record_fields, warm_up
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
@@ -69,6 +69,12 @@ class FsdpRank:
         with model_errors(f"the measurement of plan {plan.digest} ({action_summary(actions)})"):
             return measure(self.workload, plan, self.units, repeats=repeats, warmup=2, source=source,
                            measurement_id=measurement_id)
+
+    def not_fitting(self, actions: Sequence[str], source: str, measurement_id: str) -> MeasuredPlan:
+        """This rank's record of a plan that killed the group twice, made without a step
+        (``env.measure.measurement.not_fitting``)."""
+        plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
+        return not_fitting(self.workload, record_fields(self.workload, plan.digest, actions, source, measurement_id))
 
     def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int) -> MeasuredPlan:
         """A plan at another batch size, on a second sharded copy of the workload built at that size."""
