@@ -1,9 +1,13 @@
 """Faults the search outlives or names: a configuration that kills an FSDP group twice is not fitting, as on one
 Evaluator; an allocation that fails on a rank is the group's not-fitting record; a micro-batch above one that did
-not fit is recorded as not fitting without a step (tests/data/memory_models.py holds the models)."""
+not fit is recorded as not fitting without a step (tests/data/memory_models.py holds the models); an agent that
+never answers and a Ray cluster that never answers each end the run in one line (search/engine/deadlines.py)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,9 +15,12 @@ import pytest
 from env.data.types import PlanSource
 from env.runtime.apply import plan_for
 from env.workloads.workload import load_workload
+from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore
+from tests.profiles import synthetic_profile
 
+ROOT = Path(__file__).resolve().parents[1]
 MODELS = "tests/data/memory_models.py"
 UNITS = [f"blocks.{i}" for i in range(4)]
 KEEP = ("keep",) * 4
@@ -83,3 +90,56 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
         (other,) = measurer.measure([BatchJob(_recompute(0), 16, "x")])
         assert other.oom and other.requested_bytes == asked
     assert len([e for e in pool.events if "died" in e]) == 2 * deaths
+
+
+@pytest.mark.slow
+def test_an_agent_call_that_never_returns_ends_in_one_line_naming_the_agent(tmp_path: Path, ray_session,
+                                                                           capsys) -> None:
+    """The real PPO agent started as a search starts it, its ``train`` waiting forever
+    (tests/data/stuck_agents.py): a round of 8 PPO steps is given --step-timeout (2 s) and 0.25 s a step."""
+    from search.engine.agent_pool import AgentPool
+    from search.engine.deadlines import DeadlineError
+    from search.engine.ledger import Ledger, SearchSetup
+    from tests.data.stuck_agents import StuckAgent
+
+    cfg = SearchConfig(agents=1, timesteps=64, chunk_timesteps=8, step_timeout=2).validate()
+    with RunStore(tmp_path / STORE_NAME) as store:
+        agents = AgentPool(cfg, Ledger(SearchSetup.from_profile(synthetic_profile(4, 2, seed=0)), store), tmp_path,
+                           agent=StuckAgent)
+        agents.start([1000])  # its start (the actor, its policy) answers: only training never does
+        start = time.monotonic()
+        with pytest.raises(DeadlineError) as e:
+            agents.train_round()
+        seconds = time.monotonic() - start
+    ray_session.kill(agents.slots[0].handle)
+    line = str(e.value)
+    assert line.startswith("the agents' calls (agent_0): a round of 8 PPO steps did not return within 4 s "
+                           "(agent_0 had not answered);"), line
+    assert "--step-timeout" in line and "--chunk-timesteps" in line and "\n" not in line
+    assert 4 <= seconds < 30
+    assert "waiting on the agents' calls (agent_0): a round of 8 PPO steps" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_joining_a_ray_cluster_that_never_answers_ends_the_run_in_one_line(tmp_path: Path) -> None:
+    """``--address`` of a port nothing listens on: Ray retries it without end; the search waits ``RAY_JOIN``
+    seconds (6 here, set before the run starts), says what it waits on, then fails in one line (exit 3, as every
+    deadline), its status saying why."""
+    from env.measure.fsdp import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    run = ("import search.engine.deadlines as d; d.RAY_JOIN = 6.0; import search.run as r; "
+           f"r._exit(r.main(['--address', '{address}', '--out', r'{tmp_path}', '--name', 'j', '--no-progress']))")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - start
+    assert done.returncode == 3, done.stderr[-2000:]
+    ours = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(ours) == 1 and ours[0].startswith(f"error: Ray's start, joining the cluster at --address {address} "
+                                                 "did not return within 6 s; no Ray cluster answered there"), ours
+    assert "leave --address out" in ours[0] and "Traceback" not in done.stderr
+    assert any(line.startswith(f"waiting on Ray's start, joining the cluster at --address {address}")
+               for line in done.stderr.splitlines())
+    assert seconds < 60
+    with RunStore(tmp_path / "j" / STORE_NAME, readonly=True) as s:
+        assert s.read(meta.STATUS) == "failed: " + ours[0].removeprefix("error: ")
