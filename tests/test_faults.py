@@ -30,6 +30,21 @@ def _recompute(block: int) -> tuple[str, ...]:
     return tuple("recompute" if i == block else "keep" for i in range(4))
 
 
+def test_a_group_record_is_out_of_memory_where_one_rank_ran_out_and_says_the_bytes_it_asked_for() -> None:
+    from env.data.measured import MeasuredPlan
+    from env.data.ranks import merge_ranks
+
+    def rank(peak: int, samples: list[float], oom: bool = False, asked: int | None = None) -> MeasuredPlan:
+        return MeasuredPlan(workload="w", batch_shape="0:4x1x32", digest="d", actions=["keep"] * 4, sources=["s"],
+                            peak_bytes=peak, live_before_bytes=10, step_seconds_samples=samples, clock="thread-cpu",
+                            device="cpu (1 threads)", torch_version="t", oom=oom, requested_bytes=asked)
+
+    merged = merge_ranks([rank(100, [0.1, 0.2]), rank(1 << 40, [], oom=True, asked=1 << 52)])
+    assert merged.oom and merged.step_seconds_samples == [] and merged.peak_bytes == 1 << 40
+    assert merged.requested_bytes == 1 << 52  # rank 1's failed allocation, though rank 0 stepped
+    assert merge_ranks([rank(100, [0.1]), rank(120, [0.3])]).requested_bytes is None
+
+
 @pytest.mark.slow
 def test_an_fsdp_group_killed_twice_by_a_plan_records_it_as_not_fitting_and_a_rank_out_of_memory_too(
         ray_session) -> None:
@@ -53,6 +68,29 @@ def test_an_fsdp_group_killed_twice_by_a_plan_records_it_as_not_fitting_and_a_ra
     assert deaths[-1].endswith("recorded as not fitting, as an out-of-memory kill"), pool.events
     assert pool.slots[0].alive and pool.slots[0].restarts == 2
     assert not again.oom and again.step_seconds_samples and again.digest == kept.digest  # the group measures on
+
+
+@pytest.mark.slow
+def test_a_rank_out_of_memory_that_leaves_the_other_waiting_stops_the_group_and_twice_is_not_fitting(
+        ray_session) -> None:
+    """Block 1 recomputed fails its allocation on rank 1 alone, while rank 0 waits for it in a collective: the
+    group stops its ranks after ``RANK_GRACE_S`` instead of waiting for gloo's timeout, is restarted as after a
+    death, and after the second time the plan is recorded as not fitting."""
+    from search.engine.evaluator_pool import EvaluatorPool
+    from env.measure.fsdp import GROUP_TIMEOUT_S
+    from search.engine.fsdp.group import RANK_GRACE_S
+
+    cfg = SearchConfig(workload=f"{MODELS}:recompute_fails_on_one_rank", units=UNITS, actions=["keep", "recompute"],
+                       repeats=1, device="cpu", fsdp=2).validate()
+    pool = EvaluatorPool(cfg)
+    start = time.monotonic()
+    (short,) = pool.measure([(_recompute(1), PlanSource.rule("test"), False)], lambda m: m)
+    assert 2 * RANK_GRACE_S <= time.monotonic() - start < GROUP_TIMEOUT_S  # gloo's own timeout was never waited
+    assert short.oom and short.requested_bytes is None and short.step_seconds_samples == []
+    deaths = [e for e in pool.events if "died" in e]
+    assert len(deaths) == 2 and all("rank 1 of 2 ran out of memory and ranks [0] were left waiting" in e
+                                    for e in deaths), pool.events
+    assert deaths[-1].endswith("recorded as not fitting, as an out-of-memory kill")
 
 
 def _digest(actions: tuple[str, ...]) -> str:

@@ -12,7 +12,7 @@ import torch.nn as nn
 class Block(nn.Module):
     """``recomputed``: what its forward does when it runs again in backward (a plan recomputes it): "raise" fails
     an allocation (the CPU allocator's error), "kill" kills its process, as a recompute's transient past the
-    device's memory does."""
+    device's memory does; "raise on rank 1" fails it on rank 1 of a process group alone."""
 
     def __init__(self, width: int, sleeps: bool = False, recomputed: str = "") -> None:
         super().__init__()
@@ -23,7 +23,9 @@ class Block(nn.Module):
         while self.sleeps:  # a forward that never returns (a wait on something that never comes)
             time.sleep(1)
         if self.recomputed and torch._C._current_graph_task_id() != -1:  # running inside backward: a recompute
-            _fail(self.recomputed)
+            how, _, rank = self.recomputed.partition(" on rank ")
+            if not rank or (torch.distributed.is_initialized() and torch.distributed.get_rank() == int(rank)):
+                _fail(how)
         return x + self.net(x)
 
 
@@ -72,6 +74,12 @@ def recompute_fails(batch_size: int = 4, raises: int = 1, kills: int = 2):
     """Blocks that do not fit recomputed: block ``raises``'s recompute fails its allocation, block ``kills``'s
     kills its process; every plan that keeps both fits."""
     return Net(recomputed={raises: "raise", kills: "kill"}), _inputs(batch_size)
+
+
+def recompute_fails_on_one_rank(batch_size: int = 4, raises: int = 1):
+    """Block ``raises``'s recompute fails its allocation on rank 1 alone: rank 0 goes on into the step's next
+    collective and waits there for rank 1."""
+    return Net(recomputed={raises: "raise on rank 1"}), _inputs(batch_size)
 
 
 def sleeps_in_factory(batch_size: int = 4):
