@@ -120,7 +120,8 @@ class SearchConfig:
     step_timeout: float = _f(300.0, "seconds one training step of the workload may take before the search ends in "
                                     "one line naming where it waits (the factory and the first step get twice "
                                     "that; once a step is measured, 20 times it, at least 30 s and at most this, "
-                                    "per step of each call: search/engine/deadlines.py)")
+                                    "per step of each call; an agent's round gets it plus 0.25 s per PPO step: "
+                                    "search/engine/deadlines.py)")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 
