@@ -102,5 +102,12 @@ def test_a_throughput_search_whose_ladder_climbs_past_what_the_allocator_gives_f
     assert curve is not None and all(row.answer is not None for row in curve.caps)
     assert all(row.answer.micro_batch <= 12 for row in curve.caps)
     failed = {r["micro_batch"] for r in book if r["record"].oom}
-    assert failed and min(failed) > 12 and all(r["record"].requested_bytes == 1 << 52 for r in book if r["record"].oom)
+    assert failed and min(failed) > 12
+    # a size tried asked the allocator for what it cannot give; one above a size of its plan that did not fit is
+    # recorded as not fitting without a step (search.engine.throughput.batch_book.BatchMeasurer.smaller_not_fitting),
+    # unless another Evaluator took it before that size's record came back
+    short = {(r["micro_batch"], r["record"].digest) for r in book if r["record"].oom}
+    for r in (r for r in book if r["record"].oom):
+        below = any(d == r["record"].digest and b < r["micro_batch"] for b, d in short)
+        assert r["record"].requested_bytes in ((None, 1 << 52) if below else (1 << 52,)), (r["micro_batch"], r["record"])
     assert "Measured as not fitting this device" in (run / "report.md").read_text()

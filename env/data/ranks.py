@@ -37,7 +37,8 @@ def split_rank_clock(clock: str) -> tuple[str, int | None]:
 
 def merge_ranks(records: Sequence[MeasuredPlan]) -> MeasuredPlan:
     """One record of a plan measured on every rank of a group: the largest rank's peak (and what was live
-    before its step), per timed step the slowest rank's seconds, out of memory if any rank was."""
+    before its step), per timed step the slowest rank's seconds, out of memory if any rank was (asking for the
+    most bytes that a rank's failed allocation asked for)."""
     if not records:
         raise MeasurementError("no rank measured the plan; a group measures with one rank at least")
     first = records[0]
@@ -55,8 +56,10 @@ def merge_ranks(records: Sequence[MeasuredPlan]) -> MeasuredPlan:
     reserved = [r.peak_reserved_bytes for r in records if r.peak_reserved_bytes is not None]
     oom = any(r.oom for r in records)
     samples = [] if oom else [max(step) for step in zip(*(r.step_seconds_samples for r in records))]
+    asked = [r.requested_bytes for r in records if r.oom and r.requested_bytes is not None]
     return first.model_copy(update={
         "peak_bytes": largest.peak_bytes, "live_before_bytes": largest.live_before_bytes,
+        "requested_bytes": max(asked) if asked else None,
         "peak_reserved_bytes": max(reserved) if reserved else None, "step_seconds_samples": samples, "oom": oom,
         "clock": rank_clock(first.clock, n), "device": rank_device(first.device, n)})
 

@@ -2,7 +2,9 @@
 
 One ``AgentSlot`` per agent (its budget, seed, progress and status, mirrored in the store's
 ``progress`` table). An actor that dies is restarted once from its last saved policy, then
-left out; what happened goes to the ledger's events, which the report lists.
+left out; what happened goes to the ledger's events, which the report lists. Every call to an
+agent has a deadline (``search.engine.deadlines.Deadlines.agent``): after a while one line says
+which agents it waits on, past it the run ends in one line naming them (``DeadlineError``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource, RewardMode, SourceKind
 from search.engine import ray_session
+from search.engine.deadlines import PROCESS_START, Deadlines
 from search.engine.ledger import Ledger
 from search.records import meta
 from search.records.config import SearchConfig
@@ -37,17 +40,24 @@ class AgentSlot:
 
 
 MeasureFn = Callable[[list[int]], tuple[int, float]]
+AGENT_FIX = ("an agent that never answers (a deadlock in its process, a machine too loaded for its PPO steps): "
+             "train in smaller rounds (--chunk-timesteps), or give it longer with --step-timeout SECONDS, which sets it")
 
 
 class AgentPool:
     """K agents, one per memory budget, trained in rounds of ``chunk_timesteps``."""
 
     def __init__(self, cfg: SearchConfig, ledger: Ledger, run_dir: Path,
-                 measure_for: Callable[[str], MeasureFn] | None = None) -> None:
+                 measure_for: Callable[[str], MeasureFn] | None = None, deadlines: Deadlines | None = None,
+                 agent: type | None = None) -> None:
+        """``deadlines``: the run's (the Evaluator pool's, whose measurements a measured reward waits on);
+        ``agent``: the agent class (``agents.ppo.PPOAgent``, or one of its subclasses)."""
         import ray
 
         self.ray, self.cfg, self.ledger, self.run_dir = ray, cfg, ledger, run_dir
         self.measure_for = measure_for  # measured reward: agent name -> its function measuring a new plan
+        self.deadlines = deadlines or Deadlines(cfg.step_timeout, cfg.repeats)
+        self.agent = agent
         self.slots: list[AgentSlot] = []
 
     @property
@@ -94,10 +104,11 @@ class AgentPool:
     def _spawn(self, slot: AgentSlot) -> None:
         from agents.ppo import PPOAgent
 
+        agent = self.agent or PPOAgent
         # a whole CPU each when there are enough; else a share, so that every agent starts
         # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
         cpus = self.ray.cluster_resources().get("CPU", 1.0)
-        remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(PPOAgent)
+        remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(agent)
         slot.handle = remote.remote(slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
                                     slot.seed + 1000 * slot.restarts, self.cfg.reward,
                                     self.measure_for(slot.name) if self.measure_for else None,
@@ -106,7 +117,9 @@ class AgentPool:
     def _catch_up(self, slot: AgentSlot) -> None:
         """A resumed agent counts the steps of the policy it loaded: a run killed after the policy was saved
         but before its progress was recorded would otherwise train them again."""
-        loaded = self.ray.get(slot.handle.timesteps.remote())
+        ref = slot.handle.timesteps.remote()
+        self._wait({ref: slot}, PROCESS_START + self.deadlines.agent(), "its start")
+        loaded = self.ray.get(ref)
         if loaded > slot.timesteps:
             slot.timesteps = loaded
             if slot.timesteps >= self.cfg.timesteps:
@@ -129,6 +142,9 @@ class AgentPool:
         else:
             futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
                        for s in self.running}
+        steps = 0 if answer else self.cfg.chunk_timesteps
+        self._wait(futures, self.deadlines.agent(steps, self._may_measure(steps)), f"a round of {steps} PPO steps"
+                   if steps else "the answer round (the teacher's plans cloned)")
         reports = []
         for fut, slot in futures.items():
             try:
@@ -144,6 +160,25 @@ class AgentPool:
             self._save_progress(slot)
             reports.append(rep)
         return reports
+
+    def _may_measure(self, steps: int) -> int:
+        """Plans an agent may measure in ``steps`` PPO steps: one per episode where the reward is measured."""
+        if self.cfg.reward != RewardMode.MEASURED:
+            return 0
+        return math.ceil(steps / max(1, self.ledger.codec.n_units)) + 1
+
+    def _wait(self, futures: dict[Any, AgentSlot], seconds: float, what: str) -> None:
+        """Every call of ``futures`` done (answered, failed or its actor dead) within ``seconds``; past them,
+        ``DeadlineError`` names the agents that had not answered (``search.engine.deadlines``)."""
+        refs = list(futures)
+        names = ", ".join(futures[r].name for r in refs)
+
+        def late() -> str:
+            ready = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            return f"({', '.join(futures[r].name for r in refs if r not in ready)} had not answered)"
+
+        if refs:
+            self.deadlines.wait(self.ray, refs, seconds, f"the agents' calls ({names}): {what}", late, fix=AGENT_FIX)
 
     def rounds_left(self) -> float:
         """Training rounds still to come, on average over the agents."""
@@ -177,6 +212,7 @@ class AgentPool:
         teach = [may_demonstrate(r, self.cfg.warm_start) for r in recs]
         futures = {s.handle.observe.remote(fed, teach): s for s in slots or self.slots
                    if s.status in ("running", "finished") and s.handle is not None}
+        self._wait(futures, self.deadlines.agent(), f"taking {len(fed)} measurements in")
         for fut, s in futures.items():  # every agent takes them in at once
             try:
                 self.ray.get(fut)

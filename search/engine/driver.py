@@ -54,7 +54,7 @@ class Driver:
             baseline = ledger.setup.profile.baseline
             measure_for = agents_measure(pool, [a.value for a in ledger.codec.actions],
                                          baseline.step_seconds if baseline else None)
-        self.agents = AgentPool(cfg, ledger, run_dir, measure_for)
+        self.agents = AgentPool(cfg, ledger, run_dir, measure_for, pool.deadlines)
         self.max_measurements = cfg.measurement_budget(ledger.codec.n_units)
         ledger.store.write(meta.MAX_MEASUREMENTS, self.max_measurements)
         ledger.store.write(meta.MEASUREMENT_MODE, self.measurer.mode)

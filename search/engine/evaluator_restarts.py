@@ -3,7 +3,8 @@
 - Queue: ``_dispatch`` hands each job to a free Evaluator and gives each result to ``on_result`` as it arrives;
   a call past its deadline ends in ``DeadlineError`` (``search.engine.deadlines``), one waited on long is said.
 - Kills: an Evaluator whose process dies on a job is restarted and the job goes back on the queue; a job that
-  killed ``KILLS_NOT_FITTING`` Evaluators is recorded as not fitting (under ``--fsdp``: the run ends in one line).
+  killed ``KILLS_NOT_FITTING`` Evaluators is recorded as not fitting (under ``--fsdp``: a group, killed as one
+  where any of its ranks dies, ``search.engine.fsdp.group``).
 - Restarts: ``_died`` restarts an Evaluator and keeps the event (``events``, ``on_event``); one that died other
   than on a job is restarted once and left out after a second death.
 
@@ -111,12 +112,6 @@ class EvaluatorRestarts:
                 out[k] = on_result(ray_session.get(done[0]))
             except ray_session.actor_gone() as e:
                 kills[k] = kills.get(k, 0) + 1
-                if self.cfg.fsdp and kills[k] >= KILLS_NOT_FITTING:  # a group holds no workload to make the record
-                    raise CkptSearchError(
-                        f"the measurement of {describe_job(jobs[k])} killed an FSDP group's ranks twice "
-                        f"({ray_session.death_cause(e, limit=160)}); under --fsdp a configuration that kills its "
-                        "ranks is not recorded as not fitting: lower the batch size, or measure it without --fsdp"
-                    ) from None
                 self._died(slot, e, on=f"the measurement of {describe_job(jobs[k])}", kills=kills[k])
                 queue.appendleft(k)  # measured by whichever Evaluator is free next, or recorded as not fitting
         return [out[k] for k in range(len(jobs))]

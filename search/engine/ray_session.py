@@ -6,6 +6,7 @@ import os
 import re
 import resource
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,9 @@ _PROJECT_ERROR = re.compile(rf"({'|'.join(_ERRORS)}|StoreError): ([^\n]+)")
 
 
 def start_ray(address: str = "", num_cpus: int | None = None) -> None:
-    """Join the cluster at ``address``, or start a new local instance (``num_cpus``: all cores).
-    Actors find this checkout through PYTHONPATH, so a search runs from a source tree too."""
+    """Join the cluster at ``address`` within ``RAY_JOIN`` seconds (``join_cluster``), or start a new local instance
+    (``num_cpus``: all cores). Actors find this checkout through PYTHONPATH, so a search runs from a source tree
+    too."""
     import ray
 
     if ray.is_initialized():
@@ -38,7 +40,7 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
     env_vars = {"PYTHONPATH": os.pathsep.join([root, *paths]), "RAY_DEDUP_LOGS": "0"}
     if address:  # the cluster's workers get the driver's PYTHONPATH through a runtime env
-        ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+        join_cluster(address, env_vars)
         return
     # A local instance's workers inherit this process's environment: no runtime env, whose agent made every
     # actor's start about 0.6 s slower (1.0 s against 0.3 s for a first actor, measured here).
@@ -57,6 +59,40 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
                  object_store_memory=object_store_bytes())
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def join_cluster(address: str, env_vars: dict[str, str], seconds: float | None = None) -> None:
+    """``ray.init(address)`` within ``seconds`` (``search.engine.deadlines.RAY_JOIN``), saying meanwhile what it
+    waits on; past them, ``DeadlineError`` in one line. Ray itself retries a cluster that never answers without
+    end (its driver waits for the cluster's GCS), so the call runs in a thread of its own, which the run's exit
+    leaves behind. A local instance is started on the calling thread instead: the processes it starts die with
+    the thread that started them."""
+    import ray
+
+    from search.engine import deadlines
+
+    seconds = deadlines.RAY_JOIN if seconds is None else seconds
+    failed: list[BaseException] = []
+
+    def join() -> None:
+        try:
+            ray.init(address=address, runtime_env={"env_vars": env_vars}, log_to_driver=False)
+        except BaseException as e:  # noqa: BLE001 - raised again on the calling thread
+            failed.append(e)
+
+    thread = threading.Thread(target=join, name="ray-join", daemon=True)
+    thread.start()
+    stage = f"Ray's start, joining the cluster at --address {address}"
+    fix = ("no Ray cluster answered there: start one (ray start --head on its head node), give the head's address "
+           "(ray status there prints it), or leave --address out to start Ray on this machine")
+
+    def passed() -> Exception:
+        return deadlines.DeadlineError(f"{stage} did not return within {seconds:.0f} s; {fix}")
+
+    deadlines.wait_until(lambda timeout: (thread.join(timeout), not thread.is_alive())[1], seconds, stage, set(),
+                         None, True, passed)
+    if failed:
+        raise failed[0]
 
 
 def object_store_bytes() -> int | None:

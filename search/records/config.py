@@ -117,10 +117,10 @@ class SearchConfig:
                       "rank), the workload sharded with fully_shard on the units and the root after the plan is "
                       "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time). Chain "
                       "is not searched under FSDP: fully_shard gathers a unit's parameters only when it is called")
-    step_timeout: float = _f(300.0, "seconds one training step of the workload may take before the search ends in "
-                                    "one line naming where it waits (the factory and the first step get twice "
-                                    "that; once a step is measured, 20 times it, at least 30 s and at most this, "
-                                    "per step of each call: search/engine/deadlines.py)")
+    step_timeout: float = _f(300.0, "seconds one training step may take before the search ends in one line naming "
+                                    "where it waits (factory and first step: twice that; once a step is measured, "
+                                    "20 times it, at least 30 s and at most this, per step of each call; an agent's "
+                                    "round: it plus 0.25 s per PPO step; search/engine/deadlines.py)")
     chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
     progress: bool = _f(True, "show the live terminal view")
 

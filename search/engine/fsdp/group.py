@@ -15,7 +15,11 @@ Every request goes to all ranks at once:
 - the records an Evaluator keeps (ids, cache, journal, references) stay here, in the group.
 
 When a rank dies, or fails while the others wait for it in a collective, the group stops every rank
-and raises ``RankDiedError``; the pool restarts the group as one and puts its plan back on the queue.
+and raises ``RankDiedError``; the pool restarts the group as one and puts its plan back on the queue, and
+records a plan that killed it twice as not fitting, as it does a single Evaluator's (every rank makes its
+record without a step, ``FsdpRank.not_fitting``). A step whose allocation fails on a rank is that rank's
+not-fitting record, and the group's (``merge_ranks``); where the other ranks are left waiting in a
+collective for it, the group is stopped as for a death.
 Peers are not measured under FSDP: transformers' checkpointing and ``checkpoint_sequential`` would
 wrap the sharded modules from outside, and compiled peers compile.
 """
@@ -51,6 +55,7 @@ class FsdpGroup(Evaluator):
 
         self.ray, self.device, self.n_ranks = ray, resolve_device(device), ranks
         self.handles: list[Any] = []
+        self.workload = None  # the ranks hold it, sharded
         actor = _rank_actor(self.device.startswith("cuda"))
         first = actor.remote(workload_spec, seed, list(units), max_units, self.device, threads, 0, ranks)
         self.handles = [first]
@@ -113,16 +118,25 @@ class FsdpGroup(Evaluator):
         records = self._on_ranks(lambda h: h.measure.remote(names, source, mid, self.repeats))
         return self._labelled(merge_ranks(records), is_reference)
 
+    def _killed(self, workload: Any, digest: str, actions: Sequence[str], source: str) -> MeasuredPlan:
+        """The record of a plan that killed the group's ranks twice: every rank's, made without a step, merged."""
+        self.n_measured += 1
+        mid = f"{self._id_prefix}:{self.n_measured}"
+        return merge_ranks(self._on_ranks(lambda h: h.not_fitting.remote(list(actions), source, mid)))
+
     def _on_ranks(self, call: Any, handles: Sequence[Any] | None = None) -> list[Any]:
         """``call(rank handle)`` on every rank (or ``handles``) at once; their answers in rank order. A rank that
-        died or failed stops the group: ``RankDiedError`` for a death, else the rank's own error."""
+        died or failed stops the group: ``RankDiedError`` for a death, else the rank's own error. A rank whose step
+        did not fit (an ``oom`` record) while the others are still in the step gives them ``RANK_GRACE_S``: those
+        that ran out of memory at the same allocation answer at once, one left in a collective never does."""
         handles = list(self.handles if handles is None else handles)
         refs = [call(h) for h in handles]
         answers: dict[int, Any] = {}
         failed: dict[int, BaseException] = {}
         pending = list(refs)
         while pending:
-            ready, pending = self.ray.wait(pending, num_returns=1, timeout=RANK_GRACE_S if failed else None)
+            short = failed or any(getattr(a, "oom", False) for a in answers.values())
+            ready, pending = self.ray.wait(pending, num_returns=1, timeout=RANK_GRACE_S if short else None)
             if not ready:
                 break  # the others wait in a collective for the failed rank
             k = refs.index(ready[0])
@@ -132,8 +146,16 @@ class FsdpGroup(Evaluator):
                 failed[k] = e
         if failed or pending:
             self.stop()
-            raise self._failure(failed, stuck=[refs.index(r) for r in pending])
+            stuck = [refs.index(r) for r in pending]
+            raise self._failure(failed, stuck) if failed else self._left_waiting(answers, stuck)
         return [answers[k] for k in range(len(refs))]
+
+    def _left_waiting(self, answers: dict[int, Any], stuck: list[int]) -> BaseException:
+        """What the group raises when ranks ran out of memory and others were left in the step: a death of the
+        group (restarted; the pool records a plan that does it twice as not fitting)."""
+        short = sorted(k for k, a in answers.items() if getattr(a, "oom", False))
+        return ray_session.RankDiedError(f"rank {short[0]} of {self.n_ranks} ran out of memory and ranks {stuck} were "
+                                         f"left waiting for it in a collective; the group's ranks were stopped")
 
     def _failure(self, failed: dict[int, BaseException], stuck: list[int]) -> BaseException:
         """What the group raises when ranks failed: a death first (the others then fail too, in collectives)."""

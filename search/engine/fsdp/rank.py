@@ -19,7 +19,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action, action_summary, fingerprint
 from env.measure.fsdp import free_port, join_group, shard_workload, sharded_modules
 from env.measure.gate import agreed_error, check_plan, gate_step
-from env.measure.measurement import measure, warm_up
+from env.measure.measurement import measure, not_fitting, record_fields, warm_up
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
@@ -79,6 +79,12 @@ class FsdpRank:
             return [check_plan(self.workload, plan_for(self.workload.model, self.units, [Action(a) for a in p]),
                                self.units, self.workload.precision, seed=seed, reference=reference,
                                error_of=agreed_error).model_dump(mode="json") for p in plans]
+
+    def not_fitting(self, actions: Sequence[str], source: str, measurement_id: str) -> MeasuredPlan:
+        """This rank's record of a plan that killed the group twice, made without a step
+        (``env.measure.measurement.not_fitting``)."""
+        plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
+        return not_fitting(self.workload, record_fields(self.workload, plan.digest, actions, source, measurement_id))
 
     def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int) -> MeasuredPlan:
         """A plan at another batch size, on a second sharded copy of the workload built at that size."""

@@ -8,7 +8,10 @@ workload's own batch, keyed by digest alone.
 ``BatchMeasurer`` measures ``BatchJob``s on whichever Evaluator is free (``EvaluatorPool.run_jobs``):
 ``measure`` skips what the book has (unless ``again``) and records each result, timing no step where the
 peak is above every cap (``ceiling``), or none at all where only peaks are asked for; ``fresh`` returns new
-measurements without recording them, for a quote that must not reuse what selected its plans.
+measurements without recording them, for a quote that must not reuse what selected its plans. A plan or peer
+that did not fit at a micro-batch (an allocation failed, or its measurement killed Evaluators) is recorded as
+not fitting at every larger one without a step (``smaller_not_fitting``): a larger micro-batch of the same
+configuration holds at least its activations, and a step there would be one more kill.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ class BatchMeasurer:
         ``timed=False``: the peaks only, no step timed (where a record holds only a peak that fits a cap, a timed
         measurement adds the times)."""
         unique = list({(self.digest(j), j.micro_batch): j for j in jobs}.values())
-        todo = [j for j in unique if again or self.lacks(j, timed)]
+        todo = sorted((j for j in unique if again or self.lacks(j, timed)), key=lambda j: j.micro_batch)
         self.pool.run_jobs(todo, lambda handle, job, killed: self._call(handle, job, self._stop_above(job, timed), killed),
                            self.book.record, self._deadline)
         return [self.known(j) for j in jobs]  # type: ignore[misc]
@@ -127,7 +130,17 @@ class BatchMeasurer:
             return -1  # every peak is above it
         return self.ceiling(job.micro_batch) if self.ceiling else None
 
+    def smaller_not_fitting(self, job: BatchJob) -> int | None:
+        """The smallest micro-batch below the job's where the book holds its plan (or peer) as not fitting, or
+        None. ``measure`` asks for the smaller sizes first, so that one Evaluator learns this before it tries a
+        larger size; on ``tests/data/memory_models.py:killed_above`` each size tried above the limit cost two
+        Evaluator deaths and restarts."""
+        return next((b for b, m in self.book.of(self.digest(job)).items() if m.oom and b < job.micro_batch), None)
+
     def _call(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool) -> Any:
+        """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
+        ``KILLS_NOT_FITTING`` Evaluators (``not_fitting``) or a smaller micro-batch of it did not fit."""
         known = self.known(job)  # its peak is lent on CPU
+        not_fitting = not_fitting or self.smaller_not_fitting(job) is not None
         return handle.measure_at.remote(job.item, job.micro_batch, self.batch_dim, job.source, known, stop_above,
                                         not_fitting)
