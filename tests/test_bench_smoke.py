@@ -104,6 +104,19 @@ def test_search_quality_quick(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_search_quality_summary_says_so_where_the_exact_plans_span_no_hypervolume() -> None:
+    """A quick run at load can measure the exact solver's plans all beyond the reference point: no ratio to print."""
+    from bench.views.search import AGENTS_OWN, search_quality_summary
+
+    methods = {k: {"hypervolume": 0.1, "evaluations": 5} for k in ("random", "agents (search run)", "NSGA-II", "rules")}
+    methods[AGENTS_OWN] = {"ratio_to_exact": None}
+    line, = search_quality_summary({"workloads": [{"workload": "gpt", "n_units": 4, "methods": methods}]})
+    assert "span no hypervolume" in line and "None" not in line
+    methods[AGENTS_OWN] = {"ratio_to_exact": 0.97}
+    assert "their own plans 0.970 of the exact solver's" in search_quality_summary(
+        {"workloads": [{"workload": "gpt", "n_units": 4, "methods": methods}]})[0]
+
+
 def test_search_cost_quick(tmp_path: Path) -> None:
     out = tmp_path / "search_cost.json"
     run_bench("search_cost.py", "--quick", "--out", str(out))

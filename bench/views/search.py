@@ -193,9 +193,11 @@ def search_quality_summary(r: Result) -> list[str]:
     out = []
     for w in r["workloads"]:
         m = w["methods"]
+        ratio = m[AGENTS_OWN]["ratio_to_exact"]  # None where the exact solver's measured plans span no hypervolume
+        own = (f" (their own plans {ratio:.3f} of the exact solver's plans, measured)" if ratio is not None
+               else " (the exact solver's measured plans span no hypervolume to compare with)")
         out.append(f"`{w['workload']}` ({w['n_units']} units), hypervolume at {m['random']['evaluations']} measured "
-                   f"plans each: PPO agents {m['agents (search run)']['hypervolume']:.3f} (their own plans "
-                   f"{m[AGENTS_OWN]['ratio_to_exact']:.3f} of the exact solver's plans, measured), random "
+                   f"plans each: PPO agents {m['agents (search run)']['hypervolume']:.3f}{own}, random "
                    f"{m['random']['hypervolume']:.3f}, NSGA-II {m['NSGA-II']['hypervolume']:.3f}, rules "
                    f"{m['rules']['hypervolume']:.3f}.")
     return out
