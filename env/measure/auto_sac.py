@@ -20,7 +20,7 @@ Devices. On CUDA as shipped: the estimators on a fake copy of the model (``FakeT
 shipped (its roofline and its benchmark need CUDA, and the model cannot be made fake), so the same estimators run
 on the real model and batch, and each op is timed as it runs by the step's clock
 (``env.measure.timeline.step_clock``): the ILP gets op times measured on this CPU in place of a GPU's
-(``CPU_NOTE``). Either way the estimators run one step on the model, its state kept.
+(``CPU_ESTIMATES``). Either way the estimators run one step on the model, its state kept.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from env.runtime.chains import state_kept
 from env.workloads.workload import Workload
 
 BENCHMARK = "operator-level-benchmark"  # RuntimeEstimator's and SACEstimator's mode on CUDA: ops timed by CUDA events
-CPU_NOTE = ("on CPU torch's estimators ran on the real model, each op timed by this CPU's clock in place of their "
-            "CUDA-only roofline and benchmark")
+CUDA_ESTIMATES = "CUDA: torch's estimators as shipped, on a fake copy of the model, ops timed by CUDA events"
+CPU_ESTIMATES = "CPU: torch's estimators on the real model, each op timed by the step's clock"  # see the docstring
 FLOOR_STEPS = 10  # bisection steps for the lowest budget the ILP meets: within 1/1024 of the unplanned peak
 _GIB = 2**30
 
@@ -75,7 +75,7 @@ class AutoSacPlan:
     estimated_peak_bytes: int  # sac_milp's bound on the step's peak (parameters, gradients, activations)
     estimated_recompute_seconds: float  # sac_milp's recompute time
     unplanned_peak_bytes: int  # its estimate of the peak with nothing checkpointed
-    estimated_on: str  # how the op times were found (CUDA benchmark, or CPU_NOTE)
+    estimated_on: str  # how the op times were found (CUDA's benchmark, or CPU_ESTIMATES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +202,7 @@ def _estimated(workload: Workload) -> Iterator[tuple[Workload, RuntimeEstimator,
     torch's benchmark mode, as shipped; elsewhere the workload itself with each op timed as it runs."""
     if workload.device.type != "cuda":
         clock = step_clock(workload.device)[1]
-        yield workload, _TimedRuntimeEstimator(clock), _TimedSACEstimator(clock), CPU_NOTE
+        yield workload, _TimedRuntimeEstimator(clock), _TimedSACEstimator(clock), CPU_ESTIMATES
         return
     from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensorMode
     from torch.utils._pytree import tree_map_only
@@ -212,7 +212,7 @@ def _estimated(workload: Workload) -> Iterator[tuple[Workload, RuntimeEstimator,
             model = copy.deepcopy(workload.model)
         inputs = tree_map_only(torch.Tensor, fake.from_tensor, workload.inputs)
         fake_workload = dataclasses.replace(workload, model=model, inputs=inputs)
-        yield fake_workload, RuntimeEstimator()(BENCHMARK), SACEstimator()(BENCHMARK), "CUDA: torch's benchmark"
+        yield fake_workload, RuntimeEstimator()(BENCHMARK), SACEstimator()(BENCHMARK), CUDA_ESTIMATES
 
 
 def _memory(workload: Workload) -> MemTracker:
