@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib.util
 import logging
 import weakref
 from collections import defaultdict
@@ -54,13 +55,12 @@ _GIB = 2**30
 
 
 def missing() -> str | None:
-    """Why auto-SAC cannot run here (its ILP needs PuLP, its trade-off fit pwlf), in one line; None where it can."""
-    try:
-        import pulp  # noqa: F401
-        import pwlf  # noqa: F401
-    except ImportError as e:
-        return (f"PyTorch's auto-SAC is skipped: {e.name or 'pulp'} is not installed (its ILP needs PuLP, its "
-                "trade-off fit pwlf); install them with pip install -e '.[autosac]'")
+    """Why auto-SAC cannot run here (its ILP needs PuLP, its trade-off fit pwlf), in one line; None where it can.
+    Looked up without importing them, so that listing the peers costs the default run nothing."""
+    for name in ("pulp", "pwlf"):
+        if importlib.util.find_spec(name) is None:
+            return (f"PyTorch's auto-SAC is skipped: {name} is not installed (its ILP needs PuLP, its trade-off fit "
+                    "pwlf); install them with pip install -e '.[autosac]'")
     return None
 
 
