@@ -95,6 +95,8 @@ def test_auto_sac_is_offered_at_each_budget_where_the_model_has_blocks(tiny) -> 
     assert [p.name for p in peers] == ["auto-sac-0.0", "auto-sac-0.5"]
     assert all("op times measured on this CPU" in p.note for p in peers)  # what replaced torch's CUDA estimates
     assert peers[1].label == "PyTorch's auto-SAC (sac_milp), budget 0.5"
+    # compiled, a step traces other ops than the eager ones its per-op decisions name: not offered
+    assert not [p for p in peers_for(tiny, budgets=(0.5,), compiled=True) if p.kind is PeerKind.TORCH_AUTO_SAC]
     one_layer = Workload("linear", torch.nn.Linear(4, 1), (torch.randn(2, 4),), loss_fn=lambda m, x: m(*x).sum())
     assert [p.kind for p in peers_for(one_layer, budgets=(0.5,))] == [PeerKind.COMPILE_BUDGET]  # no blocks
 

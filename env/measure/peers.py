@@ -39,7 +39,9 @@ auto-SAC's ``budget`` is a fraction, as a compile budget's is, so that one list 
 its ILP takes GiB, given as that fraction of the way from the lowest peak the ILP can meet to its estimate of the
 unplanned step's peak (``env.measure.auto_sac``, which also says what runs in place of its CUDA-only estimates on a
 CPU; ``Peer.note`` says so). ``env.measure.auto_sac.solve`` gives its estimated peak and recompute time, to set
-beside the measured ones. Without PuLP the kind is not offered, with a one-line warning.
+beside the measured ones. Without PuLP the kind is not offered, with a one-line warning; nor where the peers are
+measured compiled (``peers_for(compiled=True)``): its per-op decisions are made for the eager ops its estimator
+saw, and a compiled step traces others.
 
 All of them keep the gradients of no checkpointing (dropout masks are replayed; tested), except
 compile budgets below 1.0 on a model with dropout: in torch 2.13 the partitioner may recompute a
@@ -277,15 +279,16 @@ class Offer:
     every_n: Sequence[int] = EVERY_N_LAYERS
     segments: Sequence[int] | None = None  # None: default_segments
     titan_every: Sequence[int] = TORCHTITAN_LAYER_EVERY
+    compiled: bool = False  # the peers are measured compiled (auto-SAC is not offered: its decisions name eager ops)
 
 
 def peers_for(workload: Workload, budgets: Sequence[float] = BUDGETS, every_n: Sequence[int] = EVERY_N_LAYERS,
-              segments: Sequence[int] | None = None) -> list[Peer]:
+              segments: Sequence[int] | None = None, compiled: bool = False) -> list[Peer]:
     """The peers that apply to this workload, kind by kind in ``KINDS`` order: compile budgets always;
     transformers' checkpointing on a transformers model; ``checkpoint_sequential`` (``segments``, default
     :func:`default_segments`) where the model has a chain of blocks; torchtitan's policies where it has blocks, and
-    auto-SAC at ``budgets`` there too, where PuLP is installed."""
-    facts, offer = model_facts(workload), Offer(budgets, every_n, segments)
+    auto-SAC at ``budgets`` there too, where PuLP is installed and the peers are not measured ``compiled``."""
+    facts, offer = model_facts(workload), Offer(budgets, every_n, segments, compiled=compiled)
     return [p for spec in KINDS.values() for p in spec.offer(facts, offer)]
 
 
@@ -319,7 +322,9 @@ def _offer_titan_layer(facts: ModelFacts, offer: Offer) -> list[Peer]:
 
 
 def _offer_auto_sac(facts: ModelFacts, offer: Offer) -> list[Peer]:
-    if facts.container is None or not offer.budgets:
+    """Not where the peers are compiled: its per-op decisions are made for the eager ops its estimator saw, and a
+    compiled step traces other ops (its policy refuses them: ``env.measure.auto_sac.op_policy``)."""
+    if facts.container is None or not offer.budgets or offer.compiled:
         return []
     from env.measure.auto_sac import missing
 
