@@ -11,8 +11,9 @@
     python bench/peers.py --default --workloads gpt/small --rounds 5  # the README's first command, its verdicts quoted
 
 For each workload, one ``python -m search.run --peers all``: its Evaluator measures the searched
-plans and the peers (torch.compile's ``activation_memory_budget`` at ``--budgets``, transformers'
-checkpointing every 1-4 layers on HF models, ``checkpoint_sequential`` on chains). From that run's
+plans and the peers (torch.compile's ``activation_memory_budget`` and PyTorch's auto-SAC at ``--budgets``,
+transformers' checkpointing every 1-4 layers on HF models, ``checkpoint_sequential`` on chains, torchtitan's
+policies on blocks). From that run's
 measurements (selection), for every peer: our fastest frontier plan at no more memory. Then the
 quote, apart from the search (selection and quote never share a measurement): one fresh Evaluator
 in this process (warmed up as the search's are) measures the baseline, every peer and every
@@ -27,7 +28,8 @@ with its times but does not count as faster than ours. Clock: the search's (the 
 thread's CPU time on CPU), named in each row; each quote records the machine's load beside it. The
 quote and the gradient check run on the device the search measured on (its ``config.json``'s
 ``--device``), and a quote whose device model differs from the search's is refused.
-The result (``peers_compiled`` with ``--compile``) is written after each workload.
+An auto-SAC peer's entry also holds its own estimates of its peak and recompute time beside the measured ones
+(``auto_sac``). The result (``peers_compiled`` with ``--compile``) is written after each workload.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan, compare_times  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from env.measure.compiled import CompileOptions  # noqa: E402
-from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, peers_for  # noqa: E402
+from env.measure.peers import GRADIENT_TOLERANCE, Peer, PeerKind, gradient_error, peers_for  # noqa: E402
 from env.runtime.chains import training_step  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
 from search.engine.evaluator import Evaluator, resolve_device  # noqa: E402
@@ -171,7 +173,8 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
         peer = got[f"peer:{name}"]
         mine = got.get(f"ours:{json.dumps(plan, sort_keys=True)}") if plan is not None else None
         entry: dict[str, Any] = {"peer": name, **_figures(peer), "compile_seconds": peer.compile_seconds,
-                                 "note": peers[name].note, "ours": None}
+                                 "note": peers[name].note, "ours": None,
+                                 **auto_sac_estimates(ev.workload, peers[name], peer, got["baseline"])}
         if mine is not None:
             verdict = compare_times((peer.step_seconds, peer.spread_seconds), (mine.step_seconds, mine.spread_seconds))
             entry["ours"] = {**_figures(mine), "plan": action_summary(plan["plan"].values())
@@ -208,6 +211,26 @@ def deterministic_kernels(device: torch.device) -> Iterator[None]:
             yield
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def auto_sac_estimates(workload: Any, peer: Peer, measured: MeasuredPlan, baseline: MeasuredPlan) -> dict[str, Any]:
+    """An auto-SAC peer's own estimates (``env.measure.auto_sac.solve``, cached where it was installed) beside what
+    the quote measured, under ``auto_sac``: how far torch's estimates are from the truth. Its peak is compared as a
+    saving against the unplanned step (its memory model leaves out the optimizer's state and the batch), its
+    recompute time against the measured step time less the baseline's. Other peers: nothing."""
+    if peer.kind is not PeerKind.TORCH_AUTO_SAC:
+        return {}
+    from env.measure.auto_sac import solve
+
+    plan = solve(workload, float(peer.params["budget"]))
+    return {"auto_sac": {
+        "estimated_peak_bytes": plan.estimated_peak_bytes, "estimated_unplanned_peak_bytes": plan.unplanned_peak_bytes,
+        "estimated_saving": 1 - plan.estimated_peak_bytes / plan.unplanned_peak_bytes,
+        "measured_saving": 1 - measured.peak_bytes / baseline.peak_bytes,
+        "estimated_recompute_seconds": plan.estimated_recompute_seconds,
+        "measured_recompute_seconds": measured.step_seconds - baseline.step_seconds,
+        "memory_budget_bytes": plan.memory_budget_bytes, "modules": sorted(plan.saves),
+        "estimated_on": plan.estimated_on}}
 
 
 def check_gradients(row: dict[str, Any]) -> None:

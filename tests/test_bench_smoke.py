@@ -237,6 +237,15 @@ def test_peers_quick(tmp_path: Path) -> None:
     assert not kept["compile-budget-0.0"]  # torch 2.13 (pytorch/pytorch#190758; tests/test_peers.py's xfail)
     from bench.views import markdown
     assert "compile-budget-0.0" in markdown("peers", load(out))
+    from env.measure.auto_sac import missing
+    if missing() is None:  # PyTorch's auto-SAC at the same budgets, its estimates beside the measured figures
+        quoted = {p["peer"]: p for p in q["peers"]}
+        low, full = quoted["auto-sac-0.0"]["auto_sac"], quoted["auto-sac-1.0"]["auto_sac"]
+        assert kept["auto-sac-0.0"] and kept["auto-sac-1.0"]
+        assert low["modules"] and not full["modules"] and full["estimated_saving"] == 0.0
+        assert low["estimated_peak_bytes"] < full["estimated_peak_bytes"] == full["estimated_unplanned_peak_bytes"]
+        assert low["measured_saving"] > 0 and quoted["auto-sac-0.0"]["peak_bytes"] < q["baseline"]["peak_bytes"]
+        assert "auto-SAC's estimates against the measurement" in markdown("peers", load(out))
 
 
 def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:

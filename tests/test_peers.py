@@ -29,9 +29,11 @@ from env.measure.peers import (
     peer_plan,
     peers_for,
     prepared,
+    torch_auto_sac_peer,
     torchtitan_layer_peer,
     torchtitan_op_sac_peer,
 )
+from env.measure.auto_sac import missing
 from env.runtime.apply import apply_actions, plan_for
 from env.units.find import find_units
 from env.workloads.workload import Workload, load_workload
@@ -41,6 +43,7 @@ from tests.test_workloads import one_line_error
 LLAMA = "env.workloads.zoo:hf_llama"
 LLAMA4 = "env.workloads.zoo:hf_llama?n_layer=4"
 needs_hf = pytest.mark.skipif(not hf_available(), reason="transformers is not installed")
+needs_pulp = pytest.mark.skipif(missing() is not None, reason="PuLP or pwlf is not installed (the autosac extra)")
 SEED = 5
 
 
@@ -112,12 +115,13 @@ def test_a_peer_is_plain_data_with_a_json_round_trip() -> None:
     assert compile_budget_peer(0.3).params == {"budget": 0.3}
 
 
-def _eager_peer_cases() -> list[tuple[str, Peer]]:
+def _eager_peer_cases() -> list[Any]:
     cases = [("gpt/tiny", checkpoint_sequential_peer(k, "blocks")) for k in (1, 2, 4)]
     cases += [("cnn/tiny", checkpoint_sequential_peer(2, "features"))]
     cases += [(LLAMA4, hf_checkpointing_peer(n)) for n in (1, 2, 4)]
     cases += [("gpt/tiny", torchtitan_op_sac_peer("blocks")), ("gpt/tiny", torchtitan_layer_peer(2, "blocks"))]
     cases += [(LLAMA4, torchtitan_op_sac_peer("model.layers"))]
+    cases += [pytest.param("gpt/tiny", torch_auto_sac_peer(0.0), marks=needs_pulp)]
     return cases
 
 

@@ -82,7 +82,25 @@ def peers_table(result: Result) -> str:
                 table(["peer", "peak MiB", "step ms (spread)", "our fastest plan at no more memory", "MiB",
                        "step ms (spread)", "peer / ours", ""], [_peer_row(p, w["compiled"]) for p in q["peers"]],
                       "lrrlrrrl"), ""]
+        out += _auto_sac_table(q)
     return "\n".join(out)
+
+
+def _auto_sac_table(q: Result) -> list[str]:
+    """auto-SAC's own estimates beside the quote's measurements (``bench/peers.py`` ``auto_sac_estimates``): its
+    peak as a saving on its unplanned estimate against the measured saving on the baseline, its recompute time
+    against the measured step less the baseline's."""
+    rows = [[p["peer"], f"{mib(a['memory_budget_bytes']):.2f}", f"{mib(a['estimated_peak_bytes']):.2f}",
+             f"{a['estimated_saving']:.0%}", f"{mib(p['peak_bytes']):.1f}", f"{a['measured_saving']:.0%}",
+             _ms(a["estimated_recompute_seconds"]), _ms(a["measured_recompute_seconds"]), len(a["modules"])]
+            for p in q["peers"] if (a := p.get("auto_sac"))]
+    if not rows:
+        return []
+    how = next(p["auto_sac"]["estimated_on"] for p in q["peers"] if p.get("auto_sac"))
+    return [f"auto-SAC's estimates against the measurement ({how}; its memory model leaves out the optimizer's "
+            "state):", "",
+            table(["peer", "ILP budget MiB", "estimated peak MiB", "estimated saving", "measured peak MiB",
+                   "measured saving", "estimated recompute ms", "measured step - baseline ms", "modules"], rows), ""]
 
 
 def _tally(q: Result, compiled: bool = True) -> tuple[list[Result], list[Result], list[Result]]:

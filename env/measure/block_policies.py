@@ -65,18 +65,31 @@ def wrapped_blocks(blocks: Sequence[nn.Module], picks: Sequence[bool],
                    context_fn: Callable[[], tuple[Any, Any]] | None) -> Iterator[None]:
     """Each picked block's forward run under ``torch.utils.checkpoint.checkpoint`` (non-reentrant, RNG state
     preserved), with ``context_fn`` where given (selective), until exit."""
-    taken = [i for i, b in enumerate(blocks) if "forward" in b.__dict__]
-    if taken:
-        raise PlanError(f"block {taken[0]} already has its forward replaced; remove that wrapper first")
-    extra = {"context_fn": context_fn} if context_fn is not None else {}
-    for block, picked in zip(blocks, picks):
-        if picked:
-            block.forward = _checkpointed(block.forward, extra)
+    _refuse_wrapped(blocks)
+    picked = [b for b, p in zip(blocks, picks) if p]
+    with wrapped_modules(picked, [context_fn] * len(picked)):
+        yield
+
+
+@contextlib.contextmanager
+def wrapped_modules(modules: Sequence[nn.Module],
+                    context_fns: Sequence[Callable[[], tuple[Any, Any]] | None]) -> Iterator[None]:
+    """Each module checkpointed as ``wrapped_blocks`` does, each with its own ``context_fn`` (None: the whole
+    module recomputed), until exit."""
+    _refuse_wrapped(modules)
+    for module, context_fn in zip(modules, context_fns):
+        module.forward = _checkpointed(module.forward, {"context_fn": context_fn} if context_fn is not None else {})
     try:
         yield
     finally:
-        for block in blocks:
-            block.__dict__.pop("forward", None)
+        for module in modules:
+            module.__dict__.pop("forward", None)
+
+
+def _refuse_wrapped(modules: Sequence[nn.Module]) -> None:
+    taken = [i for i, b in enumerate(modules) if "forward" in b.__dict__]
+    if taken:
+        raise PlanError(f"block {taken[0]} already has its forward replaced; remove that wrapper first")
 
 
 def _checkpointed(forward: Callable[..., Any], extra: dict[str, Any]) -> Callable[..., Any]:

@@ -1,6 +1,7 @@
 """How each peer kind of ``env.measure.peers`` is installed on a workload, and undone: transformers' own
 checkpointing, ``checkpoint_sequential`` over a chain of blocks, torchtitan's policies on the blocks
-(``env.measure.block_policies``) and a compile budget's options. Each is a context manager of
+(``env.measure.block_policies``), PyTorch's auto-SAC on the modules its ILP picks (``env.measure.auto_sac``) and a
+compile budget's options. Each is a context manager of
 (workload, peer) that ``env.measure.peers.KINDS`` names."""
 
 from __future__ import annotations
@@ -134,6 +135,17 @@ def titan_op_sac(workload: Workload, peer: Peer) -> Iterator[None]:
 def titan_layer_sac(workload: Workload, peer: Peer) -> Iterator[None]:
     blocks = _blocks_of(workload, peer)
     with wrapped_blocks(blocks, layer_picks(len(blocks), int(peer.params["every"])), None):
+        yield
+
+
+@contextlib.contextmanager
+def torch_auto_sac(workload: Workload, peer: Peer) -> Iterator[None]:
+    from env.measure import auto_sac  # torch.distributed's tools, loaded where the peer runs
+
+    reason = auto_sac.missing()
+    if reason is not None:
+        raise WorkloadError(f"peer '{peer.name}': {reason}")
+    with auto_sac.installed(workload, auto_sac.solve(workload, float(peer.params["budget"]))):
         yield
 
 

@@ -24,11 +24,24 @@ torchtitan_op_sac      torchtitan's op selective AC on every block: attention's 
                        recomputed (``env.measure.block_policies``)
 torchtitan_layer_sac   torchtitan's layer selective AC: every n-th block fully     ``every`` n (2, as       models with blocks
                        checkpointed (``env.measure.block_policies``)               torchtitan's default)
+torch_auto_sac         PyTorch's auto-SAC (``torch.distributed._tools``): its      ``budget`` 0.0 ... 1.0   models with blocks, where PuLP
+                       estimators over one step, its ILP (``sac_milp``) picks      (its lowest reachable    and pwlf are installed (the
+                       modules and its per-op policies run on them through         peak ... its unplanned   ``autosac`` extra)
+                       ``create_selective_checkpoint_contexts``                    peak)
+                       (``env.measure.auto_sac``)
 =====================  ==========================================================  =======================  ================================
 
 Each kind is one entry of ``KINDS`` (:class:`KindSpec`): how it is offered, installed and described, and where
 it is a plan of ours (``as_plan``: every ``checkpoint_sequential``, transformers' checkpointing and torchtitan's
 layer policy, when their blocks are decision units), so a search measures it once, as that plan.
+
+auto-SAC's ``budget`` is a fraction, as a compile budget's is, so that one list of budgets serves every model:
+its ILP takes GiB, given as that fraction of the way from the lowest peak the ILP can meet to its estimate of the
+unplanned step's peak (``env.measure.auto_sac``, which also says what runs in place of its CUDA-only estimates on a
+CPU; ``Peer.note`` says so). ``env.measure.auto_sac.solve`` gives its estimated peak and recompute time, to set
+beside the measured ones. Without PuLP the kind is not offered, with a one-line warning; nor where the peers are
+measured compiled (``peers_for(compiled=True)``): its per-op decisions are made for the eager ops its estimator
+saw, and a compiled step traces others.
 
 All of them keep the gradients of no checkpointing (dropout masks are replayed; tested), except
 compile budgets below 1.0 on a model with dropout: in torch 2.13 the partitioner may recompute a
@@ -45,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import warnings
 from enum import Enum
 from typing import Any, Callable, Iterator, Sequence
 
@@ -68,6 +82,7 @@ from env.measure.peer_installs import (
     supports_every_n,
     titan_layer_sac,
     titan_op_sac,
+    torch_auto_sac,
 )
 from env.measure.measurement import compile_options, measure_prepared
 from env.runtime.apply import planned_units
@@ -86,6 +101,7 @@ class PeerKind(str, Enum):
     CHECKPOINT_SEQUENTIAL = "checkpoint_sequential"
     TORCHTITAN_OP_SAC = "torchtitan_op_sac"
     TORCHTITAN_LAYER_SAC = "torchtitan_layer_sac"
+    TORCH_AUTO_SAC = "torch_auto_sac"
 
     def __str__(self) -> str:
         return self.value
@@ -98,7 +114,7 @@ class Peer(BaseModel):
 
     name: str
     kind: PeerKind
-    params: dict[str, float | int | str]  # budget / every_n_layers / segments (and chain: the container's FQN)
+    params: dict[str, float | int | str]  # budget / every_n_layers / segments / every (and chain / blocks: an FQN)
     note: str = ""  # a caveat to show beside its measurement (a known bug of the peer)
 
     @property
@@ -141,6 +157,19 @@ def torchtitan_layer_peer(every: int, blocks: str) -> Peer:
     """torchtitan's layer policy, every ``every``-th block of container ``blocks`` checkpointed."""
     return Peer(name=f"torchtitan-layer-every-{every}", kind=PeerKind.TORCHTITAN_LAYER_SAC,
                 params={"every": int(every), "blocks": blocks})
+
+
+# where torch's estimators cannot run as shipped (they need CUDA), what the ILP is given instead (env.measure.auto_sac)
+AUTO_SAC_CPU_NOTE = ("auto-SAC's ILP solved with op times measured on this CPU: torch's estimators ran on the real "
+                     "model with each op timed by the step's clock, in place of their CUDA-only roofline and benchmark")
+
+
+def torch_auto_sac_peer(budget: float, device_type: str = "cpu") -> Peer:
+    """PyTorch's auto-SAC at ``budget`` (0.0: the lowest peak its ILP meets, 1.0: its estimate of the unplanned
+    peak), on a model on ``device_type`` (its estimators run as shipped on CUDA only: elsewhere the note says what
+    replaced them)."""
+    return Peer(name=f"auto-sac-{budget:.1f}", kind=PeerKind.TORCH_AUTO_SAC, params={"budget": float(budget)},
+                note="" if device_type == "cuda" else AUTO_SAC_CPU_NOTE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +248,7 @@ class ModelFacts:
     hf_layers: tuple[str, ...]  # FQNs of its checkpointing layers, in module order
     chain: str | None  # find_chain: the container whose blocks run as a chain
     chain_blocks: tuple[str, ...]  # its children's FQNs, in order
+    device_type: str = "cpu"  # where the model runs (auto-SAC's estimators run as shipped on cuda only)
 
     @property
     def blocks(self) -> tuple[str, ...]:
@@ -238,7 +268,7 @@ def model_facts(workload: Workload) -> ModelFacts:
     layers = tuple(n for n, m in model.named_modules() if is_hf_checkpointing_layer(m)) if hf else ()
     chain = find_chain(workload)
     blocks = tuple(f"{chain}.{n}" for n, _ in model.get_submodule(chain).named_children()) if chain else ()
-    return ModelFacts(hf, hf and supports_every_n(model), layers, chain, blocks)
+    return ModelFacts(hf, hf and supports_every_n(model), layers, chain, blocks, workload.device.type)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,14 +279,16 @@ class Offer:
     every_n: Sequence[int] = EVERY_N_LAYERS
     segments: Sequence[int] | None = None  # None: default_segments
     titan_every: Sequence[int] = TORCHTITAN_LAYER_EVERY
+    compiled: bool = False  # the peers are measured compiled (auto-SAC is not offered: its decisions name eager ops)
 
 
 def peers_for(workload: Workload, budgets: Sequence[float] = BUDGETS, every_n: Sequence[int] = EVERY_N_LAYERS,
-              segments: Sequence[int] | None = None) -> list[Peer]:
+              segments: Sequence[int] | None = None, compiled: bool = False) -> list[Peer]:
     """The peers that apply to this workload, kind by kind in ``KINDS`` order: compile budgets always;
     transformers' checkpointing on a transformers model; ``checkpoint_sequential`` (``segments``, default
-    :func:`default_segments`) where the model has a chain of blocks; torchtitan's policies where it has blocks."""
-    facts, offer = model_facts(workload), Offer(budgets, every_n, segments)
+    :func:`default_segments`) where the model has a chain of blocks; torchtitan's policies where it has blocks, and
+    auto-SAC at ``budgets`` there too, where PuLP is installed and the peers are not measured ``compiled``."""
+    facts, offer = model_facts(workload), Offer(budgets, every_n, segments, compiled=compiled)
     return [p for spec in KINDS.values() for p in spec.offer(facts, offer)]
 
 
@@ -287,6 +319,20 @@ def _offer_titan_layer(facts: ModelFacts, offer: Offer) -> list[Peer]:
     if facts.container is None:
         return []
     return [torchtitan_layer_peer(n, facts.container) for n in offer.titan_every if 1 < n <= len(facts.blocks)]
+
+
+def _offer_auto_sac(facts: ModelFacts, offer: Offer) -> list[Peer]:
+    """Not where the peers are compiled: its per-op decisions are made for the eager ops its estimator saw, and a
+    compiled step traces other ops (its policy refuses them: ``env.measure.auto_sac.op_policy``)."""
+    if facts.container is None or not offer.budgets or offer.compiled:
+        return []
+    from env.measure.auto_sac import missing
+
+    reason = missing()
+    if reason is not None:
+        warnings.warn(reason, stacklevel=3)
+        return []
+    return [torch_auto_sac_peer(b, facts.device_type) for b in offer.budgets]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +425,9 @@ KINDS: dict[PeerKind, KindSpec] = {
     PeerKind.TORCHTITAN_LAYER_SAC: KindSpec(
         _offer_titan_layer, lambda w, p: eager(titan_layer_sac, w, p),
         lambda p: "torchtitan's layer selective AC" + _every(p, "every", "blocks"), _titan_layer_plan),
+    PeerKind.TORCH_AUTO_SAC: KindSpec(
+        _offer_auto_sac, lambda w, p: eager(torch_auto_sac, w, p),
+        lambda p: f"PyTorch's auto-SAC (sac_milp), budget {float(p.params['budget']):.1f}"),
 }
 
 

@@ -31,7 +31,8 @@ class EvaluatorPeers:
 
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
         """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
-        return [p for p in peers_for(self.workload, budgets=budgets) if p.kind.value in kinds]
+        return [p for p in peers_for(self.workload, budgets=budgets, compiled=bool(self.compile))
+                if p.kind.value in kinds]
 
     def peer_plans(self, peers: Sequence[Peer]) -> list[list[str] | None]:
         """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none

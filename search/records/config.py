@@ -52,10 +52,12 @@ class SearchConfig:
                                                "point measured)", choices=tuple(m.value for m in RewardMode))
     peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (HF models' own "
                              "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); "
-                             "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each)",
+                             "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each, and PyTorch's "
+                             "auto-SAC at the same budgets, where PuLP is installed)",
                     choices=("none", "eager", "all"))
     peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
-                                   "torch.compile activation_memory_budget values measured with --peers all",
+                                   "torch.compile activation_memory_budget values (and auto-SAC's budgets, the same "
+                                   "fractions) measured with --peers all",
                                    nargs="+")
     compile: bool = _f(False, "measure compiled training steps (--compile-scope says what is compiled); compile "
                               "time is reported apart. The profile stays eager")

@@ -20,7 +20,9 @@ from search.records import meta
 from search.records.pareto import fastest_within
 
 EAGER_KINDS = ("hf_checkpointing", "checkpoint_sequential", "torchtitan_op_sac", "torchtitan_layer_sac")
-PEER_KINDS = {"none": (), "eager": EAGER_KINDS, "all": (*EAGER_KINDS, "compile_budget")}  # by --peers
+# by --peers. auto-SAC only with all: its estimators, a pwlf fit per module and an ILP per budget cost seconds before
+# its first step, and a peer per budget, which the default run (eager) does not pay
+PEER_KINDS = {"none": (), "eager": EAGER_KINDS, "all": (*EAGER_KINDS, "compile_budget", "torch_auto_sac")}
 
 
 def measure_peers(ctx: RunContext) -> None:

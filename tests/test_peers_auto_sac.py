@@ -1,0 +1,158 @@
+"""PyTorch's auto-SAC as a peer (``env.measure.auto_sac``): its decisions, the gradients it keeps, the memory it saves.
+
+The gradients are checked with dropout on (``gpt/tiny``): one step with the peer against one without from the
+same RNG state. A plan that checkpoints nothing would pass that, so each budget tested is checked to pick modules.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from env.data.errors import PlanError, WorkloadError
+from env.data.plan import Action
+from env.measure.measurement import measure
+from env.measure.peers import GRADIENT_TOLERANCE, PeerKind, gradient_error, measure_peer, peers_for, torch_auto_sac_peer
+from env.runtime.apply import plan_for
+from env.units.find import find_units
+from env.workloads.workload import Workload, load_workload
+from tests.test_workloads import one_line_error
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _missing() -> str | None:
+    from env.measure.auto_sac import missing
+
+    return missing()
+
+
+needs_pulp = pytest.mark.skipif(_missing() is not None, reason="PuLP or pwlf is not installed (the autosac extra)")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_workload("gpt/tiny")  # dropout 0.1
+
+
+@needs_pulp
+def test_auto_sac_decides_more_the_lower_its_budget(tiny) -> None:
+    """Budget 0.0 is the lowest peak its ILP meets, 1.0 its estimate of the unplanned one (nothing decided); in
+    between its estimated peak stays within the GiB it was given and falls with the budget."""
+    from env.measure.auto_sac import solve
+
+    plans = [solve(tiny, b) for b in (0.0, 0.5, 1.0)]
+    low, mid, full = plans
+    assert full.discard == {} and full.saves == {} and full.estimated_recompute_seconds == 0.0
+    assert full.estimated_peak_bytes == full.unplanned_peak_bytes
+    assert low.estimated_peak_bytes < mid.estimated_peak_bytes < full.estimated_peak_bytes
+    assert low.estimated_recompute_seconds > mid.estimated_recompute_seconds > 0.0
+    for p in plans:
+        assert p.estimated_peak_bytes <= p.memory_budget_bytes
+        assert all(0.0 < r <= 1.0 for r in p.discard.values())
+        for fqn, saves in p.saves.items():  # a module of the model, each of its ops saved or recomputed
+            tiny.model.get_submodule(fqn)
+            assert set(saves) <= {0, 1}
+    assert low.discard.keys() and all("blocks." in f for f in low.discard)
+    assert "CPU" in low.estimated_on
+
+
+@needs_pulp
+@pytest.mark.parametrize("budget", [0.0, 0.5])
+def test_auto_sac_keeps_the_gradients_with_dropout_on(tiny, budget: float) -> None:
+    from env.measure.auto_sac import solve
+
+    assert tiny.model.blocks[0].mlp.dropout.p > 0  # dropout on, so a mask drawn again would show
+    initial = copy.deepcopy(tiny.model.state_dict())
+    assert solve(tiny, budget).saves  # it checkpoints something
+    assert gradient_error(tiny, torch_auto_sac_peer(budget)) < 1e-6
+    assert not any("forward" in m.__dict__ for m in tiny.model.modules())  # undone
+    assert all(p.grad is None for p in tiny.model.parameters())
+    for name, t in tiny.model.state_dict().items():
+        torch.testing.assert_close(t, initial[name], rtol=0, atol=0, msg=name)
+
+
+@needs_pulp
+def test_auto_sac_under_a_budget_peaks_below_the_unplanned_step(tiny) -> None:
+    """Measured (CPU peaks are exact): auto-SAC at its lowest budget below the unplanned step, and at 1.0, where it
+    decides nothing, the unplanned step itself."""
+    units = find_units(tiny.model)
+    unplanned = measure(tiny, plan_for(tiny.model, units, [Action.KEEP] * len(units)), units, repeats=1)
+    low = measure_peer(tiny, torch_auto_sac_peer(0.0), repeats=1)
+    full = measure_peer(tiny, torch_auto_sac_peer(1.0), repeats=1)
+    assert low.digest == "peer:auto-sac-0.0"
+    assert low.peak_bytes < unplanned.peak_bytes == full.peak_bytes
+
+
+@needs_pulp
+def test_auto_sac_is_offered_at_each_budget_where_the_model_has_blocks(tiny) -> None:
+    peers = [p for p in peers_for(tiny, budgets=(0.0, 0.5)) if p.kind is PeerKind.TORCH_AUTO_SAC]
+    assert [p.name for p in peers] == ["auto-sac-0.0", "auto-sac-0.5"]
+    assert all("op times measured on this CPU" in p.note for p in peers)  # what replaced torch's CUDA estimates
+    assert peers[1].label == "PyTorch's auto-SAC (sac_milp), budget 0.5"
+    # compiled, a step traces other ops than the eager ones its per-op decisions name: not offered
+    assert not [p for p in peers_for(tiny, budgets=(0.5,), compiled=True) if p.kind is PeerKind.TORCH_AUTO_SAC]
+    one_layer = Workload("linear", torch.nn.Linear(4, 1), (torch.randn(2, 4),), loss_fn=lambda m, x: m(*x).sum())
+    assert [p.kind for p in peers_for(one_layer, budgets=(0.5,))] == [PeerKind.COMPILE_BUDGET]  # no blocks
+
+
+def test_the_torchtitan_op_policy_keeps_the_gradients_with_dropout_on(tiny) -> None:
+    from env.measure.peers import torchtitan_op_sac_peer
+
+    assert gradient_error(tiny, torchtitan_op_sac_peer("blocks")) < min(1e-6, GRADIENT_TOLERANCE)
+
+
+def test_a_budget_outside_zero_to_one_is_refused_in_one_line(tiny) -> None:
+    from env.measure.auto_sac import solve
+
+    with pytest.raises(WorkloadError) as e:
+        solve(tiny, 1.5)
+    one_line_error(e, "budget=1.5", "between 0.0", "1.0")
+
+
+def test_a_policy_refuses_an_op_its_estimator_did_not_see() -> None:
+    """The decisions are per op in the estimator's order: an op that is not the one seen there is refused."""
+    from torch.utils.checkpoint import checkpoint
+
+    from env.measure.auto_sac import op_policy
+
+    x = torch.randn(4, 4, requires_grad=True)
+    context_fn = op_policy("blocks.0", ["mm"], (1,))
+    with pytest.raises(PlanError) as e:
+        checkpoint(lambda t: t.sin(), x, use_reentrant=False, context_fn=context_fn)
+    one_line_error(e, "blocks.0", "aten.sin", "mm", "solve again")
+    with pytest.raises(PlanError) as e:
+        op_policy("blocks.0", ["mm", "sin"], (1,))
+    one_line_error(e, "blocks.0", "1 decisions for 2 ops")
+
+
+def test_without_pulp_auto_sac_is_skipped_in_one_line() -> None:
+    """A process where ``pulp`` cannot be imported: the kind is not offered, with a one-line warning that says how
+    to install it, and a peer asked for by name is refused in one line."""
+    code = (
+        "import sys, warnings; sys.modules['pulp'] = None\n"
+        "from env.workloads.workload import Workload, load_workload\n"
+        "from env.measure.peers import peers_for, prepared, torch_auto_sac_peer\n"
+        "w = load_workload('gpt/tiny')\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    kinds = {p.kind.value for p in peers_for(w, budgets=(0.5,))}\n"
+        "print('KINDS', sorted(kinds))\n"
+        "print('WARN', '|'.join(str(s.message) for s in seen))\n"
+        "try:\n"
+        "    with prepared(w, torch_auto_sac_peer(0.5)):\n"
+        "        pass\n"
+        "except Exception as e:\n"
+        "    print('ERR', type(e).__name__, str(e))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(" ", 1)[0]: line.split(" ", 1)[1] for line in done.stdout.splitlines() if " " in line}
+    assert "torch_auto_sac" not in lines["KINDS"] and "torchtitan_op_sac" in lines["KINDS"]
+    warning = lines["WARN"]
+    assert "\n" not in warning and "pulp is not installed" in warning and "pip install -e '.[autosac]'" in warning
+    assert lines["ERR"].startswith("WorkloadError peer 'auto-sac-0.5': PyTorch's auto-SAC is skipped: pulp")
