@@ -187,5 +187,6 @@ class EvaluatorRestarts:
             self._event(f"{slot.name} died again ({what}); the run went on without it")
             slot.alive = False
             return
+        ray_session.discard(slot.handle)
         self._start(slot)
         self._warm_up([slot])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -151,6 +152,16 @@ def actor_gone() -> tuple[type[BaseException], ...]:
     import ray
 
     return (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, RankDiedError)
+
+
+def discard(handle: Any) -> None:
+    """End an actor that is replaced, whether or not its process still runs: an FSDP group whose rank died
+    answers ``RankDiedError`` from a live process, which would otherwise outlive its restart."""
+    import ray
+
+    if handle is not None:
+        with contextlib.suppress(Exception):  # already gone: nothing to end
+            ray.kill(handle, no_restart=True)
 
 
 def death_cause(error: BaseException, limit: int = 200) -> str:

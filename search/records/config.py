@@ -51,14 +51,11 @@ class SearchConfig:
                                                "only), hybrid (cost model corrected by measurements; every frontier "
                                                "point measured)", choices=tuple(m.value for m in RewardMode))
     peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (HF models' own "
-                             "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); "
-                             "all (also torch.compile's activation_memory_budget 0.0-1.0, a compile each, and PyTorch's "
-                             "auto-SAC at the same budgets, where PuLP is installed)",
+                             "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); all "
+                             "(also torch.compile's memory budgets and PyTorch's auto-SAC, where PuLP is installed)",
                     choices=("none", "eager", "all"))
-    peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)],
-                                   "torch.compile activation_memory_budget values (and auto-SAC's budgets, the same "
-                                   "fractions) measured with --peers all",
-                                   nargs="+")
+    peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)], "budgets (fractions) of torch.compile's "
+                                   "activation_memory_budget and auto-SAC with --peers all", nargs="+")
     compile: bool = _f(False, "measure compiled training steps (--compile-scope says what is compiled); compile "
                               "time is reported apart. The profile stays eager")
     compile_scope: str = _f("units", "with --compile: units (each unit's forward compiled once per action and reused "
