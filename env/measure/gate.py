@@ -53,6 +53,14 @@ def check_plan(workload: Workload, plan: Plan, units: Sequence[str], precision: 
                      causes=causes)
 
 
+def check_plans(workload: Workload, plans: Sequence[Plan], units: Sequence[str], seed: int = 0,
+                error_of: Callable[[Step, Step], float] = step_error) -> list[PlanCheck]:
+    """``check_plan`` on each of ``plans`` at the workload's precision, against one unplanned step from ``seed``."""
+    reference = gate_step(workload, seed)
+    return [check_plan(workload, plan, units, workload.precision, seed=seed, reference=reference, error_of=error_of)
+            for plan in plans]
+
+
 def agreed_error(a: Step, b: Step) -> float:
     """``step_error`` agreed across an FSDP group: the largest of its ranks' (whose losses may differ; their
     gathered gradients do not), by a collective every rank of the group makes."""

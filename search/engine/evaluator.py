@@ -37,7 +37,7 @@ from env.data.plan import Action, Plan, action_summary, parse_action
 from env.data.types import PlanSource
 from env.data.unit_choice import UnitChoice
 from env.measure.compiled import CompileOptions
-from env.measure.gate import check_plan, gate_step
+from env.measure.gate import check_plans
 from env.measure.measurement import (compile_options, measure, not_fitting, record_fields, warm_up,
                                     warmup_before_timing)
 from env.measure.micro_batch import AtMicroBatch
@@ -51,6 +51,7 @@ from search.engine.evaluator_peers import EvaluatorPeers, counted
 from search.engine.stuck import where_stuck
 from search.records.ranking import REFERENCE_WINDOW, pooled_reference, reference_due
 
+GATE_STAGE = "the correctness gate (a training step with each shown plan against one without)"  # model_errors' stage
 
 def resolve_device(name: str) -> str:
     if name == "auto":
@@ -131,12 +132,10 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches):
 
     def check(self, plans: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
         """The correctness gate's verdict on each plan (action names per unit): one step with it against one
-        without, from the same weights, inputs and RNG state (``env.measure.gate.check_plan``), eager."""
-        with model_errors("the correctness gate (a training step with each shown plan against one without)"):
-            reference = gate_step(self.workload, self.seed)
-            return [check_plan(self.workload, self._plan(a), self.units, self.workload.precision, seed=self.seed,
-                               reference=reference)
-                    .model_dump(mode="json") for a in plans]
+        without, from the same weights, inputs and RNG state (``env.measure.gate.check_plans``), eager."""
+        with model_errors(GATE_STAGE):
+            checks = check_plans(self.workload, [self._plan(a) for a in plans], self.units, seed=self.seed)
+        return [c.model_dump(mode="json") for c in checks]
 
     def warm_up(self) -> dict[str, Any]:
         """Steps until the step time settles (``env.measure.measurement.warm_up``), before any measurement."""

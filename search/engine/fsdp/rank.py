@@ -18,13 +18,14 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile
 from env.data.plan import Action, action_summary, fingerprint
 from env.measure.fsdp import free_port, join_group, shard_workload, sharded_modules
-from env.measure.gate import agreed_error, check_plan, gate_step
+from env.measure.gate import agreed_error, check_plans
 from env.measure.measurement import measure, not_fitting, record_fields, warm_up
 from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.workload import Workload, load_workload
-from search.engine.evaluator import node_name, device_model, model_errors, resolve_device, with_batch_size
+from search.engine.evaluator import (GATE_STAGE, node_name, device_model, model_errors, resolve_device,
+                                     with_batch_size)
 
 
 class FsdpRank:
@@ -72,13 +73,12 @@ class FsdpRank:
                            measurement_id=measurement_id)
 
     def check(self, plans: Sequence[Sequence[str]], seed: int) -> list[dict[str, Any]]:
-        """The correctness gate on this rank's part of the sharded step (``env.measure.gate.check_plan``): the
+        """The correctness gate on this rank's part of the sharded step (``env.measure.gate.check_plans``): the
         gradients gathered whole, the error agreed across the group, so every rank answers the same verdicts."""
-        with model_errors("the correctness gate (a training step with each shown plan against one without)"):
-            reference = gate_step(self.workload, seed)
-            return [check_plan(self.workload, plan_for(self.workload.model, self.units, [Action(a) for a in p]),
-                               self.units, self.workload.precision, seed=seed, reference=reference,
-                               error_of=agreed_error).model_dump(mode="json") for p in plans]
+        with model_errors(GATE_STAGE):
+            checks = check_plans(self.workload, [plan_for(self.workload.model, self.units, [Action(a) for a in p])
+                                                 for p in plans], self.units, seed=seed, error_of=agreed_error)
+        return [c.model_dump(mode="json") for c in checks]
 
     def not_fitting(self, actions: Sequence[str], source: str, measurement_id: str) -> MeasuredPlan:
         """This rank's record of a plan that killed the group twice, made without a step
