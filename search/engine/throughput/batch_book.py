@@ -135,7 +135,8 @@ class BatchMeasurer:
         None. ``measure`` asks for the smaller sizes first, so that one Evaluator learns this before it tries a
         larger size; on ``tests/data/memory_models.py:killed_above`` each size tried above the limit cost two
         Evaluator deaths and restarts."""
-        return next((b for b, m in self.book.of(self.digest(job)).items() if m.oom and b < job.micro_batch), None)
+        failed = [b for b, m in self.book.of(self.digest(job)).items() if m.oom and b < job.micro_batch]
+        return min(failed, default=None)
 
     def _call(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool) -> Any:
         """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
