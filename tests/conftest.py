@@ -31,6 +31,9 @@ def one_thread():
 def ray_session():
     import ray
 
+    # A failed FSDP rank's partners get 10 s, not 30, to answer (tests/test_faults.py waits for it twice); the
+    # session's Ray workers inherit this environment.
+    os.environ.setdefault("CKPT_SEARCH_RANK_GRACE_S", "10")
     if not ray.is_initialized():
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
     yield ray

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from env.data.errors import CkptSearchError
 from env.data.types import PlanSource
 from env.runtime.apply import plan_for
 from env.workloads.workload import load_workload
@@ -74,18 +75,18 @@ def test_an_fsdp_group_killed_twice_by_a_plan_records_it_as_not_fitting_and_a_ra
 def test_a_rank_out_of_memory_that_leaves_the_other_waiting_stops_the_group_and_twice_is_not_fitting(
         ray_session) -> None:
     """Block 1 recomputed fails its allocation on rank 1 alone, while rank 0 waits for it in a collective: the
-    group stops its ranks after ``RANK_GRACE_S`` instead of waiting for gloo's timeout, is restarted as after a
+    group stops its ranks after its grace (``rank_grace_s``: the test session sets it short) instead of waiting for gloo's timeout, is restarted as after a
     death, and after the second time the plan is recorded as not fitting."""
     from search.engine.evaluator_pool import EvaluatorPool
     from env.measure.fsdp import GROUP_TIMEOUT_S
-    from search.engine.fsdp.group import RANK_GRACE_S
+    from search.engine.fsdp.group import rank_grace_s
 
     cfg = SearchConfig(workload=f"{MODELS}:recompute_fails_on_one_rank", units=UNITS, actions=["keep", "recompute"],
                        repeats=1, device="cpu", fsdp=2).validate()
     pool = EvaluatorPool(cfg)
     start = time.monotonic()
     (short,) = pool.measure([(_recompute(1), PlanSource.rule("test"), False)], lambda m: m)
-    assert 2 * RANK_GRACE_S <= time.monotonic() - start < GROUP_TIMEOUT_S  # gloo's own timeout was never waited
+    assert 2 * rank_grace_s() <= time.monotonic() - start < GROUP_TIMEOUT_S  # gloo's own timeout was never waited
     assert short.oom and short.requested_bytes is None and short.step_seconds_samples == []
     deaths = [e for e in pool.events if "died" in e]
     assert len(deaths) == 2 and all("rank 1 of 2 ran out of memory and ranks [0] were left waiting" in e
@@ -181,3 +182,15 @@ def test_joining_a_ray_cluster_that_never_answers_ends_the_run_in_one_line(tmp_p
     assert seconds < 60
     with RunStore(tmp_path / "j" / STORE_NAME, readonly=True) as s:
         assert s.read(meta.STATUS) == "failed: " + ours[0].removeprefix("error: ")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+def test_a_rank_grace_that_is_not_a_positive_number_is_one_line(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    from search.engine.fsdp.group import RANK_GRACE_ENV, group_count, rank_grace_s
+
+    monkeypatch.setenv(RANK_GRACE_ENV, "2.5")
+    assert rank_grace_s() == 2.5
+    monkeypatch.setenv(RANK_GRACE_ENV, value)
+    with pytest.raises(CkptSearchError, match=f"{RANK_GRACE_ENV}='{value}' is not a positive number") as e:
+        group_count(2, "cpu", 0, 1, 1, [{"Alive": True, "Resources": {"CPU": 2.0}}])
+    assert "\n" not in str(e.value)

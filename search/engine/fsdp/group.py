@@ -41,6 +41,7 @@ from search.engine.evaluator import Evaluator, batch_point, resolve_device
 from search.engine.fsdp.rank import FsdpRank
 
 RANK_GRACE_S = 30.0  # how long the other ranks get to answer once one has failed (a collective may hold them)
+RANK_GRACE_ENV = "CKPT_SEARCH_RANK_GRACE_S"  # sets it, in seconds
 PEERS_NOTE = ("peers are not measured under FSDP: transformers' checkpointing and checkpoint_sequential wrap the "
               "sharded modules from outside, and torch.compile's budget compiles")
 
@@ -136,7 +137,7 @@ class FsdpGroup(Evaluator):
         pending = list(refs)
         while pending:
             short = failed or any(getattr(a, "oom", False) for a in answers.values())
-            ready, pending = self.ray.wait(pending, num_returns=1, timeout=RANK_GRACE_S if short else None)
+            ready, pending = self.ray.wait(pending, num_returns=1, timeout=rank_grace_s() if short else None)
             if not ready:
                 break  # the others wait in a collective for the failed rank
             k = refs.index(ready[0])
@@ -171,6 +172,20 @@ class FsdpGroup(Evaluator):
         return e
 
 
+def rank_grace_s() -> float:
+    """``RANK_GRACE_S``, or the seconds ``CKPT_SEARCH_RANK_GRACE_S`` gives: ranks that ran out of memory at the same
+    allocation answer within a second of each other, so a shorter grace still tells them from a rank left waiting."""
+    text = os.environ.get(RANK_GRACE_ENV, "")
+    try:
+        seconds = float(text) if text else RANK_GRACE_S
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise CkptSearchError(f"{RANK_GRACE_ENV}={text!r} is not a positive number of seconds; set it to one "
+                              f"(e.g. 30) or unset it")
+    return seconds
+
+
 def _rank_actor(gpu: bool) -> Any:
     """``FsdpRank`` as a Ray actor class on the group's node (a GPU each when ``gpu``)."""
     import ray
@@ -192,7 +207,9 @@ def group_count(fsdp: int, device: str, devices: int, evaluators: int, measure_t
                 nodes: Sequence[dict[str, Any]]) -> tuple[int, bool]:
     """(how many groups, on GPUs?) of ``fsdp`` ranks each, all of a group's ranks on one node: on GPUs every
     group that fits (a GPU per rank; at most ``devices`` GPUs in all when given), on CPUs ``evaluators``
-    groups. A cluster where no group fits is one line."""
+    groups. A cluster where no group fits is one line, as is a bad ``CKPT_SEARCH_RANK_GRACE_S`` (read here, before
+    any rank starts)."""
+    rank_grace_s()
     alive = [n.get("Resources", {}) for n in nodes if n.get("Alive")]
     gpus = [int(r.get("GPU", 0)) for r in alive] or [0]
     kind = resolve_device(device) if device != "auto" else ("cuda" if sum(gpus) >= 1 else "cpu")
