@@ -61,7 +61,8 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from bench.common import BenchError, code_commit, machine_info, read_result, write_json  # noqa: E402
 from bench.harness import Bench, Run, execute, parse  # noqa: E402
-from bench.measuring import Ledger, check_equal_samples, evenly_mixed, hv_of, run_search, serpentine  # noqa: E402
+from env.data.rounds import serpentine  # noqa: E402
+from bench.measuring import Ledger, check_equal_samples, evenly_mixed, hv_of, run_search  # noqa: E402
 from bench.workloads import EXPERT_UNITS, USER_UNET  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402
 from env.data.codec import PlanCodec  # noqa: E402

@@ -33,7 +33,8 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import random_plans, rotated, run_search  # noqa: E402
+from env.data.rounds import rotated  # noqa: E402
+from bench.measuring import random_plans, run_search  # noqa: E402
 from search.engine import ray_session  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
 

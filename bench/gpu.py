@@ -64,7 +64,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import RESULTS_DIR, ROOT, device_name, write_result  # noqa: E402
-from bench.measuring import interleaved  # noqa: E402
+from env.data.rounds import interleaved  # noqa: E402
 
 CLOCK = "wall time between torch.cuda.synchronize calls; peaks from torch.cuda.max_memory_allocated"
 CPU_CLOCK = "the measuring thread's CPU time (one torch thread); peaks from the profiler's memory events"

@@ -2,8 +2,10 @@
 
 - ``Ledger``: every plan a benchmark measures, through one ``search.engine.evaluator.Evaluator``
   (one measurement function, one cache); repeats merge into one ``MeasuredPlan``.
-- ``interleaved``/``rotated``/``serpentine``/``evenly_mixed``: orders of measurement in which a
-  change of machine load over a run falls on every plan compared alike.
+- ``evenly_mixed``: groups spread over one order of measurement, beside the library's rounds
+  (``env.data.rounds``: ``rotated``, ``serpentine``, ``interleaved``, which the profiler's rounds use too),
+  so that a change of machine load over a run falls on every plan compared alike.
+- ``measure_rounds``: plans of one workload measured by the library's ``measure`` in its interleaved rounds.
 - ``check_equal_samples``: a quote refuses plans timed unequally (no best-of-many flattery).
 - ``hv_of``/``front_of``/``point_row``: measured plans on the normalised axes of
   ``search.records.pareto``.
@@ -29,6 +31,7 @@ import numpy as np
 from bench.common import ROOT, BenchError, Result
 from env.data.measured import MeasuredPlan
 from env.data.plan import Action
+from env.data.rounds import interleaved
 from search.records.pareto import REFERENCE, hypervolume, nondominated, normalise
 
 T = TypeVar("T")
@@ -40,28 +43,6 @@ def evenly_mixed(*groups: Sequence[T]) -> list[T]:
     (i + 0.5) / n of the way; ties in group order): with equal lengths a1 b1 c1 a2 b2 c2 ..."""
     placed = [((i + 0.5) / len(g), k, i) for k, g in enumerate(groups) for i in range(len(g))]
     return [groups[k][i] for _, k, i in sorted(placed)]
-
-
-def serpentine(items: Sequence[T], round_: int) -> list[T]:
-    """``items`` forward in even rounds and backward in odd ones: over a pair of rounds every item
-    sits as far from the start on average, so a drift over a round's minutes reaches all alike."""
-    return list(items) if round_ % 2 == 0 else list(reversed(items))
-
-
-def rotated(items: Sequence[T], round_: int) -> list[T]:
-    """``items`` in round ``round_``'s order: each round starts one further on, so none always goes first."""
-    k = round_ % len(items) if items else 0
-    return [*items[k:], *items[:k]]
-
-
-def interleaved(jobs: dict[str, Callable[[], MeasuredPlan]], rounds: int) -> dict[str, MeasuredPlan]:
-    """Every job run once a round for ``rounds`` rotated rounds; each name's measurements merged."""
-    got: dict[str, MeasuredPlan] = {}
-    for r in range(rounds):
-        for name in rotated(list(jobs), r):
-            m = jobs[name]()
-            got[name] = got[name].merged(m) if name in got else m
-    return {name: got[name] for name in jobs}
 
 
 def random_plans(n_units: int, n_actions: int, count: int, seed: int) -> list[tuple[int, ...]]:

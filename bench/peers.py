@@ -50,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BenchError, code_commit, read_result, write_json  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
+from env.data.rounds import interleaved  # noqa: E402
+from bench.measuring import check_equal_samples, run_search  # noqa: E402
 from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan, compare_times  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402

@@ -47,7 +47,8 @@ from agents.baselines import baseline_rules  # noqa: E402
 from agents.exact import exact_frontier  # noqa: E402
 from bench.common import BenchError  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import Ledger, point_row, rotated  # noqa: E402
+from env.data.rounds import rotated  # noqa: E402
+from bench.measuring import Ledger, point_row  # noqa: E402
 from bench.workloads import workload_specs  # noqa: E402
 from env.cost.correction import MeasuredCorrection  # noqa: E402
 from env.cost.cost_model import CostModel  # noqa: E402

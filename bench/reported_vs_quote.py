@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import run_search, serpentine  # noqa: E402
+from env.data.rounds import serpentine  # noqa: E402
+from bench.measuring import run_search  # noqa: E402
 from env.data.errors import CkptSearchError  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.types import MIB  # noqa: E402

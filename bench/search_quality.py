@@ -94,7 +94,11 @@ class Method:
 
 def nsga2(ledger: Ledger, n_units: int, count: int, population: int, seed: int) -> list[Plan]:
     """NSGA-II over one categorical per unit; measured (peak, seconds) both minimised."""
-    import optuna
+    try:
+        import optuna
+    except ImportError:
+        raise SystemExit("search_quality.py: NSGA-II needs optuna (the bench extra); install it with "
+                         "pip install -e '.[bench]'") from None
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = [a.value for a in ledger.actions]

@@ -45,7 +45,8 @@ from typing import Any, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import check_equal_samples, interleaved, run_search  # noqa: E402
+from env.data.rounds import interleaved  # noqa: E402
+from bench.measuring import check_equal_samples, run_search  # noqa: E402
 from env.data.measured import MeasuredPlan, within_spreads  # noqa: E402
 from env.data.plan import Action  # noqa: E402
 from env.data.types import MIB  # noqa: E402

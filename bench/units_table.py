@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import BenchError  # noqa: E402
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import interleaved  # noqa: E402
+from env.data.rounds import interleaved  # noqa: E402
 from bench.workloads import EXPERT_UNITS  # noqa: E402
 from env.data.measured import MeasuredPlan  # noqa: E402
 from env.data.plan import Action  # noqa: E402

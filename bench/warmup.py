@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Bench, Run, main  # noqa: E402
-from bench.measuring import serpentine  # noqa: E402
+from env.data.rounds import serpentine  # noqa: E402
 
 PLANS = {"all keep": "keep", "recompute everything": "recompute", "every 2nd recomputed": "every2"}
 

@@ -7,9 +7,10 @@ reaped, so no search or zombie outlives the dashboard that started it. Its outpu
 ``<out>/<name>/search.log``; the run folder appears at once, so the dashboard can follow it from
 its first line.
 
-The command is checked as the CLI checks it (``search.records.config.parse_config`` on the very
-arguments it will run with, and the workload's options by ``env.workloads.spec.builtin_options``),
-so the form refuses what ``python -m search.run`` would, in the same one line.
+The command is the flags of a ``SearchConfig`` (``search.records.config.changed_flags``), checked as the
+CLI checks it (``parse_config`` on the very arguments it will run with, and the workload's options by
+``env.workloads.spec.builtin_options``), so the form refuses what ``python -m search.run`` would, in the
+same one line.
 
 A search runs the Python file a workload names, so who may start one matters: ``LaunchPolicy``
 allows it on a dashboard bound to loopback only; bound to anything else (Streamlit's default
@@ -39,7 +40,7 @@ from typing import Sequence
 from dashboard.data import LOG_NAME
 from env.data.errors import CkptSearchError, WorkloadError
 from env.workloads.spec import WorkloadSpec, builtin_options
-from search.records.config import parse_config
+from search.records.config import SearchConfig, changed_flags, parse_config
 from search.records.runs import run_id
 
 ROOT = Path(__file__).resolve().parent.parent  # where `python -m search.run` resolves
@@ -155,21 +156,15 @@ def resolve_workload(workload: str, cwd: Path | None = None) -> str:
 
 def search_command(workload: str, agents: int, timesteps: int, out: str | Path, name: str,
                    options: Options | None = None) -> list[str]:
-    """The command line of a background search, checked as the CLI checks it (a bad input fails here, in one line)."""
-    workload = resolve_workload(workload)
+    """The command line of a background search: the flags of the ``SearchConfig`` the form sets (those that
+    differ from the CLI's defaults), checked as the CLI checks them (a bad input fails here, in one line)."""
     o = options or Options(agents, timesteps)
-    cmd = [sys.executable, "-m", "search.run", "--workload", workload, "--agents", str(agents),
-           "--timesteps", str(timesteps), "--out", str(out), "--name", name, "--no-progress"]
-    if o.memory_cap:
-        cmd += ["--memory-cap", *(f"{c:g}" for c in o.memory_cap)]
-    if o.device != "auto":
-        cmd += ["--device", o.device]
-    if o.evaluators != 1:
-        cmd += ["--evaluators", str(o.evaluators)]
-    if o.precision != "32":
-        cmd += ["--precision", o.precision]
-    parse_config(cmd[3:])  # the CLI's own checks, on the arguments it will get
-    return cmd
+    cfg = SearchConfig(workload=resolve_workload(workload), agents=agents, timesteps=timesteps, out=str(out),
+                       name=name, progress=False, memory_cap=list(o.memory_cap), device=o.device,
+                       evaluators=o.evaluators, precision=o.precision)
+    argv = changed_flags(cfg)
+    parse_config(argv)  # the CLI's own checks, on the arguments it will get
+    return [sys.executable, "-m", "search.run", *argv]
 
 
 def start_search(workload: str, agents: int, timesteps: int, out: str | Path, name: str | None = None,

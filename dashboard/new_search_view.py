@@ -17,6 +17,7 @@ from dashboard import fmt
 from dashboard.new_search import LaunchPolicy, Options, is_running, search_command, start_search, stop_search
 from env.data.errors import CkptSearchError
 from env.workloads.spec import PRECISIONS
+from search.records.config import field_doc
 from search.records.runs import run_id
 
 PENDING_RUN = "pending_run"  # run folder name the sidebar switches to on the next run of the script
@@ -33,22 +34,22 @@ def _memory_caps(text: str) -> list[float]:
                               "the box empty for a frontier search") from None
 
 
+def _help(name: str) -> str:
+    """The flag's own ``--help`` line (``SearchConfig``'s field docstring), naming the flag."""
+    return f"{field_doc(name)} (--{name.replace('_', '-')})"
+
+
 def _form() -> tuple[str, Options]:
-    workload = st.text_input("workload", value="gpt/tiny",
-                             help="a built-in (gpt, cnn, lstm, mlp; presets gpt/tiny, gpt/small; options "
-                                  "gpt?n_layer=12) or path/to/file.py:factory, relative to where the dashboard runs")
+    workload = st.text_input("workload", value="gpt/tiny", help=_help("workload") + " (a file: relative to where "
+                             "the dashboard runs)")
     c = st.columns(3)
-    agents = int(c[0].number_input("agents", min_value=1, value=2))
-    timesteps = int(c[1].number_input("timesteps per agent", min_value=1, value=512))
-    evaluators = int(c[2].number_input("CPU evaluators", min_value=1, value=1,
-                                       help="plans measured at once on a CPU host (--evaluators)"))
+    agents = int(c[0].number_input("agents", min_value=1, value=2, help=_help("agents")))
+    timesteps = int(c[1].number_input("timesteps per agent", min_value=1, value=512, help=_help("timesteps")))
+    evaluators = int(c[2].number_input("CPU evaluators", min_value=1, value=1, help=_help("evaluators")))
     c = st.columns(3)
-    caps = c[0].text_input("memory caps (MiB, optional)", value="",
-                           help="a throughput search: the fastest (plan, micro-batch) under each cap (--memory-cap)")
-    device = c[1].selectbox("device", DEVICES, help="where plans are measured (--device; auto: CUDA if present)")
-    precision = c[2].selectbox("precision", PRECISIONS, key="precision",
-                               help="the step's precision (--precision, Lightning's names): 32, bf16-mixed (autocast "
-                                    "bf16, fp32 weights), 16-mixed (autocast fp16, a gradient scaler), bf16-true")
+    caps = c[0].text_input("memory caps (MiB, optional)", value="", help=_help("memory_cap"))
+    device = c[1].selectbox("device", DEVICES, help=_help("device"))
+    precision = c[2].selectbox("precision", PRECISIONS, key="precision", help=_help("precision"))
     return workload, Options(agents, timesteps, tuple(_memory_caps(caps)) if caps.strip() else (), device, evaluators,
                              precision)
 

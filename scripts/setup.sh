@@ -11,7 +11,7 @@ if [ "${CKPT_OWN_TORCH:-0}" = 1 ]; then
     trap 'rm -f "$lock"' EXIT
     grep -v '^torch==' constraints.txt > "$lock"
 fi
-.venv/bin/pip install -q --disable-pip-version-check -c "$lock" -e '.[test,hf,autosac]' 2>&1 \
+.venv/bin/pip install -q --disable-pip-version-check -c "$lock" -e '.[test,hf,autosac,bench]' 2>&1 \
     | grep -v "is ignored: it is neither a file nor a directory" || true
 .venv/bin/python -c "import torch, gymnasium, stable_baselines3, ray, streamlit" \
     || { echo "setup failed: the virtual environment is incomplete; see pip's output above"; exit 1; }

@@ -134,7 +134,7 @@ def test_evaluator_pool_quick(tmp_path: Path) -> None:
     out = tmp_path / "evaluator_pool.json"
     run_bench("evaluator_pool.py", "--quick", "--out", str(out))
     r = load(out)
-    # one round: 1 Evaluator, then 2 (later rounds turn the order by bench.measuring.rotated, tested below)
+    # one round: 1 Evaluator, then 2 (later rounds turn the order by env.data.rounds.rotated, tested below)
     assert [row["evaluators"] for row in r["rounds"]] == [1, 2]
     for row in r["rounds"]:
         assert row["plans"] == 4 and row["measurements_per_minute"] > 0
@@ -251,7 +251,7 @@ def test_peers_quick(tmp_path: Path) -> None:
 
 
 def test_interleaved_rounds_rotate_who_goes_first_and_merge_each_plans_samples() -> None:
-    from bench.measuring import interleaved, rotated
+    from env.data.rounds import interleaved, rotated
     from env.data.measured import MeasuredPlan
 
     assert [rotated("abc", r)[0] for r in range(4)] == ["a", "b", "c", "a"] and rotated([], 3) == []
@@ -454,7 +454,8 @@ def test_a_row_is_analysed_from_its_samples_against_the_quotes_own_noise(tmp_pat
 
 
 def test_the_quote_mixes_the_groups_it_compares_and_turns_each_round() -> None:
-    from bench.measuring import evenly_mixed, serpentine
+    from env.data.rounds import serpentine
+    from bench.measuring import evenly_mixed
 
     assert evenly_mixed("abc", "ABC", "xy") == ["a", "A", "x", "b", "B", "y", "c", "C"]
     assert evenly_mixed([1, 2, 3, 4], [], ["e"]) == [1, 2, "e", 3, 4]  # the lone item in the middle

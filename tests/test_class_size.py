@@ -1,5 +1,5 @@
 """A class holds one concern: no class in ``search/`` has more than ``SEARCH_LIMIT`` lines of code, none
-elsewhere more than ``LIMIT`` (docstrings, comments and blank lines not counted)."""
+elsewhere more than ``LIMIT`` (docstrings, a field's docstring included, comments and blank lines not counted)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def code_lines_per_class(source: str) -> dict[str, int]:
         if isinstance(node, documented) and ast.get_docstring(node):
             first = node.body[0]
             docs.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+        if isinstance(node, ast.ClassDef):  # a field's docstring: a string right after the field (PEP 257)
+            for field, doc in zip(node.body, node.body[1:]):
+                if isinstance(field, (ast.AnnAssign, ast.Assign)) and isinstance(doc, ast.Expr) and \
+                        isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+                    docs.update(range(doc.lineno, (doc.end_lineno or doc.lineno) + 1))
     code: set[int] = set()
     skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -53,6 +58,8 @@ class A:
 
     # a comment
     x = 1
+    """x's doc,
+    two lines."""
 
     def f(self) -> int:
         """Doc."""

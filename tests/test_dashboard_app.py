@@ -223,7 +223,7 @@ def test_new_search_command_and_bad_input(tmp_path: Path, monkeypatch: pytest.Mo
     assert "--precision bf16-mixed" in at.code[0].value
     at.text_input[0].set_value("gpt/tiny?precision=16-mixed").run()  # the flag given over the spec wins, as in the CLI
     shown = at.code[0].value
-    assert not at.error and "precision=16-mixed' --agents" in shown and "--precision bf16-mixed" in shown
+    assert not at.error and "--workload 'gpt/tiny?precision=16-mixed' --precision bf16-mixed --agents" in shown
     at.selectbox(key="precision").set_value("32")
     at.text_input[0].set_value("gpt/huge").run()
     _no_exception(at)

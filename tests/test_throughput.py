@@ -262,7 +262,7 @@ def test_the_throughput_phases_measure_on_one_evaluator_per_core_at_most_four():
     assert throughput_evaluators(SearchConfig(memory_cap=[60], measure_threads=0), [node(8), node(8)]) == 2  # a node
     assert throughput_evaluators(SearchConfig(memory_cap=[60], evaluators=3), [node(2)]) == 3  # never fewer
     assert throughput_evaluators(SearchConfig(memory_cap=[60], throughput_evaluators=1), [node(16)]) == 1
-    with pytest.raises(CkptSearchError, match="--throughput-evaluators -1: give 0 or more"):
+    with pytest.raises(CkptSearchError, match=r"--throughput-evaluators must be 0 \(one per --measure-threads cores\) or more, got -1"):
         SearchConfig(memory_cap=[60], throughput_evaluators=-1).validate()
 
 

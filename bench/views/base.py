@@ -1,4 +1,5 @@
-"""What a result's view is, and the pieces every view uses: the markdown table, the clock line, units.
+"""What a result's view is, and the pieces every view uses: the markdown table (the library's,
+``search.records.markdown``), the clock line, units.
 
 A ``View`` renders one result file (``bench/results/<name>.json``) everywhere it is shown: its
 section of BENCHMARKS.md (intro, summary bullets, tables), the rows it gives the README's
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from env.data.types import MIB
+from search.records.markdown import table  # noqa: F401 - the views' table writer, the library's
 
 Result = dict[str, Any]
 
@@ -51,16 +53,6 @@ class View:
     def anchor(self) -> str:
         """The section's link target in BENCHMARKS.md (GitHub's heading slug)."""
         return re.sub(r"[^\w\- ]", "", self.title.lower()).replace(" ", "-")
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]], align: str = "") -> str:
-    """A markdown table. ``align`` gives each column ``l`` (left) or ``r`` (right); by default the
-    first column is left and the others right, as numbers read best."""
-    align = align or "l" + "r" * (len(header) - 1)
-    rule = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def mib(n_bytes: float) -> float:

@@ -21,10 +21,10 @@ def peer_rows(rows: list[Result]) -> list[str]:
     (``search.records.peer_verdicts``) existed show each peer against ours at no more memory as measured then."""
     if "verdict" in rows[0]:
         return peers_markdown(rows)
-    return ["| peer | peak MiB | step ms | ours at no more memory: MiB / ms |", "|---|---:|---:|---|"] + [
-        f"| {p['peer']} | {mib(p['peak_bytes']):.1f} | {p['step_seconds'] * 1e3:.1f} | "
-        + (f"{mib(p['ours_peak_bytes']):.1f} / {p['ours_step_seconds'] * 1e3:.1f} |" if p.get("ours_peak_bytes")
-           else "none |") for p in rows if not p["oom"]]
+    return table(("peer", "peak MiB", "step ms", "ours at no more memory: MiB / ms"),
+                 [(p["peer"], f"{mib(p['peak_bytes']):.1f}", f"{p['step_seconds'] * 1e3:.1f}",
+                   f"{mib(p['ours_peak_bytes']):.1f} / {p['ours_step_seconds'] * 1e3:.1f}" if p.get("ours_peak_bytes")
+                   else "none") for p in rows if not p["oom"]], "lrrl").split("\n")
 
 
 def default_run_table(r: Result) -> str:

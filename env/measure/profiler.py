@@ -28,6 +28,7 @@ from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
 from env.data.plan import Action, fingerprint
+from env.data.rounds import rotated
 from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
 from env.measure.measurement import live_bytes, measure, steady_numerics
 from env.measure.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
@@ -128,7 +129,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     base_bytes = memory[actions[-1]][2]
     times: dict[Action, dict[str, list[float]]] = {action: {} for action in actions}
     for r in range(repeats):
-        for action in list(actions[r % len(actions):]) + list(actions[:r % len(actions)]):
+        for action in rotated(actions, r):
             _timed(workload, optimizer, units, action, memory[action][1], times[action])
     per_action: dict[Action, dict[str, Segment]] = {}
     for action, (trace, segs, _) in memory.items():

@@ -22,6 +22,7 @@ from search.engine.throughput.report import throughput_markdown
 from search.records import meta
 from search.records.config import SearchConfig, measured_scope
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
+from search.records.markdown import table_lines
 from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
 from search.records.peer_verdicts import PeerVerdict, peer_verdicts
 from search.records.ranking import timing_noise
@@ -184,20 +185,20 @@ def gate_markdown(gate: dict[str, Any]) -> list[str]:
 def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The peers table (rows of ``search.records.peer_verdicts.PeerVerdict`` as JSON): each peer against our
     fastest measured plan at no more memory, both as ranked, with their spreads and the verdict."""
-    out = ["| peer | peak MiB | step ms (spread) | our fastest plan at no more memory: MiB / ms (spread) | verdict | "
-           "note |", "|---|---:|---:|---|---|---|"]
+    cells = []
     for r in rows:
         v = PeerVerdict.model_validate(r)
         name = v.peer + (f" (a plan of ours: {v.plan_summary})" if v.plan else "")
         if v.measured is None:
-            out.append(f"| {name} | out of memory | | | | {v.note[:80]} |")
+            cells.append((name, "out of memory", "", "", "", v.note[:80]))
             continue
         m, ours = v.measured, v.ours
         theirs = f"{m.step_seconds * 1e3:.1f} (±{m.spread_seconds * 1e3:.1f})"
         answer = (f"{ours.peak_bytes / MIB:.1f} / {ours.step_seconds * 1e3:.1f} (±{ours.spread_seconds * 1e3:.1f}): "
                   f"{ours.plan}" if ours else "none")
-        out.append(f"| {name} | {m.peak_bytes / MIB:.1f} | {theirs} | {answer} | {v.text} | {v.note[:80]} |")
-    return out
+        cells.append((name, f"{m.peak_bytes / MIB:.1f}", theirs, answer, v.text, v.note[:80]))
+    return table_lines(("peer", "peak MiB", "step ms (spread)", "our fastest plan at no more memory: MiB / ms (spread)",
+                        "verdict", "note"), cells, "lrrlll")
 
 
 def to_markdown(rep: dict[str, Any]) -> str:
@@ -226,17 +227,16 @@ def to_markdown(rep: dict[str, Any]) -> str:
     if len(scopes) > 1:  # --compile-scope both: say how to compile each plan as it was measured
         lines += ["Compiled two ways; apply each plan as its row says: " + "; ".join(
             f"**{sc}**: {COMPILE_HOW[sc]}" for sc in scopes) + ".", ""]
-    lines += ["| peak MiB | saving | step ms | slowdown | plan | found by |" + (" compiled |" if len(scopes) > 1 else ""),
-              "|---:|---:|---:|---:|---|---|" + ("---|" if len(scopes) > 1 else "")]
-    for p in rep["frontier"]:
-        summary = action_summary(p["plan"].values())
-        lines.append(f"| {p['peak_bytes'] / MIB:.1f} | {1 - p['peak_bytes'] / b['peak_bytes']:.0%} | "
-                     f"{p['step_seconds'] * 1e3:.1f} | {p['step_seconds'] / b['step_seconds'] - 1:+.0%} | {summary} | "
-                     f"{', '.join(p['found_by'])} |" + (f" {p['compile_scope']} |" if len(scopes) > 1 else ""))
-    lines += ["", "## Baseline rules", "", "| rule | peak MiB | step ms | on the frontier? |", "|---|---:|---:|---|"]
-    for r in rep["rules"]:
-        lines.append(f"| {r['rule']} | {r['peak_bytes'] / MIB:.1f} | {r['step_seconds'] * 1e3:.1f} | "
-                     f"{'yes' if r['on_frontier'] else 'no: dominated'} |")
+    two = len(scopes) > 1
+    lines += table_lines(("peak MiB", "saving", "step ms", "slowdown", "plan", "found by") + (("compiled",) if two else ()),
+                         [(f"{p['peak_bytes'] / MIB:.1f}", f"{1 - p['peak_bytes'] / b['peak_bytes']:.0%}",
+                           f"{p['step_seconds'] * 1e3:.1f}", f"{p['step_seconds'] / b['step_seconds'] - 1:+.0%}",
+                           action_summary(p["plan"].values()), ", ".join(p["found_by"]))
+                          + ((p["compile_scope"],) if two else ()) for p in rep["frontier"]], "rrrrll" + "l" * two)
+    lines += ["", "## Baseline rules", ""] + table_lines(
+        ("rule", "peak MiB", "step ms", "on the frontier?"),
+        [(r["rule"], f"{r['peak_bytes'] / MIB:.1f}", f"{r['step_seconds'] * 1e3:.1f}",
+          "yes" if r["on_frontier"] else "no: dominated") for r in rep["rules"]], "lrrl")
     if rep["peers"]:
         lines += ["", "## Peers: what users pick instead (same run, same Evaluators)", "",
                   "Each peer and our fastest measured plan at no more memory (the strict frontier: a plan left off "
@@ -256,13 +256,12 @@ def to_markdown(rep: dict[str, Any]) -> str:
         from env.data.unit_choice import UnitChoice
 
         lines += ["", "## Decision units", ""] + [f"- {line}" for line in UnitChoice.model_validate(rep["unit_choice"]).lines()]
-    lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", "",
-              "| evaluator | node | device | restarts | warm-up steps | baseline ms |", "|---|---|---|---:|---:|---:|"]
     by_label = rep["baseline_by_evaluator"]
-    for e in rep["evaluators"]:
-        own = by_label.get(e["label"])
-        lines.append(f"| {e['name']} | {e['node']} | {e['device']} | {e['restarts']} | {e.get('warm_up_steps') or '-'} | "
-                     + (f"{own['step_seconds'] * 1e3:.1f} |" if own else "- |"))
+    lines += ["", "## Evaluators", "", f"Measurements: {rep['measurement_mode']}.", ""] + table_lines(
+        ("evaluator", "node", "device", "restarts", "warm-up steps", "baseline ms"),
+        [(e["name"], e["node"], e["device"], e["restarts"], e.get("warm_up_steps") or "-",
+          f"{own['step_seconds'] * 1e3:.1f}" if (own := by_label.get(e["label"])) else "-") for e in rep["evaluators"]],
+        "lllrrr")
     lines += time_lines(rep.get("phase_seconds") or {}, rep.get("evaluator_seconds") or {}, b["step_seconds"])
     if rep["events"]:
         lines += ["", "## Events", ""] + [f"- {e}" for e in rep["events"]]
@@ -304,11 +303,10 @@ def time_lines(phases: dict[str, float], evaluators: dict[str, float], step_seco
     total = sum(phases.values())
     steps = bool(step_seconds)
     in_steps = f" = {total / step_seconds:.0f} baseline steps of {step_seconds * 1e3:.1f} ms" if steps else ""
-    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all{in_steps}:", "",
-             "| phase | seconds |" + (" baseline steps |" if steps else "") + " share |",
-             "|---|---:|" + ("---:|" if steps else "") + "---:|"]
-    lines += [f"| {name} | {s:.1f} |" + (f" {s / step_seconds:.0f} |" if steps else "") + f" {s / total:.0%} |"
-              for name, s in phases.items()]
+    lines = ["", "## Where the time went", "", f"Wall clock of the driver, {total:.0f} s in all{in_steps}:", ""]
+    lines += table_lines(("phase", "seconds") + (("baseline steps",) if steps else ()) + ("share",),
+                         [(name, f"{s:.1f}") + ((f"{s / step_seconds:.0f}",) if steps else ()) + (f"{s / total:.0%}",)
+                          for name, s in phases.items()])
     if evaluators.get("plan_measurements") or evaluators.get("reference_measurements"):
         lines += ["", f"The Evaluators measured {evaluators.get('plan_measurements', 0):.0f} times for "
                   f"{evaluators.get('plans', 0):.1f} s and took {evaluators.get('reference_measurements', 0):.0f} "

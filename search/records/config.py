@@ -1,127 +1,172 @@
-"""SearchConfig: everything a search run needs, and the CLI generated from it.
+"""SearchConfig: everything a search run needs. The CLI, ``config.json``, ``--config FILE``, ``--resume`` and
+the dashboard's New search form all read this one dataclass.
 
-Each field's docstring (the ``doc`` metadata) is its ``--help`` line, as in CleanRL's ``Args``.
-A run folder keeps its config as ``config.json``; ``--config FILE`` reads one back, and
-explicit flags override it.
+Each field's docstring is its ``--help`` line, as in CleanRL's ``Args``, and ``tyro.cli`` reads the dataclass
+into the command line: a flag per field (``--memory-cap`` for ``memory_cap``), its type, its choices (a
+``Literal``) and ``--x/--no-x`` for a switch. A run folder keeps its config as ``config.json``; ``--config FILE``
+reads one back through the same parser (its keys as flags, so a bad value in the file is refused as the flag
+would be), and explicit flags override it. Every bad value is one line (``CkptSearchError``) naming it and the
+fix: a malformed one from the parser, the rest from ``SearchConfig.validate`` (the bounds of ``AT_LEAST`` and
+the rules between flags).
 """
 
 from __future__ import annotations
 
-import argparse
+import ast
+import contextlib
 import dataclasses
+import inspect
+import io
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence, get_args, get_origin
+from typing import Annotated, Any, Literal, Sequence, get_type_hints
+
+import tyro
 
 from env.data.errors import CkptSearchError, WorkloadError
 from env.data.types import RewardMode
 from env.workloads.spec import MATMUL_PRECISIONS, PRECISIONS, fold_precision
 
 
-def _f(default: Any, doc: str, **kw: Any) -> Any:
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"doc": doc, **kw})
-    return field(default=default, metadata={"doc": doc, **kw})
+def _help_from_docstrings(cls: type) -> type:
+    """Each field's docstring as its ``--help`` text, in one paragraph (tyro would keep the docstring's line breaks):
+    the field's type annotated with ``tyro.conf.arg(help=...)``."""
+    hints = get_type_hints(cls)
+    for name, doc in _field_docs(cls).items():
+        cls.__annotations__[name] = Annotated[hints[name], tyro.conf.arg(help=doc)]
+    return cls
 
 
+def _field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string right after it), its lines joined into one."""
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    return {a.target.id: " ".join(b.value.value.split()) for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+            and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)}
+
+
+@_help_from_docstrings
 @dataclass
 class SearchConfig:
-    workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
-                                    "gpt?n_layer=12), or path/to/file.py:factory / package.module:factory. The "
-                                    "default, a 6-block GPT at d=128, searches in minutes on 2 CPU cores")
-    precision: str = _f("32", "the step's precision (Lightning's names): 32, bf16-mixed (autocast bf16, fp32 "
-                              "weights), 16-mixed (autocast fp16, a gradient scaler), bf16-true (bf16 weights and "
-                              "optimizer state); written into the workload spec", choices=PRECISIONS)
-    matmul_precision: str = _f("highest", "torch.set_float32_matmul_precision: highest, or high (TF32 on CUDA); "
-                                          "written into the workload spec", choices=MATMUL_PRECISIONS)
-    units: list[str] = _f(["auto"], "decision units: auto (non-overlapping modules, each run once a step, holding "
-                                    ">= 95%% of the bytes saved for backward, found from one instrumented step), "
-                                    "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
-                                    "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
-    max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
-    actions: list[str] = _f(["keep", "recompute", "selective", "chain", "chunked"], "actions searched per unit "
-                            "(offload needs CUDA; chain recomputes a run of units that chain as one region; chunked "
-                            "runs a loss unit's head and loss over chunks of tokens, where the model has one)",
-                            nargs="+")
-    agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
-    timesteps: int = _f(2048, "environment steps per agent (one step = one unit's decision)")
-    reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
-                                               "only), hybrid (cost model corrected by measurements; every frontier "
-                                               "point measured)", choices=tuple(m.value for m in RewardMode))
-    peers: str = _f("eager", "peers measured beside the search by the same Evaluator: none; eager (HF models' own "
-                             "checkpointing every 1-4 layers, checkpoint_sequential, torchtitan's op and layer SAC); all "
-                             "(also torch.compile's memory budgets and PyTorch's auto-SAC, where PuLP is installed)",
-                    choices=("none", "eager", "all"))
-    peer_budgets: list[float] = _f([round(0.1 * i, 1) for i in range(11)], "budgets (fractions) of torch.compile's "
-                                   "activation_memory_budget and auto-SAC with --peers all", nargs="+")
-    compile: bool = _f(False, "measure compiled training steps (--compile-scope says what is compiled); compile "
-                              "time is reported apart. The profile stays eager")
-    compile_scope: str = _f("units", "with --compile: units (each unit's forward compiled once per action and reused "
-                                     "by every plan, the plan's checkpoints around it, as when each block is compiled "
-                                     "on its own; a plan costs about an eager measurement), model (the plan applied, "
-                                     "then the whole model compiled for each plan, fullgraph: a compile per plan) or "
-                                     "both (searched as units, then the frontier's plans, the rules and the exact "
-                                     "plans measured with the whole model compiled too, a compile each; the frontier "
-                                     "takes the faster way of each plan, and each point says which)",
-                            choices=("units", "model", "both"))
-    max_measurements: int = _f(0, "most plans measured in one run (model/hybrid modes), rules and baseline included "
-                                  "(0: 20 and one more per two units, e.g. 44 at 48 units: a frontier of more units "
-                                  "has more points to measure)")
-    repeats: int = _f(3, "timed training steps per measurement (median reported; repeats add samples)")
-    reference_every: float = _f(30.0, "seconds after which an Evaluator measures the all-keep plan again (at most "
-                                      "once per 4 plans); plans are compared on their time relative to it, so a "
-                                      "machine whose speed drifts during the search ranks them as if side by side "
-                                      "(0: raw times; --compile-scope model: always raw, each reference would compile)")
-    warm_start: bool = _f(True, "also measure the exact solver's frontier plans, and let the agents' teacher "
-                                "demonstrate any measured plan, the rules' too (off: the frontier is the agents' "
-                                "own plus the rules, whose plans are never demonstrated)")
-    batch_scaling: bool = _f(True, "measure frontier plans at half the batch size too (the dashboard prices memory "
-                                   "from two batch sizes); built-in workloads only")
-    memory_cap: list[float] = _f([], "throughput search: memory caps in MB (MiB); for each, the (plan, micro-batch) "
-                                     "of the highest measured samples/s whose measured peak fits (on CUDA the default "
-                                     "is the device's memory less a reserve, search.engine.throughput.caps; on CPU "
-                                     "give it)", nargs="+")
-    micro_batches: list[int] = _f([], "throughput search: the micro-batches to search (default: 1, 2, 4, ... up to "
-                                      "the largest the lowest-memory plan fits under the largest cap, found by "
-                                      "measurement)", nargs="+")
-    global_batch: int = _f(0, "throughput search: samples per optimizer step; answers say how many accumulation steps "
-                              "(0: none)")
-    batch_dim: int = _f(-1, "throughput search: the input dimension that holds the samples, for a factory without a "
-                            "batch_size parameter (0: batch-first inputs, sliced or tiled; -1: none)")
-    throughput: bool = _f(False, "search (plan, micro-batch) for throughput under memory caps (implied by "
-                                 "--memory-cap, --micro-batches and --global-batch)")
-    throughput_timesteps: int = _f(1024, "throughput search: PPO steps per ladder micro-batch of the agent "
-                                         "conditioned on the micro-batch (0: the exact solver's plans only)")
-    throughput_evaluators: int = _f(0, "throughput search on CPUs: Evaluators in place of --evaluators (0: one per "
-                                       "--measure-threads cores, at most 4; never fewer than --evaluators)")
-    out: str = _f("runs", "folder that holds run folders; each run gets <out>/<run-id>/")
-    name: str = _f("", "run id (default: <workload>-<time>)")
-    address: str = _f("", "address of an existing Ray cluster to join (default: start Ray locally)")
-    resume: str = _f("", "run folder to resume: nothing measured there is measured again")
-    config: str = _f("", "JSON config file (a run folder's config.json repeats that run); flags override it")
-    seed: int = _f(0, "seed for workload weights, batch and agents")
-    device: str = _f("auto", "device to measure on: auto (cuda if available), cpu, cuda, cuda:N")
-    evaluators: int = _f(1, "CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with "
-                            "--measure-threads threads (CPU-only clusters; 1 on a 2-core machine keeps timings steady)")
-    devices: int = _f(0, "GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)")
-    overlap: str = _f("auto", "agents train while plans are measured: auto (when Evaluators use GPUs, so they share no "
-                              "cores with training), on, off", choices=("auto", "on", "off"))
-    measure_threads: int = _f(1, "CPU threads a measurement uses (0: all cores). One keeps step times steady when "
-                                 "other processes share the cores (Ray, agents in measured mode), and times a step "
-                                 "by the measuring thread's CPU time, which they cannot lengthen; GPUs ignore it")
-    fsdp: int = _f(0, "measure under FSDP2 with this many ranks per Evaluator (0: one device, no FSDP): each "
-                      "Evaluator is a process group of N Ray actors on one node (gloo on CPU, NCCL on GPU, one GPU per "
-                      "rank), the workload sharded with fully_shard on the units and the root after the plan is "
-                      "applied; peaks and times are per rank (the largest rank's peak, the slowest rank's time). Chain "
-                      "is not searched under FSDP: fully_shard gathers a unit's parameters only when it is called")
-    step_timeout: float = _f(300.0, "seconds one training step may take before the search ends in one line naming "
-                                    "where it waits (factory and first step: twice that; once a step is measured, "
-                                    "20 times it, at least 30 s and at most this, per step of each call; an agent's "
-                                    "round: it plus 0.25 s per PPO step; search/engine/deadlines.py)")
-    chunk_timesteps: int = _f(1024, "agent steps between two rounds of measurement and progress reports")
-    progress: bool = _f(True, "show the live terminal view")
+    workload: str = "gpt/small"
+    """workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: gpt?n_layer=12), or
+    path/to/file.py:factory / package.module:factory. The default, a 6-block GPT at d=128, searches in minutes on 2
+    CPU cores"""
+    precision: Literal[PRECISIONS] = "32"
+    """the step's precision (Lightning's names): 32, bf16-mixed (autocast bf16, fp32 weights), 16-mixed (autocast fp16,
+    a gradient scaler), bf16-true (bf16 weights and optimizer state); written into the workload spec"""
+    matmul_precision: Literal[MATMUL_PRECISIONS] = "highest"
+    """torch.set_float32_matmul_precision: highest, or high (TF32 on CUDA); written into the workload spec"""
+    units: list[str] = field(default_factory=lambda: ["auto"])
+    """decision units: auto (non-overlapping modules, each run once a step, holding >= 95% of the bytes saved for
+    backward, found from one instrumented step), blocks (the children of the largest ModuleList/Sequential),
+    sub-blocks (their children), or module FQNs / globs (e.g. 'blocks.*')"""
+    max_units: int = 32
+    """most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)"""
+    actions: list[str] = field(default_factory=lambda: ["keep", "recompute", "selective", "chain", "chunked"])
+    """actions searched per unit (offload needs CUDA; chain recomputes a run of units that chain as one region; chunked
+    runs a loss unit's head and loss over chunks of tokens, where the model has one)"""
+    agents: int = 4
+    """PPO agents, one per memory budget spread from the smallest reachable peak to the baseline"""
+    timesteps: int = 2048
+    """environment steps per agent (one step = one unit's decision)"""
+    reward: RewardMode = RewardMode.HYBRID
+    """reward source: measured (every new plan measured), model (cost model only), hybrid (cost model corrected by
+    measurements; every frontier point measured)"""
+    peers: Literal["none", "eager", "all"] = "eager"
+    """peers measured beside the search by the same Evaluator: none; eager (HF models' own checkpointing every 1-4
+    layers, checkpoint_sequential, torchtitan's op and layer SAC); all (also torch.compile's memory budgets and
+    PyTorch's auto-SAC, where PuLP is installed)"""
+    peer_budgets: list[float] = field(default_factory=lambda: [round(0.1 * i, 1) for i in range(11)])
+    """budgets (fractions) of torch.compile's activation_memory_budget and auto-SAC with --peers all"""
+    compile: bool = False
+    """measure compiled training steps (--compile-scope says what is compiled); compile time is reported apart. The
+    profile stays eager"""
+    compile_scope: Literal["units", "model", "both"] = "units"
+    """with --compile: units (each unit's forward compiled once per action and reused by every plan, the plan's
+    checkpoints around it, as when each block is compiled on its own; a plan costs about an eager measurement), model
+    (the plan applied, then the whole model compiled for each plan, fullgraph: a compile per plan) or both (searched
+    as units, then the frontier's plans, the rules and the exact plans measured with the whole model compiled too, a
+    compile each; the frontier takes the faster way of each plan, and each point says which)"""
+    max_measurements: int = 0
+    """most plans measured in one run (model/hybrid modes), rules and baseline included (0: 20 and one more per two
+    units, e.g. 44 at 48 units: a frontier of more units has more points to measure)"""
+    repeats: int = 3
+    """timed training steps per measurement (median reported; repeats add samples)"""
+    reference_every: float = 30.0
+    """seconds after which an Evaluator measures the all-keep plan again (at most once per 4 plans); plans are compared
+    on their time relative to it, so a machine whose speed drifts during the search ranks them as if side by side (0:
+    raw times; --compile-scope model: always raw, each reference would compile)"""
+    warm_start: bool = True
+    """also measure the exact solver's frontier plans, and let the agents' teacher demonstrate any measured plan, the
+    rules' too (off: the frontier is the agents' own plus the rules, whose plans are never demonstrated)"""
+    batch_scaling: bool = True
+    """measure frontier plans at half the batch size too (the dashboard prices memory from two batch sizes); built-in
+    workloads only"""
+    memory_cap: list[float] = field(default_factory=list)
+    """throughput search: memory caps in MB (MiB); for each, the (plan, micro-batch) of the highest measured samples/s
+    whose measured peak fits (on CUDA the default is the device's memory less a reserve,
+    search.engine.throughput.caps; on CPU give it)"""
+    micro_batches: list[int] = field(default_factory=list)
+    """throughput search: the micro-batches to search (default: 1, 2, 4, ... up to the largest the lowest-memory plan
+    fits under the largest cap, found by measurement)"""
+    global_batch: int = 0
+    """throughput search: samples per optimizer step; answers say how many accumulation steps (0: none)"""
+    batch_dim: int = -1
+    """throughput search: the input dimension that holds the samples, for a factory without a batch_size parameter (0:
+    batch-first inputs, sliced or tiled; -1: none)"""
+    throughput: bool = False
+    """search (plan, micro-batch) for throughput under memory caps (implied by --memory-cap, --micro-batches and
+    --global-batch)"""
+    throughput_timesteps: int = 1024
+    """throughput search: PPO steps per ladder micro-batch of the agent conditioned on the micro-batch (0: the exact
+    solver's plans only)"""
+    throughput_evaluators: int = 0
+    """throughput search on CPUs: Evaluators in place of --evaluators (0: one per --measure-threads cores, at most 4;
+    never fewer than --evaluators)"""
+    out: str = "runs"
+    """folder that holds run folders; each run gets <out>/<run-id>/"""
+    name: str = ""
+    """run id (default: <workload>-<time>)"""
+    address: str = ""
+    """address of an existing Ray cluster to join (default: start Ray locally)"""
+    resume: str = ""
+    """run folder to resume: nothing measured there is measured again"""
+    config: str = ""
+    """JSON config file (a run folder's config.json repeats that run); flags override it"""
+    seed: int = 0
+    """seed for workload weights, batch and agents"""
+    device: str = "auto"
+    """device to measure on: auto (cuda if available), cpu, cuda, cuda:N"""
+    evaluators: int = 1
+    """CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with --measure-threads threads
+    (CPU-only clusters; 1 on a 2-core machine keeps timings steady)"""
+    devices: int = 0
+    """GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)"""
+    overlap: Literal["auto", "on", "off"] = "auto"
+    """agents train while plans are measured: auto (when Evaluators use GPUs, so they share no cores with training), on,
+    off"""
+    measure_threads: int = 1
+    """CPU threads a measurement uses (0: all cores). One keeps step times steady when other processes share the cores
+    (Ray, agents in measured mode), and times a step by the measuring thread's CPU time, which they cannot lengthen;
+    GPUs ignore it"""
+    fsdp: int = 0
+    """measure under FSDP2 with this many ranks per Evaluator (0: one device, no FSDP): each Evaluator is a process
+    group of N Ray actors on one node (gloo on CPU, NCCL on GPU, one GPU per rank), the workload sharded with
+    fully_shard on the units and the root after the plan is applied; peaks and times are per rank (the largest rank's
+    peak, the slowest rank's time). Chain is not searched under FSDP: fully_shard gathers a unit's parameters only
+    when it is called"""
+    step_timeout: float = 300.0
+    """seconds one training step may take before the search ends in one line naming where it waits (factory and first
+    step: twice that; once a step is measured, 20 times it, at least 30 s and at most this, per step of each call; an
+    agent's round: it plus 0.25 s per PPO step; search/engine/deadlines.py)"""
+    chunk_timesteps: int = 1024
+    """agent steps between two rounds of measurement and progress reports"""
+    progress: bool = True
+    """show the live terminal view"""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -151,6 +196,8 @@ class SearchConfig:
         return self.max_measurements or 20 + n_units // 2
 
     def validate(self) -> "SearchConfig":
+        """This config, its values checked (one line for the first bad one) and normalised: ``reward`` a
+        ``RewardMode``, the precisions folded into the workload spec, ``chain`` dropped under FSDP."""
         try:
             self.reward = RewardMode(self.reward)
         except ValueError:
@@ -161,37 +208,43 @@ class SearchConfig:
                                                                                   self.matmul_precision)
         except WorkloadError as e:
             raise CkptSearchError(f"--workload {self.workload}: {e}") from None
-        if "keep" not in self.actions:
-            raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
-                                  "relative to; add keep")
-        bad = [b for b in self.peer_budgets if not 0.0 <= b <= 1.0]
-        if bad:
-            raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "
-                                  "between 0.0 (recompute all it can) and 1.0 (save all)")
-        if self.devices < 0:
-            raise CkptSearchError(f"--devices must be 0 (every GPU) or more, got {self.devices}")
-        if self.reference_every < 0:
-            raise CkptSearchError(f"--reference-every must be 0 (raw times) or more seconds, got {self.reference_every}")
-        if self.fsdp < 0:
-            raise CkptSearchError(f"--fsdp must be 0 (one device, no FSDP) or a number of ranks, got {self.fsdp}")
+        _check_values(self)
         if self.fsdp and "chain" in self.actions:  # a region runs its units' forwards without FSDP's hooks
             self.actions = [a for a in self.actions if a != "chain"]
-        if self.fsdp and self.compile:
-            raise CkptSearchError("--compile with --fsdp: compiled FSDP2 steps are not measured; drop --compile to "
-                                  "measure under FSDP, or --fsdp to measure compiled steps")
-        if not (math.isfinite(self.step_timeout) and self.step_timeout > 0):
-            raise CkptSearchError(f"--step-timeout must be a positive number of seconds, got {self.step_timeout}")
-        if self.max_measurements < 0:
-            raise CkptSearchError(f"--max-measurements must be 0 (sized by the units) or more, got {self.max_measurements}")
-        _validate_throughput(self)
-        for name in ("agents", "timesteps", "repeats", "chunk_timesteps", "evaluators", "max_units"):
-            if getattr(self, name) < 1:
-                raise CkptSearchError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        _check_combinations(self)
         return self
 
 
-def _validate_throughput(cfg: SearchConfig) -> None:
-    """The throughput search's flags, checked (``SearchConfig.validate``)."""
+# The least value of each numeric flag, and what that value means where it is not the plain least count.
+AT_LEAST: dict[str, tuple[int, str]] = {
+    "agents": (1, ""), "timesteps": (1, ""), "repeats": (1, ""), "chunk_timesteps": (1, ""), "evaluators": (1, ""),
+    "max_units": (1, ""), "devices": (0, "every GPU"), "fsdp": (0, "one device, no FSDP"),
+    "max_measurements": (0, "sized by the units"), "reference_every": (0, "raw times"), "global_batch": (0, "none"),
+    "batch_dim": (-1, "none"), "throughput_timesteps": (0, "the exact solver's plans only"),
+    "throughput_evaluators": (0, "one per --measure-threads cores"), "measure_threads": (0, "all cores"),
+}
+
+
+def _check_values(cfg: SearchConfig) -> None:
+    """Each field on its own: the bounds of ``AT_LEAST``, and the lists' members."""
+    for name, (least, means) in AT_LEAST.items():
+        value = getattr(cfg, name)
+        if value < least:
+            flag = "--" + name.replace("_", "-")
+            bound = f"at least {least}" if not means else f"{least} ({means}) or more"
+            raise CkptSearchError(f"{flag} must be {bound}{' seconds' if name == 'reference_every' else ''}, "
+                                  f"got {value}")
+    if not cfg.units:
+        raise CkptSearchError("--units needs at least one: auto, blocks, sub-blocks, or module FQNs / globs")
+    if "keep" not in cfg.actions:
+        raise CkptSearchError(f"--actions {' '.join(cfg.actions)} lacks 'keep': the baseline every saving is "
+                              "relative to; add keep")
+    bad = [b for b in cfg.peer_budgets if not 0.0 <= b <= 1.0]
+    if bad:
+        raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "
+                              "between 0.0 (recompute all it can) and 1.0 (save all)")
+    if not (math.isfinite(cfg.step_timeout) and cfg.step_timeout > 0):
+        raise CkptSearchError(f"--step-timeout must be a positive number of seconds, got {cfg.step_timeout}")
     bad = [c for c in cfg.memory_cap if not (math.isfinite(c) and c > 0)]
     if bad:
         raise CkptSearchError(f"--memory-cap {bad[0]} is not a positive number of MiB; give the memory one "
@@ -199,10 +252,13 @@ def _validate_throughput(cfg: SearchConfig) -> None:
     if any(b < 1 for b in cfg.micro_batches):
         given = " ".join(map(str, cfg.micro_batches))
         raise CkptSearchError(f"--micro-batches {given}: every micro-batch must be at least 1 sample")
-    if min(cfg.global_batch, cfg.batch_dim + 1, cfg.throughput_timesteps, cfg.throughput_evaluators) < 0:
-        raise CkptSearchError(f"--global-batch {cfg.global_batch}, --batch-dim {cfg.batch_dim}, "
-                              f"--throughput-timesteps {cfg.throughput_timesteps}, --throughput-evaluators "
-                              f"{cfg.throughput_evaluators}: give 0 or more (--batch-dim: -1 for none)")
+
+
+def _check_combinations(cfg: SearchConfig) -> None:
+    """The flags that cannot go together."""
+    if cfg.fsdp and cfg.compile:
+        raise CkptSearchError("--compile with --fsdp: compiled FSDP2 steps are not measured; drop --compile to "
+                              "measure under FSDP, or --fsdp to measure compiled steps")
     if cfg.throughput_mode and cfg.fsdp:
         raise CkptSearchError("--fsdp with a throughput search (--memory-cap, --micro-batches, --throughput): "
                               "micro-batches are not measured under FSDP; run the two searches separately")
@@ -219,64 +275,105 @@ def measured_scope(config: dict[str, Any] | None) -> str | None:
     return "model" if config.get("compile_scope") == "model" else "units"
 
 
-def _arg_type(f: dataclasses.Field) -> Any:
-    t = f.type if not isinstance(f.type, str) else eval(f.type, {"list": list, "float": float, "RewardMode": RewardMode})
-    t = get_args(t)[0] if get_origin(t) is list else t
-    return str if isinstance(t, type) and issubclass(t, RewardMode) else t  # choices check; validate() converts
-
-
+PROG = "python -m search.run"
 EXIT_CODES = ("exit codes: 0 finished (or a finished run resumed: nothing to do); 2 bad input or a refusal (one "
-              "line on stderr); 3 the model failed (its own error in one line, or a step past its --step-timeout deadline; "
-              "the run's status is 'failed: <cause>'); "
-              "130 Ctrl-C and 143 SIGTERM (the measurements are drained into the store and the frontier and report "
-              "written from them; continue with --resume RUN)")
+              "line on stderr); 3 the model failed (its own error in one line, or a step past its --step-timeout "
+              "deadline; the run's status is 'failed: <cause>'); 130 Ctrl-C and 143 SIGTERM (the measurements are "
+              "drained into the store and the frontier and report written from them; continue with --resume RUN)")
+DESCRIPTION = ("Search activation-checkpointing plans against measured peak memory and step time. The last line "
+               "printed is the run folder. " + EXIT_CODES)
+FIELDS = tuple(f.name for f in dataclasses.fields(SearchConfig))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m search.run",
-        description="Search activation-checkpointing plans against measured peak memory and step time. "
-                    "The last line printed is the run folder.",
-        epilog=EXIT_CODES,
-    )
-    for f in dataclasses.fields(SearchConfig):
-        flag = "--" + f.name.replace("_", "-")
-        kind = _arg_type(f)
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        shown = " ".join(map(str, default)) if isinstance(default, list) else default
-        kw: dict[str, Any] = {"help": f"{f.metadata['doc']} (default: {shown!s})" if shown not in ("", []) else f.metadata["doc"],
-                              "default": argparse.SUPPRESS}
-        if kind is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        else:
-            kw["type"] = kind
-            for k in ("nargs", "choices"):
-                if k in f.metadata:
-                    kw[k] = f.metadata[k]
-        p.add_argument(flag, **kw)
-    return p
+def parse_config(argv: Sequence[str] | None = None) -> SearchConfig:
+    """Flags (``argv``, or the process's own) over ``--config FILE`` over defaults, checked
+    (``SearchConfig.validate``)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cfg = _parse(argv)
+    if cfg.config:
+        from_file = flags(_read_config(Path(cfg.config)))
+        _parse(from_file, f"config file '{cfg.config}': ")  # its own bad values, named as the file's
+        cfg = _parse(from_file + argv)  # a flag given twice: the last one holds
+    return cfg.validate()
 
 
 def given_flags(argv: Sequence[str] | None = None) -> set[str]:
     """The config fields the command line sets (a ``--resume`` honours some of them)."""
-    return set(vars(build_parser().parse_args(argv)))
+    given = set()
+    for token in sys.argv[1:] if argv is None else argv:
+        name = token.partition("=")[0][2:].replace("-", "_") if token.startswith("--") else ""
+        name = name[3:] if name.startswith("no_") and name[3:] in FIELDS else name
+        if name in FIELDS:
+            given.add(name)
+    return given
 
 
-def parse_config(argv: Sequence[str] | None = None) -> SearchConfig:
-    """Flags over ``--config FILE`` over defaults."""
-    given = vars(build_parser().parse_args(argv))
-    values: dict[str, Any] = {}
-    if given.get("config"):
-        path = Path(given["config"])
-        try:
-            values = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise CkptSearchError(f"config file '{path}' does not exist; give a run folder's config.json") from None
-        except json.JSONDecodeError as e:
-            raise CkptSearchError(f"config file '{path}' is not JSON ({e.msg}, line {e.lineno}); fix or regenerate it") from None
-        known = {f.name for f in dataclasses.fields(SearchConfig)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise CkptSearchError(f"config file '{path}' has unknown keys {unknown}; valid keys: {sorted(known)}")
-    values.update(given)
-    return SearchConfig(**values).validate()
+def flags(values: dict[str, Any]) -> list[str]:
+    """The command-line flags that set ``values`` (field name -> value), in the order given."""
+    out: list[str] = []
+    for name, value in values.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            out.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *map(_token, value)]
+        else:
+            out += [flag, _token(value)]
+    return out
+
+
+def changed_flags(cfg: SearchConfig) -> list[str]:
+    """The flags that give ``cfg`` from the defaults: those of the fields it changes, in the fields' order."""
+    default = SearchConfig()
+    return flags({k: getattr(cfg, k) for k in FIELDS if getattr(cfg, k) != getattr(default, k)})
+
+
+def field_doc(name: str) -> str:
+    """A field's docstring: its ``--help`` line (the dashboard's form shows it beside the flag's widget)."""
+    return _field_docs(SearchConfig)[name]
+
+
+def _token(value: Any) -> str:
+    """A value as a flag's argument: a float in its shortest form that reads back as the same float."""
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
+
+
+def _parse(args: list[str], where: str = "") -> SearchConfig:
+    """``tyro.cli`` on ``args``; a value it refuses is one line (its own box, folded), ``--help`` prints and exits."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return tyro.cli(SearchConfig, args=args, prog=PROG, description=DESCRIPTION,
+                            config=(tyro.conf.EnumChoicesFromValues,))
+    except SystemExit as e:
+        if not e.code:
+            raise
+        raise CkptSearchError(f"{where}{_problem(err.getvalue())}; see {PROG} --help for each flag's values") from None
+
+
+def _problem(box: str) -> str:
+    """The problem tyro's error box states, on one line: its text after the title, up to the first rule (the
+    flag's help and the pointer to --help follow it)."""
+    lines = [line.strip(" \u2502\u256d\u256e\u2570\u256f") for line in box.strip().splitlines()[1:]]
+    is_rule = [bool(line) and set(line) <= set("-\u2500") for line in lines]
+    start = next((i for i, rule in enumerate(is_rule) if not rule), len(lines))
+    end = next((i for i in range(start, len(lines)) if is_rule[i]), len(lines))
+    return " ".join(" ".join(lines[start:end]).split()).rstrip(".") or "the command line was refused"
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """A config file's values (a run folder's ``config.json``), its keys checked against the fields."""
+    try:
+        values = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CkptSearchError(f"config file '{path}' does not exist; give a run folder's config.json") from None
+    except json.JSONDecodeError as e:
+        raise CkptSearchError(f"config file '{path}' is not JSON ({e.msg}, line {e.lineno}); fix or regenerate it") from None
+    if not isinstance(values, dict):
+        raise CkptSearchError(f"config file '{path}' holds no JSON object of flags; give a run folder's config.json")
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise CkptSearchError(f"config file '{path}' has unknown keys {unknown}; valid keys: {sorted(FIELDS)}")
+    return values

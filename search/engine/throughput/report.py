@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from env.data.types import MIB
+from search.records.markdown import table_lines
 from search.records.throughput import CapRow, ThroughputCurve, ThroughputPoint
 
 
@@ -11,11 +12,11 @@ def _rate(p: ThroughputPoint) -> str:
     return f"{p.samples_per_second:.1f}{tokens}"
 
 
-def _row(p: ThroughputPoint, ours: ThroughputPoint | None) -> str:
+def _row(p: ThroughputPoint, ours: ThroughputPoint | None) -> tuple[object, ...]:
     name = f"**ours**: {p.label}" if p.name == "ours" else p.label
     against = f"{p.samples_per_second / ours.samples_per_second:.2f}x" if ours and ours.samples_per_second else "-"
-    return (f"| {name} | {p.micro_batch} | {p.accumulation} | {p.peak_bytes / MIB:.1f} | {p.step_seconds * 1e3:.1f} "
-            f"± {p.spread_seconds * 1e3:.1f} | {_rate(p)} | {against} |")
+    return (name, p.micro_batch, p.accumulation, f"{p.peak_bytes / MIB:.1f}",
+            f"{p.step_seconds * 1e3:.1f} ± {p.spread_seconds * 1e3:.1f}", _rate(p), against)
 
 
 def cap_markdown(row: CapRow, rounds: int) -> list[str]:
@@ -23,9 +24,8 @@ def cap_markdown(row: CapRow, rounds: int) -> list[str]:
     lines = [f"### Cap {row.cap_bytes / MIB:.1f} MiB", ""]
     if row.answer is None:
         return lines + [row.why, ""]
-    lines += ["| configuration | micro-batch | accumulation | peak MiB | step ms (± spread) | samples/s | "
-              "against ours |", "|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [_row(p, row.answer) for p in row.quote]
+    lines += table_lines(("configuration", "micro-batch", "accumulation", "peak MiB", "step ms (± spread)", "samples/s",
+                          "against ours"), [_row(p, row.answer) for p in row.quote])
     lines.append("")
     if row.unfit:
         lines += ["Fit nowhere under this cap: " + "; ".join(f"{k}: {v}" for k, v in row.unfit.items()) + ".", ""]
@@ -57,16 +57,16 @@ def predicted_markdown(curve: ThroughputCurve) -> list[str]:
         if a is None or not r.fit_seconds or not r.predicted_seconds or not a.samples_per_second:
             continue  # no answer, or a run recorded before the predictions were
         predicted = a.micro_batch / r.predicted_seconds
-        rows.append(f"| {r.cap_bytes / MIB:.1f} | {a.label} | {a.micro_batch} | {a.micro_batch / r.fit_seconds:.1f} | "
-                    f"{predicted:.1f} | {a.samples_per_second:.1f} | {predicted / a.samples_per_second:.2f}x |")
+        rows.append((f"{r.cap_bytes / MIB:.1f}", a.label, a.micro_batch, f"{a.micro_batch / r.fit_seconds:.1f}",
+                     f"{predicted:.1f}", f"{a.samples_per_second:.1f}", f"{predicted / a.samples_per_second:.2f}x"))
     if not rows:
         return []
     return ["### Predicted against measured", "",
             "Each cap's answer in samples per second as the model priced it when the search chose it: the per-unit "
             "fit alone, and scaled by the steps timed at the nearest micro-batch measured (what the search ranks by), "
             "beside the quote's measurements of it.", "",
-            "| cap MiB | answer | micro-batch | fit alone | predicted | measured | predicted / measured |",
-            "|---:|---|---:|---:|---:|---:|---:|", *rows, ""]
+            *table_lines(("cap MiB", "answer", "micro-batch", "fit alone", "predicted", "measured",
+                          "predicted / measured"), rows, "rlrrrrr"), ""]
 
 
 def throughput_markdown(curve: ThroughputCurve) -> list[str]:
@@ -91,14 +91,13 @@ def throughput_markdown(curve: ThroughputCurve) -> list[str]:
                   "Per-unit lines through the profiles at micro-batches "
                   f"{', '.join(map(str, curve.profiled_batches))}; each row a plan measured at a micro-batch against "
                   "the fit's prediction there. Steps are timed up to the largest micro-batch profiled, and above it "
-                  "where the quote measured the plan; elsewhere the peak alone was measured.", "",
-                  "| micro-batch | plan | fitted there | predicted MiB | measured MiB | peak error | predicted ms | "
-                  "measured ms | time error |", "|---:|---|---|---:|---:|---:|---:|---:|---:|"]
-        for c in curve.fit_checks:
-            lines.append(f"| {c.micro_batch} | {c.plan} | {'yes' if c.fitted else 'no'} | "
-                         f"{c.predicted_peak_bytes / MIB:.2f} | {c.measured_peak_bytes / MIB:.2f} | "
-                         f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%} | "
-                         f"{c.predicted_seconds * 1e3:.1f} | " + (
-                             f"{c.measured_seconds * 1e3:.1f} | {c.predicted_seconds / c.measured_seconds - 1:+.1%} |"
-                             if c.measured_seconds is not None else "peak alone | |"))
+                  "where the quote measured the plan; elsewhere the peak alone was measured.", ""]
+        lines += table_lines(
+            ("micro-batch", "plan", "fitted there", "predicted MiB", "measured MiB", "peak error", "predicted ms",
+             "measured ms", "time error"),
+            [(c.micro_batch, c.plan, "yes" if c.fitted else "no", f"{c.predicted_peak_bytes / MIB:.2f}",
+              f"{c.measured_peak_bytes / MIB:.2f}", f"{c.predicted_peak_bytes / c.measured_peak_bytes - 1:+.1%}",
+              f"{c.predicted_seconds * 1e3:.1f}")
+             + ((f"{c.measured_seconds * 1e3:.1f}", f"{c.predicted_seconds / c.measured_seconds - 1:+.1%}")
+                if c.measured_seconds is not None else ("peak alone", "")) for c in curve.fit_checks], "rllrrrrrr")
     return lines
