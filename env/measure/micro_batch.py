@@ -30,7 +30,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import measure, not_fitting, record_fields, release_after_oom
-from env.measure.peers import Peer, PeerKind, measure_peer
+from env.measure.peers import Peer, measure_peer
 from env.measure.profiler import profile
 from env.measure.timeline import is_oom, requested_bytes
 from env.runtime.apply import plan_for
@@ -96,7 +96,7 @@ class AtMicroBatch:
         the seconds). A search finds the ladder and each peer's largest micro-batch by peaks alone. On CUDA the
         peak is the allocator's, which a first step at a new size can raise (its workspaces), and a compiled
         step is compiled in its warm-up."""
-        compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+        compiled = bool(self.compile) or (isinstance(item, Peer) and item.compiled)
         peak_only = stop_above is not None and stop_above < 0
         return 0 if peak_only and self.workload.device.type == "cpu" and not compiled else WARMUP
 
@@ -130,7 +130,7 @@ class AtMicroBatch:
                 fields = record_fields(w, plan.digest, list(item), source, measurement_id)
             if not inputs_fit:
                 fields["batch_shape"] = f"{micro_batch} samples (its inputs did not fit)"
-            compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+            compiled = bool(self.compile) or (isinstance(item, Peer) and item.compiled)
             return not_fitting(w, fields, asked, **({"compile_seconds": 0.0} if compiled else {}))
 
     def _inputs_error(self, micro_batch: int, batch_dim: int | None) -> BaseException | None:
