@@ -33,11 +33,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource, SourceKind
-from search.engine.archive import frontier_of
 from env.measure.peers import Peer
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
+from search.engine.shown import confirmable
 from search.engine.phases.peers import item_key, side_by_side_peers
 from search.records import meta
 from search.records.ranking import timing_noise
@@ -102,22 +101,6 @@ def confirming_passes(ctx: RunContext) -> None:
             done = _remeasure(ctx, order[k:k + stretch], done, meta.CONFIRMED)
             close_references(ctx)
         passes += 1
-
-
-def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: float, baseline: str) -> list[MeasuredPlan]:
-    """The frontier that the confirming passes confirm and a user is shown, by peak. A plan not in ``confirmed``
-    is left out where a confirmed plan at no more memory is at most ``noise`` (a share) slower; then, walking
-    the frontier of the rest from the lowest peak up, where the plan kept before it, at less memory, is at most
-    ``noise`` slower: a user could not tell the two apart, and the one at less memory serves. Confirmed plans
-    and the ``baseline`` (digest; its measurements are the references) are kept."""
-    held = confirmed | {baseline}
-    sure = [r for r in points if r.digest in held]
-    kept: list[MeasuredPlan] = []
-    for r in frontier_of([r for r in points if r.digest in held or not any(
-            c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)]):
-        if r.digest in held or not kept or r.step_seconds * (1 + noise) < kept[-1].step_seconds:
-            kept.append(r)
-    return kept
 
 
 def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:

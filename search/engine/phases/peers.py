@@ -15,7 +15,7 @@ from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from env.measure.peers import Peer, kinds_selected
 from search.engine import ray_session
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.records import meta
 from search.records.pareto import fastest_within
 

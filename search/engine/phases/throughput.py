@@ -48,7 +48,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.engine.phases.gate import check_plans
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,

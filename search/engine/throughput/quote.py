@@ -24,7 +24,7 @@ from env.data.types import Indices
 from env.measure.peers import Peer, PeerKind, kinds_selected
 from search.engine import ray_session
 from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
 from search.engine.throughput.plans import ThroughputModel, ladder_plans
 from search.records import meta
