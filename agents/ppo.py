@@ -17,14 +17,10 @@ budget of its range rather than for one. A chunk (``train(timesteps)``):
    (after cloning and after PPO) and PPO's episodes. Every chunk lists them all again: the
    driver keeps a plan's first proposer.
 
-Why, measured on the cost model by ``bench/agents_scale.py`` (48 units of varied sizes, 1649
-exact frontier points): four one-budget PPO agents (the design before, 16k steps in all) reach
-0.968 of the exact frontier's hypervolume, their fastest fitting plan 3.6% slower than the
-exact one on average over 20 budgets; one budget-conditioned PPO agent, same steps: 0.979 and
-2.5%; two cloned budget-conditioned agents: 0.9997 and 0.02%, in 23 s of training on one core.
-At 6, 24, 96 units and on the recorded 48-unit gpt profile: at least 0.9993, no rule of
-``agents.baselines`` beyond their frontier. In the hybrid loop the agents follow the cost model
-as corrected by the measurements (``MeasuredCorrection``), so they are as right as it is.
+Cloned budget-conditioned agents come closer to the exact frontier in the same steps than one
+agent per budget or PPO alone (docs/measurement.md, "Why the agents are cloned and
+budget-conditioned"). In the hybrid loop the agents follow the cost model as corrected by the
+measurements (``MeasuredCorrection``), so they are as right as it is.
 
 An agent sees only a ModelProfile (plain data) and, in ``measured`` mode, a function that
 measures a plan; it never touches Ray. ``search.engine.agent_pool`` runs each agent as a Ray actor and

@@ -264,7 +264,7 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     and is measured in the second pass; R1 slows to 1.14, which leaves Y 1.3% off the
     frontier, a near miss now, but near misses are the first pass's alone, so Y is never measured
     again. The Evaluator's part (step times) is played by ``Timed``: the times are the test's."""
-    from search.engine.phases.context import RunContext
+    from search.engine.context import RunContext
     from search.engine.phases.deciding import DECIDING_MEASUREMENTS, deciding_passes
     from search.records import meta
     from search.records.config import SearchConfig
@@ -313,7 +313,7 @@ class _Passes:
     Measurer's part in the passes (``side_by_side``); ``ctx`` runs them."""
 
     def __init__(self, tmp_path, plans: dict[str, tuple[str, int, float, float]]) -> None:
-        from search.engine.phases.context import RunContext
+        from search.engine.context import RunContext
         from search.records.config import SearchConfig
 
         self.plans, self.confirming = plans, False
@@ -390,7 +390,8 @@ def test_a_plan_let_onto_the_frontier_within_noise_of_a_confirmed_one_is_neither
     which hides S (55, 1.535, off the frontier by more than the noise). Confirmed, R measures 1.55: S is
     on the frontier again, but at most 2% faster than R at more memory, so it is not confirmed, and the
     report shows R at its confirmed time in its place; the store's frontier keeps S."""
-    from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirmable, confirming_passes, deciding_passes
+    from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, confirming_passes, deciding_passes
+    from search.engine.shown import confirmable
     from search.engine.report import write_outputs
     from search.records import meta
     from search.records.config import SearchConfig
@@ -427,7 +428,7 @@ def test_a_frontier_plan_within_noise_of_the_one_kept_at_less_memory_is_not_conf
     """Walking the frontier from the lowest peak up, a plan that is not confirmed is kept for confirmation only
     where it is faster than the plan kept before it by more than the noise (10% here); a confirmed plan and the
     baseline are always kept."""
-    from search.engine.phases.deciding import confirmable
+    from search.engine.shown import confirmable
 
     def plan(digest: str, peak: int, seconds: float) -> MeasuredPlan:
         return _m(digest, [], [seconds], [], f"e:{digest}", peak=peak)

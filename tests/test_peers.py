@@ -19,12 +19,15 @@ from env.data.errors import PlanError, WorkloadError
 from env.measure.compiled import CompileOptions, compiled
 from env.measure.peers import (
     BUDGETS,
+    KINDS,
+    PEER_GROUPS,
     Peer,
     PeerKind,
     checkpoint_sequential_peer,
     compile_budget_peer,
     find_chain,
     hf_checkpointing_peer,
+    kinds_selected,
     measure_peer,
     peer_plan,
     peers_for,
@@ -107,6 +110,19 @@ def test_peers_of_a_transformers_model_are_its_own_checkpointing_every_n_layers(
         "hf-checkpointing", "hf-checkpointing-every-2", "hf-checkpointing-every-3", "hf-checkpointing-every-4",
         "torchtitan-op-sac", "torchtitan-layer-every-2"]  # torchtitan's policies on its decoder layers
     assert find_chain(four) is None
+
+
+def test_the_registry_says_of_each_kind_its_peers_group_and_whether_it_compiles() -> None:
+    assert set(KINDS) == set(PeerKind) and PEER_GROUPS == ("none", "eager", "all")
+    assert kinds_selected("none") == ()
+    assert set(kinds_selected("eager")) == {"hf_checkpointing", "checkpoint_sequential", "torchtitan_op_sac",
+                                            "torchtitan_layer_sac"}
+    assert set(kinds_selected("all")) == {k.value for k in PeerKind}
+    assert [k for k, spec in KINDS.items() if spec.compiled] == [PeerKind.COMPILE_BUDGET]
+    assert compile_budget_peer(1.0).compiled and not hf_checkpointing_peer(2).compiled
+    with pytest.raises(ValueError) as bad:
+        kinds_selected("most")
+    assert one_line_error(bad) == "peers group 'most' is unknown; choose one of none, eager, all"
 
 
 def test_a_peer_is_plain_data_with_a_json_round_trip() -> None:

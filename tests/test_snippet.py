@@ -174,6 +174,26 @@ def test_snippet_applies_chains_with_the_gradients_and_peak_of_apply_plan():
     assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == []
 
 
+@pytest.mark.parametrize("action", ["offload", "chunked"])
+def test_snippet_refuses_what_apply_plan_refuses_in_the_same_words(action):
+    """An action's preconditions live on its policy (``Policy.unmet``): on a CPU model, ``offload`` and ``chunked``
+    on a block (not a loss unit) are refused by the snippet as by ``apply_actions``, before any unit is wrapped."""
+    from env.data.errors import PlanError
+    from env.runtime.apply import apply_actions
+
+    w = load_workload("gpt/tiny")
+    units = find_units(w.model)
+    plan = plan_for(w.model, units, ["recompute", action] + ["keep"] * (len(units) - 2))
+    with pytest.raises(PlanError) as ours:
+        apply_actions(w.model, plan, units)
+    ns = _load(plan_snippet(plan))
+    with pytest.raises(ns["PlanError"]) as snippet:
+        ns["apply_checkpoint_plan"](w.model)
+    assert str(snippet.value) == str(ours.value)
+    assert str(ours.value).startswith(f"action '{action}' (unit '{units[1]}') needs a ")
+    assert [n for n, m in w.model.named_modules() if "forward" in m.__dict__] == []
+
+
 def test_snippet_refuses_a_chain_over_units_that_do_not_chain():
     w = load_workload("gpt/tiny")
     units = find_units(w.model, "sub-block")

@@ -8,13 +8,11 @@ only in its ``batch_shape``. ``facts`` says what the search needs to know of the
 its own size, how it is changed, tokens per sample, the gradients' bytes and the device's memory.
 
 Every measurement here runs ``WARMUP`` untimed step before its memory step or, where it takes a peak measured
-before (``env.measure.measurement.reuses_peak``), before its timed steps. One is enough here
-(``bench/warmup.py``: gpt/small at micro-batches 4 and 16, all keep, recompute everything and every second
-unit recomputed, two processes measuring at once as two Evaluators do, six interleaved rounds of four timed
-steps): the first step timed after one warm-up step read 0.984-1.011 of the three after it (medians), and
-one warm-up step against two moved a plan's median by 0.990-1.010. A throughput search measures many
-configurations again (its deciding rounds and its quote), so the step saved is a fifth of each of those;
-the search at the workload's own batch keeps two (``env.measure.measurement.warmup_before_timing`` says why).
+before (``env.measure.measurement.reuses_peak``), before its timed steps. One is enough here: the first step
+timed after it reads as the steps after it, and a second warm-up step does not move a plan's median beyond the
+noise (docs/throughput.md, "Warm-up at another micro-batch"). A throughput search measures many configurations
+again (its deciding rounds and its quote), so the step saved is a fifth of each of those; the search at the
+workload's own batch keeps two (``env.measure.measurement.warmup_before_timing`` says why).
 A measurement of the peak alone runs none on CPU (``AtMicroBatch.warmup_for``).
 """
 
@@ -30,7 +28,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import measure, not_fitting, record_fields, release_after_oom
-from env.measure.peers import Peer, PeerKind, measure_peer
+from env.measure.peers import Peer, measure_peer
 from env.measure.profiler import profile
 from env.measure.timeline import is_oom, requested_bytes
 from env.runtime.apply import plan_for
@@ -91,12 +89,10 @@ class AtMicroBatch:
     def warmup_for(self, item: Sequence[str] | Peer, stop_above: int | None) -> int:
         """``WARMUP``, or none for a peak alone (``stop_above`` negative) on CPU, eager: there the peak is the sum
         of the profiler's memory events over one step, and once the optimizer's state exists the step allocates
-        the same bytes with a warm-up step before it or without (``bench/warmup.py``'s peaks: gpt/small, the CNN,
-        hf/llama and diffusers/unet2d, three plans and two peers each at three micro-batches, byte for byte; half
-        the seconds). A search finds the ladder and each peer's largest micro-batch by peaks alone. On CUDA the
-        peak is the allocator's, which a first step at a new size can raise (its workspaces), and a compiled
-        step is compiled in its warm-up."""
-        compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+        the same bytes with a warm-up step before it or without, in half the seconds. A search finds the ladder
+        and each peer's largest micro-batch by peaks alone. On CUDA the peak is the allocator's, which a first
+        step at a new size can raise (its workspaces), and a compiled step is compiled in its warm-up."""
+        compiled = bool(self.compile) or (isinstance(item, Peer) and item.compiled)
         peak_only = stop_above is not None and stop_above < 0
         return 0 if peak_only and self.workload.device.type == "cpu" and not compiled else WARMUP
 
@@ -130,7 +126,7 @@ class AtMicroBatch:
                 fields = record_fields(w, plan.digest, list(item), source, measurement_id)
             if not inputs_fit:
                 fields["batch_shape"] = f"{micro_batch} samples (its inputs did not fit)"
-            compiled = bool(self.compile) or (isinstance(item, Peer) and item.kind is PeerKind.COMPILE_BUDGET)
+            compiled = bool(self.compile) or (isinstance(item, Peer) and item.compiled)
             return not_fitting(w, fields, asked, **({"compile_seconds": 0.0} if compiled else {}))
 
     def _inputs_error(self, micro_batch: int, batch_dim: int | None) -> BaseException | None:

@@ -31,8 +31,8 @@ torch_auto_sac         PyTorch's auto-SAC (``torch.distributed._tools``): its   
                        (``env.measure.auto_sac``)
 =====================  ==========================================================  =======================  ================================
 
-Each kind is one entry of ``KINDS`` (:class:`KindSpec`): how it is offered, installed and described, and where
-it is a plan of ours (``as_plan``: every ``checkpoint_sequential``, transformers' checkpointing and torchtitan's
+Each kind is one entry of ``KINDS`` (:class:`KindSpec`): how it is offered, installed and described, whether it
+compiles, which ``--peers`` group selects it (``kinds_selected``), and where it is a plan of ours (``as_plan``: every ``checkpoint_sequential``, transformers' checkpointing and torchtitan's
 layer policy, when their blocks are decision units), so a search measures it once, as that plan.
 
 auto-SAC's ``budget`` is a fraction, as a compile budget's is, so that one list of budgets serves every model:
@@ -126,6 +126,11 @@ class Peer(BaseModel):
     def label(self) -> str:
         """The peer in words."""
         return KINDS[self.kind].label(self)
+
+    @property
+    def compiled(self) -> bool:
+        """Whether its step is compiled whatever the run measures (a compile budget is the compiler's choice)."""
+        return KINDS[self.kind].compiled
 
 
 # pytorch/pytorch#190758 (open in torch 2.13, tested here): below 1.0 the partitioner may recompute random ops
@@ -392,16 +397,23 @@ def _refuse_plan(workload: Workload, peer: Peer) -> None:
                         "remove the plan first (handle.remove()), a peer is measured on the bare model")
 
 
+PEER_GROUPS: tuple[str, ...] = ("none", "eager", "all")  # the ``--peers`` choices, each selecting the kinds before it
+
+
 @dataclasses.dataclass(frozen=True)
 class KindSpec:
-    """One kind of peer: which configurations apply to a model (``offer``), how one is installed on a
-    workload (``install``: yields the compile options it needs, None eager; undone on exit), where it is a plan
-    of ours (``as_plan``: the plan over the units, None where it is none) and what it is in words (``label``)."""
+    """One kind of peer, all that the rest of the code knows of it: which configurations apply to a model
+    (``offer``), how one is installed on a workload (``install``: yields the compile options it needs, None eager;
+    undone on exit), what it is in words (``label``), where it is a plan of ours (``as_plan``: the plan over the
+    units, None where it is none), whether its step is compiled whatever the run measures (``compiled``) and the
+    smallest ``--peers`` group that selects it (``group``, one of ``PEER_GROUPS`` but none)."""
 
     offer: Callable[[ModelFacts, Offer], list[Peer]]
     install: Callable[[Workload, Peer], contextlib.AbstractContextManager[CompileOptions | None]]
     label: Callable[[Peer], str]
     as_plan: Callable[[ModelFacts, Peer, list[str]], list[Action] | None] = _no_plan
+    compiled: bool = False
+    group: str = "eager"
 
 
 def _every(p: Peer, key: str, unit: str) -> str:
@@ -412,7 +424,8 @@ def _every(p: Peer, key: str, unit: str) -> str:
 KINDS: dict[PeerKind, KindSpec] = {
     PeerKind.COMPILE_BUDGET: KindSpec(
         _offer_budgets, compile_budget,
-        lambda p: f"torch.compile, activation_memory_budget {float(p.params['budget']):.1f}"),
+        lambda p: f"torch.compile, activation_memory_budget {float(p.params['budget']):.1f}", compiled=True,
+        group="all"),
     PeerKind.HF_CHECKPOINTING: KindSpec(
         _offer_hf, lambda w, p: eager(hf_checkpointing, w, p),
         lambda p: "transformers' gradient checkpointing" + _every(p, "every_n_layers", "layers"), _hf_plan),
@@ -425,10 +438,22 @@ KINDS: dict[PeerKind, KindSpec] = {
     PeerKind.TORCHTITAN_LAYER_SAC: KindSpec(
         _offer_titan_layer, lambda w, p: eager(titan_layer_sac, w, p),
         lambda p: "torchtitan's layer selective AC" + _every(p, "every", "blocks"), _titan_layer_plan),
+    # auto-SAC only with --peers all: its estimators, a pwlf fit per module and an ILP per budget cost seconds
+    # before its first step, and it is a peer per budget, which the default run does not pay
     PeerKind.TORCH_AUTO_SAC: KindSpec(
         _offer_auto_sac, lambda w, p: eager(torch_auto_sac, w, p),
-        lambda p: f"PyTorch's auto-SAC (sac_milp), budget {float(p.params['budget']):.1f}"),
+        lambda p: f"PyTorch's auto-SAC (sac_milp), budget {float(p.params['budget']):.1f}", group="all"),
 }
+assert all(spec.group in PEER_GROUPS[1:] for spec in KINDS.values()), "every peer kind needs a --peers group"
+
+
+def kinds_selected(group: str) -> tuple[str, ...]:
+    """The kinds that ``--peers group`` measures: those whose group is ``group`` or one before it in
+    ``PEER_GROUPS`` (``none``: no kind)."""
+    if group not in PEER_GROUPS:
+        raise ValueError(f"peers group '{group}' is unknown; choose one of {', '.join(PEER_GROUPS)}")
+    return tuple(kind.value for kind, spec in KINDS.items()
+                 if PEER_GROUPS.index(spec.group) <= PEER_GROUPS.index(group))
 
 
 @contextlib.contextmanager

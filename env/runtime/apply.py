@@ -120,9 +120,14 @@ def _restore_after(recompute_ctx: Any, *modules: nn.Module) -> Iterator[None]:
 
 
 class Policy:
-    """How one action wraps a unit's forward. ``None`` from ``wrap`` means: leave it as is."""
+    """How one action wraps a unit's forward (``None`` from ``wrap`` means: leave it as is), and what it needs of
+    the unit and the model (``unmet``), checked for every unit before any is wrapped (``check_preconditions``)."""
 
     action: Action
+
+    def unmet(self, model: nn.Module, module: nn.Module) -> str | None:
+        """Why this action cannot run on unit ``module`` of ``model``, with the fix, in words; None where it can."""
+        return None
 
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any] | None:
         raise NotImplementedError
@@ -171,6 +176,12 @@ class Offload(Policy):
 
     action = Action.OFFLOAD
 
+    def unmet(self, model: nn.Module, module: nn.Module) -> str | None:
+        if torch.cuda.is_available() and _on_cuda(model):
+            return None
+        return (f"needs a CUDA model and this one is on {'CPU' if not _on_cuda(model) else 'a device without CUDA'}; "
+                "move the model to CUDA or use recompute/selective")
+
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
         return offloaded_forward(module, forward)
 
@@ -188,11 +199,14 @@ class Chunked(Policy):
 
     action = Action.CHUNKED
 
+    def unmet(self, model: nn.Module, module: nn.Module) -> str | None:
+        if is_loss_unit(module):
+            return None
+        return (f"needs a loss unit (env.workloads.lm_loss.LMLoss: the final norm, head and loss as one module), and "
+                f"this unit is a {type(module).__name__}; keep or recompute it, or give the model's loss as an LMLoss "
+                "(README, 'Your own model')")
+
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
-        if not is_loss_unit(module):
-            raise PlanError(f"action 'chunked' needs a loss unit (env.workloads.lm_loss.LMLoss: the final norm, head and "
-                            f"loss as one module), and this unit is a {type(module).__name__}; keep or recompute it, "
-                            "or give the model's loss as an LMLoss (README, 'Your own model')")
         return module.chunked
 
 
@@ -302,6 +316,16 @@ def _on_cuda(module: nn.Module) -> bool:
     return p is not None and p.is_cuda
 
 
+def check_preconditions(model: nn.Module, actions: Mapping[str, Action]) -> None:
+    """Refuse, in one line, the first unit (FQN -> action; units the model lacks are passed over) whose action
+    cannot run on it (``Policy.unmet``; ``chain`` has no policy of its own: its region's first unit has one)."""
+    modules = dict(model.named_modules())
+    for unit, action in actions.items():
+        policy = POLICIES.get(action)
+        if unit in modules and policy is not None and (why := policy.unmet(model, modules[unit])) is not None:
+            raise PlanError(f"action '{action.value}' (unit '{unit}') {why}")
+
+
 @dataclass
 class AppliedPlan:
     """Handle of a plan applied in place; ``remove()`` (or leaving the ``with``) undoes it."""
@@ -345,12 +369,7 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
     if not strict:
         handle.skipped = [u for u in plan.actions if u not in names]
     wanted = {u: a for u, a in plan.actions.items() if u in names}
-    if Action.OFFLOAD in wanted.values() and not (torch.cuda.is_available() and _on_cuda(model)):
-        unit = next(u for u, a in wanted.items() if a is Action.OFFLOAD)
-        raise PlanError(
-            f"action 'offload' (unit '{unit}') needs a CUDA model and this one is on "
-            f"{'CPU' if not _on_cuda(model) else 'a device without CUDA'}; move the model to CUDA or use recompute/selective"
-        )
+    check_preconditions(model, wanted)
     in_regions = _region_forwards(model, plan.actions, names, compile_unit)
     for fqn, action in wanted.items():
         module = model.get_submodule(fqn)

@@ -39,9 +39,9 @@ term in the max is one chunk's share (``chunked`` recomputes the logits a chunk 
 A unit that is too big makes the max term large; too many small units keep too many inputs
 and lose the bytes their parents save between children (residual adds, activations).
 
-``max_units`` defaults to 32: the exact solver takes about a second at 32 units with 3 actions
-and ten at 64 (``bench/results/search_cost.json``), and its frontier, which the search measures,
-grows four-fold from 32 to 64 units; the profile's cost does not depend on the count.
+``max_units`` defaults to 32: the exact solver's time and its frontier, which the search measures,
+grow with the unit count (docs/measurement.md, "The default unit count"); the profile's cost does
+not depend on the count.
 
 The result is a :class:`UnitChoice`: plain data (JSON round-trip), for the report and dashboard.
 """

@@ -35,6 +35,7 @@ import torch.nn as nn
 from env.data.errors import WorkloadError
 from env.workloads.lm_loss import LMLoss
 from env.workloads.spec import int_list
+from env.workloads.step import Workload
 
 HF_INSTALL = "pip install 'ckpt-search[hf]'"
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
@@ -190,9 +191,7 @@ BUILDERS: dict[str, Callable[[dict[str, Any], torch.Generator], Built]] = {
 # Small library models for tests and examples, as factory specs (``env.workloads.zoo:hf_gpt2?n_layer=4``):
 # the zoo's own builders at sizes that take milliseconds a step.
 
-def _small(model: str, **options: Any) -> Any:
-    from env.workloads.workload import Workload  # the loader imports this module
-
+def _small(model: str, **options: Any) -> Workload:
     g = torch.Generator().manual_seed(int(torch.randint(0, 2**31 - 1, ()).item()))  # from the loader's seed
     built, inputs, loss_fn = build_hf(dict(model=model, **options), g)
     return Workload(f"hf_{model}", built, inputs, loss_fn=loss_fn)

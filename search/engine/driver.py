@@ -21,7 +21,7 @@ from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import Ledger
 from search.engine.measurer import Measurer, agents_measure
 from search.engine.phase_clock import PhaseClock
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.engine.phases.deciding import confirming_passes, deciding_passes
 from search.engine.phases.gate import gate_rules, gate_shown
 from search.engine.phases.exact import budgets, exact_relative, measure_warm_start, solve_exact

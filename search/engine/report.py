@@ -7,67 +7,23 @@ per agent budget (the fastest measured frontier plan under it).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
 from env.data.plan_check import PlanCheck
 from env.data.ranks import split_rank_clock
 from env.data.types import MIB, SourceKind
 from search.engine.ledger import Ledger
-from search.engine.phases.deciding import confirmable
+from search.engine.shown import Shown
 from search.engine.throughput.report import throughput_markdown
 from search.records import meta
-from search.records.config import SearchConfig, measured_scope
+from search.records.config import SearchConfig
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.markdown import table_lines
-from search.records.pareto import MEMORY_TOLERANCE, fastest_within, nondominated, readable
+from search.records.pareto import fastest_within
 from search.records.peer_verdicts import PeerVerdict, peer_verdicts
-from search.records.ranking import timing_noise
 from search.records.throughput import ThroughputCurve
-
-
-@dataclass(frozen=True)
-class Shown:
-    """The frontier a user is shown (``front``), from the store's (``strict``): the confirming passes' plans in
-    place of the near misses they left unconfirmed (``candidates``; ``search.engine.phases.deciding.confirmable``),
-    then without a plan that one beside it, at most ``tolerance`` bytes higher, beats by more than the run's
-    timing ``noise`` (``search.records.pareto.readable``). With ``--compile-scope both`` the candidates are
-    the plans measured whole-model too (``search.engine.phases.whole_model``), the dominated ones of either
-    way left out first; ``scopes[i]`` says how ``front[i]`` was compiled (None: eager steps)."""
-
-    baseline: MeasuredPlan
-    strict: list[MeasuredPlan]
-    candidates: list[MeasuredPlan]
-    front: list[MeasuredPlan]
-    tolerance: float
-    noise: float
-    scopes: list[str | None]
-
-    @classmethod
-    def of(cls, ledger: Ledger) -> "Shown":
-        base = ledger.baseline()
-        if base is None:
-            raise ValueError("the baseline (all keep) is not measured yet; the report needs it")
-        strict, points = ledger.frontier(), ledger.points()  # the store keeps every measurement
-        tolerance = MEMORY_TOLERANCE * base.activation_bytes
-        noise = timing_noise(points)
-        confirmed, chosen_by = ledger.store.read(meta.CONFIRMED), ledger.store.read(meta.CONFIRMING_NOISE)
-        candidates = (confirmable(points, set(confirmed), noise if chosen_by is None else chosen_by, base.digest)
-                      if confirmed else strict)
-        scopes: list[str | None] = [measured_scope(ledger.store.read(meta.CONFIG))] * len(candidates)
-        whole = [r for r in ledger.whole_model() if not r.oom]
-        if whole:  # both ways of compiling compete: the dominated points of either go first
-            both = candidates + whole
-            both_scopes = scopes + ["model"] * len(whole)
-            best = nondominated([(r.peak_bytes, r.step_seconds) for r in both])
-            candidates = [r for r, b in zip(both, best) if b]
-            scopes = [sc for sc, b in zip(both_scopes, best) if b]
-        keep = readable([r.peak_bytes for r in candidates], [r.step_seconds for r in candidates], tolerance, noise)
-        return cls(base, strict, candidates, [r for r, k in zip(candidates, keep) if k], tolerance, noise,
-                   [sc for sc, k in zip(scopes, keep) if k])
 
 
 def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 from env.workloads.spec import WorkloadSpec, builtin_options
 from search.engine import ray_session
 from search.engine.ledger import Ledger
-from search.engine.report import Shown
+from search.engine.shown import Shown
 from search.records import meta
 from search.records.meta import BatchPoint
 

@@ -233,7 +233,7 @@ CONFIRMED: MetaKey[list[str] | None] = _key(
 CONFIRMING_NOISE: MetaKey[float | None] = _key(
     "confirming_noise", float | None,
     "The run's timing noise (a share) the confirming passes chose their plans by; the frontier shown is chosen "
-    "by it too (``search.engine.phases.deciding.confirmable``), not by the noise the later measurements give.")
+    "by it too (``search.engine.shown.confirmable``), not by the noise the later measurements give.")
 PHASE_SECONDS: MetaKey[dict[str, float]] = _key(
     "phase_seconds", dict[str, float],
     "Wall seconds the run spent in each phase, in the order first met (a resumed run adds to them).", dict)

@@ -2,11 +2,11 @@
 
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
-``env/apply.py`` (the policy classes, the chain regions, the saved-op list of ``selective``,
-the buffer restore during recompute), of ``env/offload.py`` (the overlapped offload: side stream,
+``env/runtime/apply.py`` (the policy classes with what each action needs, ``check_preconditions``, the chain regions, the saved-op list of ``selective``,
+the buffer restore during recompute), of ``env/runtime/offload.py`` (the overlapped offload: side stream,
 events, pinned buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``),
 read with ``ast``.
-So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/apply.py``
+So the snippet runs the same code as :func:`search.apply_plan` and a change to ``env/runtime/apply.py``
 reaches every snippet exported afterwards. Only the install loop (a dozen lines) is written
 here. The snippet's imports are merged into one statement per module, and it has no
 ``from __future__ import annotations``: with string annotations, ``dataclasses`` looks the
@@ -29,14 +29,14 @@ import env.runtime.apply
 import env.runtime.offload
 from env.data.plan import Plan
 
-# Top-level definitions of env/apply.py that the snippet carries, in source order.
+# Top-level definitions of env/runtime/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
     "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "is_loss_unit", "Chunked", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
-    "_on_cuda", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
+    "_on_cuda", "check_preconditions", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
 )
-# Top-level definitions of env/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
+# Top-level definitions of env/runtime/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
     "MIN_OFFLOAD_BYTES", "state_storages", "is_model_state", "dense_strides", "HostPool", "OffloadStats", "_Group", "_Saved",
     "ActivationOffloader", "_OFFLOADERS", "offloader_for", "_device_of", "offloaded_forward",
@@ -78,13 +78,12 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: 
     installed: list[nn.Module] = []
     actions = {{fqn: Action(name) for fqn, name in PLAN.items()}}
     compile_unit = compile_forward if compile_units else None
+    check_preconditions(model, actions)  # each action's own (offload: a CUDA model; chunked: a loss unit)
     in_regions = _region_forwards(model, actions, set(modules), compile_unit)  # chain regions: one checkpoint each
     for fqn, action in actions.items():
         if fqn not in modules:
             continue
         module = modules[fqn]
-        if action is Action.OFFLOAD and not (torch.cuda.is_available() and _on_cuda(module)):
-            raise ValueError(f"action 'offload' (unit '{{fqn}}') needs a CUDA model; move the model to CUDA")
         wrapped = in_regions[fqn] if fqn in in_regions else _wrap(module, action, compile_unit)
         if wrapped is not None:
             module.forward = wrapped  # instance attribute: shadows the class's forward only

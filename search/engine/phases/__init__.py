@@ -16,5 +16,5 @@
 8. ``gate``: every plan of the frontier shown checked once on the workload (loss and gradients against the
    unplanned step); a plan that fails is taken off, and the units it names are kept by every plan after.
 
-Each phase is a function of the ``RunContext`` (``search.engine.phases.context``).
+Each phase is a function of the ``RunContext`` (``search.engine.context``).
 """

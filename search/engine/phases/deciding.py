@@ -4,40 +4,34 @@ Deciding: the plans that decide the frontier and the agents' own frontier (``dec
 frontiers and the frontier's near misses) are measured once each, in peak order, and then each plan
 a pass let onto a frontier, until every plan on either frontier has ``DECIDING_MEASUREMENTS`` of
 them: no plan is measured more often than that in the passes, so they end, and no frontier plan is
-left ranked on measurements the passes did not take (with at most four passes and the references
-closed after them, a gpt/tiny search ended with a frontier plan ranked on its one measurement from
-before the passes). The references closed after the passes move the last plans' ranks too, so the
-passes go on after them while a frontier plan lacks its measurements. Near misses are taken in the
-first pass only: taken again after each pass, as the new measurements moved the frontiers, they
-doubled the passes (gpt/small: 22 plans measured twice where 12 were taken first) for plans that
-had missed the frontier once already. Every plan measured in them is ranked on those measurements alone
-(``search.records.ranking.Ranking``, from ``Ledger.decide_from_here``): side by side, the order the
-passes give is the order a quote gives, where plans measured minutes apart are ranked through a
-drift that pairing removes only when it moves every plan alike (see docs/measurement.md#ranking-and-drift-why).
+left ranked on measurements the passes did not take. The references closed after the passes move the
+last plans' ranks too, so the passes go on after them while a frontier plan lacks its measurements.
+Near misses are taken in the first pass only: a plan that missed the frontier once is not taken again
+as later measurements move the frontiers. Every plan measured in them is ranked on those measurements
+alone (``search.records.ranking.Ranking``, from ``Ledger.decide_from_here``): side by side, the order
+the passes give is the order a quote gives, where plans measured minutes apart are ranked through a
+drift that pairing removes only when it moves every plan alike.
 
 Confirming (``confirming_passes``): a frontier chosen on measurements is made of the plans whose
-measurements were lucky, so the times that chose it are not the times a user gets (a 48-unit
-search reported every frontier plan 2-12% faster, relative to the baseline, than a quote apart gave
-it). The plans on the frontier are measured ``CONFIRMING_MEASUREMENTS`` times more, in peak order
-and then reversed, with a reference after every few plans, and ranked and reported on those
-measurements alone; a plan the new times push off the frontier is no longer shown. A plan is confirmed
-only where it is faster by more than the run's timing noise than the plan kept beside it at less memory,
-and one the new times let back on only where no confirmed plan at no more memory is within that noise
-as fast (``confirmable``); the others add nothing a user could tell apart and are not shown. Confirming
-every frontier plan chased that noise: in default gpt/small searches the first pass took 8-17 plans,
-neighbours 3-4% apart, and in one whose first pass took 11, 7 more were let back on, measured 11 times,
-and none of them stayed on the frontier.
+measurements were lucky, so the times that chose it are not the times a user gets. The plans on the
+frontier are measured ``CONFIRMING_MEASUREMENTS`` times more, in peak order and then reversed, with a
+reference after every few plans, and ranked and reported on those measurements alone; a plan the new
+times push off the frontier is no longer shown. A plan is confirmed only where it is faster by more
+than the run's timing noise than the plan kept beside it at less memory, and one the new times let
+back on only where no confirmed plan at no more memory is within that noise as fast
+(``search.engine.shown.confirmable``); the others add nothing a user could tell apart and are not
+shown. docs/measurement.md ("Deciding passes", "Ranking and drift: why") gives the measurements
+behind each of these rules.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource, SourceKind
-from search.engine.archive import frontier_of
 from env.measure.peers import Peer
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
+from search.engine.shown import confirmable
 from search.engine.phases.peers import item_key, side_by_side_peers
 from search.records import meta
 from search.records.ranking import timing_noise
@@ -102,22 +96,6 @@ def confirming_passes(ctx: RunContext) -> None:
             done = _remeasure(ctx, order[k:k + stretch], done, meta.CONFIRMED)
             close_references(ctx)
         passes += 1
-
-
-def confirmable(points: Sequence[MeasuredPlan], confirmed: set[str], noise: float, baseline: str) -> list[MeasuredPlan]:
-    """The frontier that the confirming passes confirm and a user is shown, by peak. A plan not in ``confirmed``
-    is left out where a confirmed plan at no more memory is at most ``noise`` (a share) slower; then, walking
-    the frontier of the rest from the lowest peak up, where the plan kept before it, at less memory, is at most
-    ``noise`` slower: a user could not tell the two apart, and the one at less memory serves. Confirmed plans
-    and the ``baseline`` (digest; its measurements are the references) are kept."""
-    held = confirmed | {baseline}
-    sure = [r for r in points if r.digest in held]
-    kept: list[MeasuredPlan] = []
-    for r in frontier_of([r for r in points if r.digest in held or not any(
-            c.peak_bytes <= r.peak_bytes and c.step_seconds <= r.step_seconds * (1 + noise) for c in sure)]):
-        if r.digest in held or not kept or r.step_seconds * (1 + noise) < kept[-1].step_seconds:
-            kept.append(r)
-    return kept
 
 
 def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:

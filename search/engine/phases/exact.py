@@ -9,7 +9,7 @@ from agents.exact import exact_frontier
 from env.data.plan import Action
 from env.data.types import Indices, PlanSource
 from search.engine.archive import spread_picks
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.records import meta
 
 AIM_MARGIN = 0.01

@@ -16,7 +16,8 @@ from __future__ import annotations
 from env.data.measured import MeasuredPlan
 from env.data.plan_check import PlanCheck
 from search.engine import ray_session
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
+from search.engine.shown import Shown
 from search.records import meta
 
 
@@ -35,8 +36,6 @@ def gate_rules(ctx: RunContext) -> list[PlanCheck]:
 
 def gate_shown(ctx: RunContext) -> list[PlanCheck]:
     """Check the plans shown until every one passed (see the module); the verdicts this call made."""
-    from search.engine.report import Shown  # the report reads this phase's records: imported where used
-
     made: list[PlanCheck] = []
     while todo := unchecked(Shown.of(ctx.ledger).front, ctx.ledger.store.read(meta.GATE)):
         checks = check_plans(ctx, todo)  # each round that fails a plan takes it off the frontier for good

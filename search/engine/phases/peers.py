@@ -13,23 +13,18 @@ from typing import Any
 
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
-from env.measure.peers import Peer
+from env.measure.peers import Peer, kinds_selected
 from search.engine import ray_session
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.records import meta
 from search.records.pareto import fastest_within
-
-EAGER_KINDS = ("hf_checkpointing", "checkpoint_sequential", "torchtitan_op_sac", "torchtitan_layer_sac")
-# by --peers. auto-SAC only with all: its estimators, a pwlf fit per module and an ILP per budget cost seconds before
-# its first step, and a peer per budget, which the default run (eager) does not pay
-PEER_KINDS = {"none": (), "eager": EAGER_KINDS, "all": (*EAGER_KINDS, "compile_budget", "torch_auto_sac")}
 
 
 def measure_peers(ctx: RunContext) -> None:
     """The peers of ``--peers`` that apply to the workload and were not measured yet (a resumed run measured
     some already), each kept beside the plans (store meta ``peers``): a plan of ours as that plan, the others
     as themselves."""
-    kinds = PEER_KINDS[ctx.cfg.peers]
+    kinds = kinds_selected(ctx.cfg.peers)
     if not kinds:
         return
     done = set(ctx.ledger.store.read(meta.PEERS))

@@ -7,7 +7,7 @@ import math
 from typing import Any, Callable
 
 from env.data.types import Indices, PlanSource, RewardMode
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.engine.progress import RoundStatus
 from search.records import meta
 from search.records.ranking import timing_noise

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from agents.baselines import baseline_rules
 from env.data.types import PlanSource
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.records import meta
 
 RULES_MEASURED = ("none", "all", "every_2", "every_3", "sqrt_n", "segments_2", "all_selective", "all_chunked")

@@ -48,7 +48,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
 from search.engine.phases.gate import check_plans
 from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
@@ -88,8 +88,8 @@ class ThroughputRun:
 
 def probe_throughput(ctx: RunContext) -> ThroughputRun:
     """Batch facts, caps and ladder (module docstring); a cap nothing fits raises ``ThroughputError``. While the
-    ladder is found from peaks, the first Evaluator takes the fit's second profile (``early_fit_batch``: on
-    gpt/small the ladder took 11 s and the profile 14 s, one after the other), stored for ``fitted``; the fit's
+    ladder is found from peaks, the first Evaluator takes the fit's second profile (``early_fit_batch``), so the
+    two take the time of the longer, not their sum; it is stored for ``fitted``. The fit's
     checks along the ladder (``ladder_jobs``) follow the ladder on the other Evaluators, and on the first once
     it has profiled (``EvaluatorPool.first_aside``)."""
     cfg, ledger, pool = ctx.cfg, ctx.ledger, ctx.measurer.pool
@@ -224,10 +224,8 @@ def measure_ladder(measurer: BatchMeasurer, jobs: list[BatchJob], timed_to: int)
     """``jobs`` measured, steps timed up to micro-batch ``timed_to`` (the largest the fit was made from) and
     the peaks alone above it. A step's time above the fit checks an extrapolation the quote checks too, where
     it measures all keep or the lowest-memory plan there (``check_where_quoted``), and the lowest plan's steps at
-    the ladder's top are the slowest of a search: on gpt/small the probe's jobs at micro-batches 32 and 46 took
-    14.6 Evaluator-seconds with both plans timed there and 2.0 with peaks alone (the lowest plan's peaks there
-    are the ladder's own), for a plan the quote measures at 0.63x all keep's samples per second. Where such a
-    configuration is an answer, the fit prices it first and the candidates' step times it."""
+    the ladder's top are the slowest of a search (docs/throughput.md, "Why the steps are as they are"). Where
+    such a configuration is an answer, the fit prices it first and the candidates' step times it."""
     measurer.measure([j for j in jobs if j.micro_batch > timed_to], timed=False)
     measurer.measure([j for j in jobs if j.micro_batch <= timed_to])
     return [measurer.known(j) for j in jobs]  # type: ignore[misc]
@@ -237,8 +235,7 @@ def fit_batch(runs: list[int], base: int) -> int:
     """The micro-batch of the fit's second profile: of ``runs`` (the ladder sizes but the workload's own batch
     ``base`` where all keep runs), the smallest at least ``FIT_SPAN`` times ``base``, else the largest; with
     none, half of ``base`` (2 for a batch of 1). Not the far end of the ladder: a profile times every action
-    of every unit, so it costs far more than a measurement there, and on hf/llama (CPU) the one at the
-    ladder's top, micro-batch 81, had run for 26 CPU-minutes when it was stopped. The fit is a line per unit
+    of every unit, so there it costs far more than a measurement. The fit is a line per unit
     through the two profiles; its predictions at the other ladder sizes are checked against the plans
     measured there (``ThroughputCurve.fit_checks``)."""
     if not runs:
@@ -308,10 +305,9 @@ def plans_and_peers(ctx: RunContext, run: ThroughputRun, model: ThroughputModel
 
 @contextlib.contextmanager
 def one_torch_thread() -> Iterator[None]:
-    """This process's torch on one thread while the Evaluators measure on the other cores. The agent's small
-    policy trains as fast on one thread as on two (gpt/small's conditioned agent: 6.2 s against 6.6 s, alone
-    on two cores), while on two it can spin against the Evaluators beside it: in one of four gpt/small runs
-    two peak measurements that take 0.5-1 s took 11.5 s there, and the agent 17.5 s."""
+    """This process's torch on one thread while the Evaluators measure on the other cores: the agent's small
+    policy trains about as fast on one thread as on two, and on two it spins against the Evaluators beside it,
+    whose measurements it slows."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -323,9 +319,8 @@ def one_torch_thread() -> Iterator[None]:
 def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputModel, pool: dict[Indices, str]) -> None:
     """Per cap, the best-ranked (plan, micro-batch)s not measured yet, ``CANDIDATES`` a round; then, where not
     measured yet, each proposer's best-ranked (``PROPOSERS``), so that the quote sets the agent's answer beside
-    the exact solver's at every cap (on hf/llama the model ranked the exact solver's plans above every one the
-    agent proposed under two caps, and neither of those caps had an agent's configuration measured). A plan of
-    the pool that the book measured first under another name is credited to whoever proposed it
+    the exact solver's at every cap, even where the model ranks every plan of one proposer above the other's. A
+    plan of the pool that the book measured first under another name is credited to whoever proposed it
     (``BatchBook.credit``)."""
     codec = ctx.ledger.codec
 
@@ -359,10 +354,8 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
 def near_rules(searches: list[FitSearch], model: ThroughputModel) -> list[Answer]:
     """The rules (contenders that are plans of the run's space) at the largest micro-batch each fits that the
     fitted model prices within ``NEAR`` of the fastest of them, fastest first (finding that micro-batch measured
-    peaks only, so the model ranks them). One rule is not enough where several are close: in a gpt/small run
-    the model put recompute everything at micro-batch 6 first under the lowest cap, it became the answer, and
-    the quote measured every third unit recomputed at 2, which no deciding round had timed, 7% faster beyond
-    both spreads."""
+    peaks only, so the model ranks them). One rule is not enough where several are close: the one the model
+    ranks first need not be the one a quote measures fastest, and a rule no deciding round timed is no answer."""
     rated = sorted(((s.fits[0] / model.predicted_seconds(s.contender.plan, s.fits[0]), s.fits) for s in searches
                     if s.contender.plan is not None and s.fits is not None and not s.fits[1].oom),
                    key=lambda rf: -rf[0])
@@ -373,10 +366,8 @@ def finalists(run: ThroughputRun, cap: int, searches: list[FitSearch], model: Th
     """The (plan, micro-batch)s ``decide`` measures again for ``cap``: the ``DECIDING`` best measured that fit,
     any other measured within ``NEAR`` of the best's samples per second (``DECIDING_MOST`` in all), and the rules
     the fitted model prices within ``NEAR`` of the fastest rule at the largest micro-batch each fits
-    (``near_rules``). The book's samples were taken minutes apart, and on this CPU the same plan read 25-35%
-    slower in the deciding rounds than in the book in one gpt/small run; ranked on the book alone, that run
-    left all keep at micro-batch 8 out of the largest cap's three (its samples 273, 252 and 225 ms, falling as
-    the machine changed: 31.8 samples/s against 36.4 for no checkpointing at 9)."""
+    (``near_rules``). The book's samples were taken minutes apart, through a load that changes, so a plan
+    behind on them is not out: the deciding rounds measure the group side by side."""
     measured = measured_under(run, cap)
     best = samples_per_second(measured[0]) if measured else 0.0
     group = [a for i, a in enumerate(measured) if i < DECIDING or samples_per_second(a) >= NEAR * best][:DECIDING_MOST]
@@ -405,11 +396,9 @@ def decide(run: ThroughputRun, finalists_of: dict[int, list[Answer]], model: Thr
     again in ``RUNOFF_ROUNDS`` interleaved rounds, and the answer is the one of the most samples per second on
     the run-off's measurements alone, whose measured peak fits. Measured minutes apart, under a load that
     changes, two plans compare by the load as much as by the plans; side by side they do not. And the first of
-    several finalists is the one whose measurements read luckiest: in a gpt/small run the deciding rounds put
-    all keep at micro-batch 1 first under the lowest cap, and the quote measured it at 0.80x
-    ``checkpoint_sequential`` with 2 segments at micro-batch 2. The run-off's measurements chose nothing
-    before, so they rank the two as a quote would; where they cannot tell the two apart, the fit does
-    (``the_faster``)."""
+    several finalists is the one whose measurements read luckiest, so its lead on the measurements that chose
+    it overstates what a quote gives. The run-off's measurements chose nothing before, so they rank the two as
+    a quote would; where they cannot tell the two apart, the fit does (``the_faster``)."""
     got = _measured_again(run, [m for group in finalists_of.values() for m in group], DECIDING_ROUNDS)
     first_two = {cap: sorted(_fitting(run, cap, [(b, got[(m.digest, b)]) for b, m in group]),
                              key=samples_per_second, reverse=True)[:2] for cap, group in finalists_of.items()}
@@ -424,9 +413,8 @@ def decide(run: ThroughputRun, finalists_of: dict[int, list[Answer]], model: Thr
 def the_faster(answers: list[Answer], model: ThroughputModel) -> Answer:
     """The one of the most samples per second; of two whose seconds per sample differ by no more than either's
     spread per sample (as the bench judges a quote), the one the fitted model prices faster. There the
-    measurements cannot tell the two apart and the model can: in a gpt/small run, keep 5/recompute 1 won the
-    run-off against all keep at the same micro-batch by 5%, inside a 23% spread, and the quote measured it 18%
-    slower. Recomputing a unit never makes a step cheaper, and the fit knows that."""
+    measurements cannot tell the two apart and the model can: recomputing a unit never makes a step cheaper,
+    and the fit knows that."""
     best = max(answers, key=samples_per_second)
     if len(answers) != 2:
         return best

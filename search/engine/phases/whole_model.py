@@ -8,7 +8,7 @@ across units and keeps its layout between them (on the CNN, all keep 32 ms whole
 unit), but it may save more around a region. So after the search, each plan of the frontier, each rule
 and each exact plan measured, is measured once more with the whole model compiled, a compile each, by the same
 Evaluators and paired with their references as a plan is; the report's frontier takes each plan the
-way that is faster at its memory (``search.engine.report.Shown``), and each point says which
+way that is faster at its memory (``search.engine.shown.Shown``), and each point says which
 (``compile_scope``). Then, for each peer that no plan measured either way answers, the exact plan priced
 fastest within its peak is measured both ways (``aim_at_peers``).
 """
@@ -21,7 +21,8 @@ from env.cost.correction import MeasuredCorrection
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices, PlanSource
-from search.engine.phases.context import RunContext
+from search.engine.context import RunContext
+from search.engine.shown import Shown
 from search.engine.phases.exact import aimed_picks
 from search.records import meta
 from search.records.pareto import fastest_within
@@ -36,8 +37,6 @@ def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     range, because the whole-model compile reorders plans: on the CNN all selective was the fastest plan at
     14.5 MiB compiled whole and off the regional frontier; on gpt/small "recompute 2, selective 4" (36.2 MiB,
     122.9 ms compiled whole) and "recompute 1, selective 5" (39.5 MiB, 123.6 ms) were off it too."""
-    from search.engine.report import Shown  # the report reads this phase's records: imported where used
-
     ledger = ctx.ledger
     done = set(ledger.store.read(meta.WHOLE_MODEL))
     shown = Shown.of(ledger)

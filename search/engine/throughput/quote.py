@@ -21,11 +21,10 @@ from agents.baselines import baseline_rules
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from env.measure.peers import Peer, PeerKind
+from env.measure.peers import Peer, PeerKind, kinds_selected
 from search.engine import ray_session
 from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
-from search.engine.phases.context import RunContext
-from search.engine.phases.peers import PEER_KINDS
+from search.engine.context import RunContext
 from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
 from search.engine.throughput.plans import ThroughputModel, ladder_plans
 from search.records import meta
@@ -63,7 +62,7 @@ def contenders_for(ctx: RunContext) -> list[Contender]:
     codec = ctx.ledger.codec
     rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed)
     out = [Contender(f"rule:{k}", label, tuple(rules[k])) for k, label in RULE_LABELS.items() if k in rules]
-    kinds = PEER_KINDS[ctx.cfg.peers]
+    kinds = kinds_selected(ctx.cfg.peers)
     if kinds:
         offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
         peers: list[Peer] = ray_session.get(offered)
