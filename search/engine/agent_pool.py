@@ -2,7 +2,8 @@
 
 One ``AgentSlot`` per agent (its budget, seed, progress and status, mirrored in the store's
 ``progress`` table). An actor that dies is restarted once from its last saved policy, then
-left out; what happened goes to the ledger's events, which the report lists. Every call to an
+left out, by the policy the Evaluators share (``search.engine.restarts``); what happened goes to the
+ledger's events, which the report lists. Every call to an
 agent has a deadline (``search.engine.deadlines.Deadlines.agent``): after a while one line says
 which agents it waits on, past it the run ends in one line naming them (``DeadlineError``).
 """
@@ -19,6 +20,7 @@ from env.data.types import PlanSource, RewardMode, SourceKind
 from search.engine import ray_session
 from search.engine.deadlines import PROCESS_START, Deadlines
 from search.engine.ledger import Ledger
+from search.engine.restarts import Death, restart_once
 from search.records import meta
 from search.records.config import SearchConfig
 
@@ -187,18 +189,24 @@ class AgentPool:
         return left / max(1, len(self.slots))
 
     def _died(self, slot: AgentSlot, error: Exception) -> None:
-        slot.restarts += 1
-        slot.last_error = ray_session.death_cause(error)
-        if slot.restarts <= 1:
-            self.ledger.note(f"{slot.name} died ({slot.last_error}) and was restarted from its last saved policy")
-            slot.status = "running"
+        """An agent's process died: restarted from its last saved policy once by the search's one policy
+        (``search.engine.restarts``), then left out; the event goes to the ledger."""
+        def say(death: Death) -> None:
+            slot.last_error = death.cause
+            if death.restarted:
+                self.ledger.note(f"{slot.name} died ({death.cause}) and was restarted from its last saved policy")
+                slot.status = "running"
+            else:
+                self.ledger.note(f"{slot.name} died again ({death.cause}); the run went on without it")
+                slot.status = "died"
+
+        def start() -> None:
             self._spawn(slot)
             self._catch_up(slot)
             if self.cfg.reward == RewardMode.HYBRID:
                 self.feed(self.ledger.points(), [slot])
-        else:
-            self.ledger.note(f"{slot.name} died again ({slot.last_error}); the run went on without it")
-            slot.status = "died"
+
+        restart_once(slot, error, say, start)
         self._save_progress(slot)
 
     def feed(self, records: list[MeasuredPlan], slots: list[AgentSlot] | None = None) -> None:

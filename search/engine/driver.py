@@ -104,5 +104,6 @@ class Driver:
         self.ledger.store.write(meta.EVALUATOR_SECONDS, self.pool.seconds())
 
     def drain(self) -> None:
-        """What the Evaluators measured and the store lacks, into it (Ctrl-C: nothing measured is lost)."""
+        """What the Evaluators measured and the store lacks, into it (Ctrl-C: nothing measured is lost;
+        docs/measurement.md#how-a-measurement-reaches-the-store)."""
         self.measurer.drain()

@@ -7,7 +7,7 @@ from its cache and journal, which hold the run's plans at the workload's own bat
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from env.data.errors import model_errors
 from env.data.measured import MeasuredPlan
@@ -17,9 +17,8 @@ from env.measure.peers import Peer
 
 class EvaluatorBatches:
     at_batch: AtMicroBatch
-    n_measured: int
     label: str
-    _id_prefix: str
+    _next_id: Callable[[], str]  # ``MeasuringActor``'s
 
     def batch_facts(self, batch_dim: int | None) -> dict[str, Any]:
         """The workload's own micro-batch and how it changes (``env.measure.micro_batch.AtMicroBatch.facts``)."""
@@ -31,14 +30,13 @@ class EvaluatorBatches:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
         ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
         ``stop_above`` as ``AtMicroBatch.measure`` takes them, ``not_fitting`` as ``evaluate`` does."""
-        self.n_measured += 1
+        measurement_id = self._next_id()
         with model_errors(f"a measurement at micro-batch {micro_batch}"):
             if not_fitting:
                 m = self.at_batch.not_fitting(item, micro_batch, batch_dim, source,
-                                              f"{self._id_prefix}:{self.n_measured}")
+                                              measurement_id)
             else:
-                m = self.at_batch.measure(item, micro_batch, batch_dim, source,
-                                          f"{self._id_prefix}:{self.n_measured}", known, stop_above)
+                m = self.at_batch.measure(item, micro_batch, batch_dim, source, measurement_id, known, stop_above)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any] | None:

@@ -1,7 +1,8 @@
 """EvaluatorPeers: an Evaluator's peers (``env.measure.peers``): which apply to its workload, the plan of ours
 each is, and each measured as plans are.
 
-``Evaluator`` holds these methods; they measure with its workload, references, labels and ids. ``counted``
+``Evaluator`` holds these methods (one device measures peers; an FSDP group offers none); they measure with its
+workload, references, labels and ids (``search.engine.measuring_actor.MeasuringActor``). ``counted``
 keeps the seconds of what an Evaluator measures (``Evaluator.seconds``).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from env.data.errors import model_errors
 from env.data.measured import MeasuredPlan
@@ -24,9 +25,8 @@ class EvaluatorPeers:
     units: list[str]
     repeats: int
     compile: bool | CompileOptions
-    n_measured: int
     busy: dict[str, Any]
-    _id_prefix: str
+    _next_id: Callable[[], str]  # ``MeasuringActor``'s
     _peers: dict[str, MeasuredPlan]
 
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
@@ -46,14 +46,14 @@ class EvaluatorPeers:
         warm-up, and a peer measured before on CPU lends its peak, as a plan does; ``not_fitting``: as
         ``evaluate`` takes it."""
         if not_fitting:
-            return self._labelled(self._killed(self.workload, peer.digest, [], peer.digest), is_reference=False)
+            return self._labelled(self._killed(peer.digest, [], peer.digest), is_reference=False)
         self._refresh_reference()
-        self.n_measured += 1
+        measurement_id = self._next_id()
         known = self._peers.get(peer.name)
         with counted(self.busy, "plans"), model_errors(f"the measurement of peer {peer.name}"):
             m = measure_peer(self.workload, peer, repeats=self.repeats,
                              warmup=warmup_before_timing(self.workload, known, self.compile), compile=self.compile,
-                             measurement_id=f"{self._id_prefix}:{self.n_measured}", known=known)
+                             measurement_id=measurement_id, known=known)
         self._peers[peer.name] = known.merged(m) if known is not None else m
         return self._labelled(m, is_reference=False)
 

@@ -11,9 +11,11 @@
   (``search.engine.fsdp.group.FsdpGroup``), started, called and restarted as an Evaluator is.
 - Aside: ``first_aside(call)`` starts a long call on the first Evaluator (the throughput search's profile at
   another micro-batch) and hands jobs to the others until that call is done, not queued behind it.
-- Faults: an Evaluator that dies mid-measurement is restarted once (its plan goes back on the
-  queue, for whichever Evaluator is free first); a second death leaves it out. ``events`` says
-  what happened, for the report (``search.engine.evaluator_restarts.EvaluatorRestarts``).
+- Faults: an Evaluator that dies mid-measurement is restarted (its plan goes back on the queue, for
+  whichever Evaluator is free first; a plan that killed two is recorded as not fitting); one that died
+  otherwise is restarted once and left out after a second death, by the policy the agents share
+  (``search.engine.restarts``). ``events`` says what happened, for the report
+  (``search.engine.evaluator_restarts.EvaluatorRestarts``).
 """
 
 from __future__ import annotations
@@ -256,6 +258,7 @@ class EvaluatorPool(EvaluatorRestarts):
         return total
 
     def drain(self) -> list[MeasuredPlan]:
-        """What every live Evaluator measured for agents directly (measured mode), or before Ctrl-C."""
+        """Every live Evaluator's journal: all it measured since the last drain, the answers to the driver's jobs
+        included (``MeasuringActor.drain``)."""
         return [m for batch in self._gather([s.handle.drain.remote() for s in self.live]) for m in batch]
 

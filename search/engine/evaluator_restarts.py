@@ -5,8 +5,9 @@
 - Kills: an Evaluator whose process dies on a job is restarted and the job goes back on the queue; a job that
   killed ``KILLS_NOT_FITTING`` Evaluators is recorded as not fitting (under ``--fsdp``: a group, killed as one
   where any of its ranks dies, ``search.engine.fsdp.group``).
-- Restarts: ``_died`` restarts an Evaluator and keeps the event (``events``, ``on_event``); one that died other
-  than on a job is restarted once and left out after a second death.
+- Restarts: ``_died`` restarts an Evaluator by the policy the agents share (``search.engine.restarts``) and keeps
+  the event (``events``, ``on_event``); one that died other than on a job is restarted once and left out after a
+  second death.
 
 ``EvaluatorPool`` holds these methods; they use its slots, deadlines, ``get``, ``_start`` and ``_warm_up``.
 """
@@ -23,6 +24,7 @@ from env.data.measured import MeasuredPlan
 from env.data.plan import action_summary
 from search.engine import ray_session
 from search.engine.deadlines import SAY_AFTER, Deadlines, ask_where
+from search.engine.restarts import Death, restart_once
 from search.records.config import SearchConfig
 
 
@@ -171,22 +173,23 @@ class EvaluatorRestarts:
             self.on_event(text)
 
     def _died(self, slot: EvaluatorSlot, error: Exception, on: str = "", kills: int = 0) -> None:
-        """An Evaluator's process died: restarted, and the event kept for the store and the report. One that
-        died measuring ``on`` (its ``kills``-th death on it) is always restarted: the configuration is recorded
-        as not fitting after its second, so these deaths are bounded; one that died otherwise is restarted once
-        and left out after a second death."""
-        slot.restarts += 1
-        what = ray_session.death_cause(error, limit=160)
-        if on:
-            then = ("; the configuration is recorded as not fitting, as an out-of-memory kill"
-                    if kills >= KILLS_NOT_FITTING else "; the configuration is measured again" if kills else "")
-            self._event(f"{slot.name} died in {on} ({what}); restarted{then}")
-        elif slot.restarts <= 1:
-            self._event(f"{slot.name} died ({what}); its plan went back on the queue and it was restarted")
-        else:
-            self._event(f"{slot.name} died again ({what}); the run went on without it")
-            slot.alive = False
-            return
-        ray_session.discard(slot.handle)
-        self._start(slot)
-        self._warm_up([slot])
+        """An Evaluator's process died: restarted by the search's one policy (``search.engine.restarts``), the
+        event kept for the store and the report. One that died measuring ``on`` (its ``kills``-th death on it) is
+        always restarted: the configuration is recorded as not fitting after its second, so these deaths are
+        bounded; one that died otherwise is restarted once and left out after a second death."""
+        def say(death: Death) -> None:
+            if on:
+                then = ("; the configuration is recorded as not fitting, as an out-of-memory kill"
+                        if kills >= KILLS_NOT_FITTING else "; the configuration is measured again" if kills else "")
+                self._event(f"{slot.name} died in {on} ({death.cause}); restarted{then}")
+            elif death.restarted:
+                self._event(f"{slot.name} died ({death.cause}); its plan went back on the queue and it was restarted")
+            else:
+                self._event(f"{slot.name} died again ({death.cause}); the run went on without it")
+                slot.alive = False
+
+        def start() -> None:
+            self._start(slot)
+            self._warm_up([slot])
+
+        restart_once(slot, error, say, start, bounded=bool(on), limit=160)

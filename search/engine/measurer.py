@@ -1,9 +1,10 @@
 """Measurer: how the search gets plans measured, and every measurement into the ledger.
 
 Plans go to whichever Evaluator is free (``EvaluatorPool``) and each result is recorded the
-moment it arrives (``Ledger.record``), so the store has it at once. What the Evaluators measured
-apart from the driver's jobs (their reference plan, the agents' own plans in measured mode,
-everything before Ctrl-C) is drained into the ledger after each batch. With ``overlap`` (GPU
+moment it arrives (``Ledger.record``), so the store has it at once. Every Evaluator's journal (all it
+measured: the driver's jobs, its reference plan, the agents' own plans in measured mode, what finished
+at Ctrl-C) is drained into the ledger after each batch: at least once, and written once, as the store
+skips a measurement it has (docs/measurement.md#how-a-measurement-reaches-the-store). With ``overlap`` (GPU
 Evaluators, or ``--overlap on``) a round's plans are measured in a thread while the agents train;
 else the agents wait, as they would share CPU cores with the measurements.
 """
@@ -74,8 +75,9 @@ class Measurer:
         return arrived
 
     def drain(self) -> None:
-        """Record what the Evaluators measured apart from the driver's jobs: the reference plan
-        (``reference_every``), the agents' own plans (measured mode), everything before Ctrl-C."""
+        """Record the Evaluators' journals: what they measured apart from the driver's jobs (the reference plan,
+        ``reference_every``; the agents' own plans, measured mode) and every answer not read before Ctrl-C. The
+        answers recorded already come again and write nothing (``RunStore.record``)."""
         for m in self.pool.drain():
             self.ledger.record(m)  # proposes the plan first when it is new to the store
 

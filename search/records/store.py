@@ -215,8 +215,11 @@ class RunStore:
         return self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
 
     def record(self, m: MeasuredPlan) -> MeasuredPlan:
-        """Add a measurement to its plan's row (merged with those before, ``MeasuredPlan.merged``:
-        a measurement already in the store is not added twice); returns the plan's whole record."""
+        """Add a measurement to its plan's row (merged with those before, ``MeasuredPlan.merged``); returns the
+        plan's whole record. Idempotent by measurement id: a measurement whose ids the row holds already (it
+        arrives as a job's answer and again from its Evaluator's journal, docs/measurement.md#how-a-measurement-
+        reaches-the-store) writes nothing, not even its row's record again; only a proposer new to the row is
+        added."""
         now = time.time()
         with self.conn:
             row = None
@@ -226,6 +229,8 @@ class RunStore:
             old = MeasuredPlan.model_validate_json(row["record"]) if row["record"] else None
             merged = old.merged(m) if old is not None else m
             merged = merged.model_copy(update={"sources": json.loads(row["proposers"])})
+            if old is not None and has_all(old, m):
+                return merged
             self.conn.execute(
                 "UPDATE evaluations SET measured = 1, record = ?, peak_bytes = ?, step_seconds = ?, clock = ?, oom = ?, "
                 "updated_at = ? WHERE plan_digest = ?",
@@ -278,6 +283,11 @@ class RunStore:
 
     def snapshots(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]
+
+
+def has_all(stored: MeasuredPlan, m: MeasuredPlan) -> bool:
+    """Whether every measurement in ``m`` is merged into ``stored`` already (by id; one without ids never is)."""
+    return bool(m.measurement_ids) and set(m.measurement_ids) <= set(stored.measurement_ids)
 
 
 def _type_name(key: MetaKey[Any]) -> str:

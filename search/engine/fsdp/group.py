@@ -1,8 +1,8 @@
-"""FsdpGroup: an Evaluator whose plans are measured under FSDP2 by a group of Ray actors (``--fsdp N``).
+"""FsdpGroup: the ``MeasuringActor`` whose plans are measured under FSDP2 by a group of Ray actors (``--fsdp N``).
 
 The group is one Ray actor that the ``EvaluatorPool`` starts, restarts and calls as it does an
-``Evaluator`` (info, warm_up, profile, evaluate, drain, ...), so no phase of the search knows about
-FSDP. It starts ``N`` ``FsdpRank`` actors on its own node (one GPU each on GPUs), which form one
+``Evaluator``: both implement ``search.engine.measuring_actor.MeasuringActor`` whole (info, warm_up, profile,
+check, peers, evaluate, evaluate_at_batch, drain, ...), so no phase of the search knows about FSDP. It starts ``N`` ``FsdpRank`` actors on its own node (one GPU each on GPUs), which form one
 torch process group (gloo on CPU, NCCL on GPU; they meet on loopback at a port rank 0 picks) and
 hold the workload sharded with ``fully_shard`` (``env.measure.fsdp``); rank 0 chooses the units.
 Every request goes to all ranks at once:
@@ -12,7 +12,7 @@ Every request goes to all ranks at once:
 - the profile is taken on every rank under FSDP (its allocations include what the rank gathers), each
   rank's predicted peaks checked against its own measured ones, and the search prices plans with the
   profile of the rank whose baseline peak is the largest (``env.data.ranks.binding_profile``);
-- the records an Evaluator keeps (ids, cache, journal, references) stay here, in the group.
+- the records every measuring actor keeps (ids, cache, journal, references) stay here, in the group.
 
 When a rank dies, or fails while the others wait for it in a collective, the group stops every rank
 and raises ``RankDiedError``; the pool restarts the group as one and puts its plan back on the queue, and
@@ -20,13 +20,14 @@ records a plan that killed it twice as not fitting, as it does a single Evaluato
 record without a step, ``FsdpRank.not_fitting``). A step whose allocation fails on a rank is that rank's
 not-fitting record, and the group's (``merge_ranks``); where the other ranks are left waiting in a
 collective for it, the group is stopped as for a death.
-Peers are not measured under FSDP: transformers' checkpointing and ``checkpoint_sequential`` would
-wrap the sharded modules from outside, and compiled peers compile.
+The group offers no peers (``peers`` answers none): transformers' checkpointing and ``checkpoint_sequential``
+would wrap the sharded modules from outside, and compiled peers compile. Nor does it measure at other
+micro-batches or with the whole model compiled: ``SearchConfig`` refuses ``--fsdp`` with a throughput search and
+with ``--compile``, so those calls, the one-device ``Evaluator``'s own, never reach a group.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 from env.data.errors import CkptSearchError, ModelError
@@ -37,8 +38,9 @@ from env.data.unit_choice import UnitChoice
 from env.measure.peers import Peer
 from env.units.choice import MAX_UNITS
 from search.engine import ray_session
-from search.engine.evaluator import Evaluator, batch_point, resolve_device
+from search.engine.evaluator import batch_point, resolve_device
 from search.engine.fsdp.rank import FsdpRank
+from search.engine.measuring_actor import MeasuringActor
 
 RANK_GRACE_S = 30.0  # how long the other ranks get to answer once one has failed (a collective may hold them)
 RANK_GRACE_ENV = "CKPT_SEARCH_RANK_GRACE_S"  # sets it, in seconds
@@ -46,8 +48,8 @@ PEERS_NOTE = ("peers are not measured under FSDP: transformers' checkpointing an
               "sharded modules from outside, and torch.compile's budget compiles")
 
 
-class FsdpGroup(Evaluator):
-    """The Evaluator's signature, and ``ranks``: how many ranks the group has."""
+class FsdpGroup(MeasuringActor):
+    """The Evaluator's signature (its workload built as the group starts), and ``ranks``: how many ranks it has."""
 
     def __init__(self, workload_spec: str, seed: int, units: Sequence[str], actions: Sequence[str], repeats: int,
                  device: str = "auto", threads: int | None = None, name: str = "evaluator_0", compile: bool = False,
@@ -56,7 +58,6 @@ class FsdpGroup(Evaluator):
 
         self.ray, self.device, self.n_ranks = ray, resolve_device(device), ranks
         self.handles: list[Any] = []
-        self.workload = None  # the ranks hold it, sharded
         actor = _rank_actor(self.device.startswith("cuda"))
         first = actor.remote(workload_spec, seed, list(units), max_units, self.device, threads, 0, ranks)
         self.handles = [first]
@@ -70,14 +71,12 @@ class FsdpGroup(Evaluator):
             self.rank_info[0]["unit_choice"]), actions, name, reference_every)
         self.profile_rank: int | None = None
 
-    def info(self) -> dict[str, Any]:
+    def _described(self) -> dict[str, Any]:
         first = self.rank_info[0]
         fsdp = {"ranks": self.n_ranks, "backend": first["backend"], "sharded": first["sharded"],
                 "peers": PEERS_NOTE}
-        return {"units": self.units, "unit_choice": self.unit_choice.model_dump(mode="json"), "device": self.device,
-                "pid": os.getpid(), "node": self.node, "batch_shape": first["batch_shape"], "evaluator": self.label,
-                "device_model": rank_device(first["device_model"], self.n_ranks), "fsdp": fsdp,
-                "rank_pids": [r["pid"] for r in self.rank_info]}
+        return {"batch_shape": first["batch_shape"], "device_model": rank_device(first["device_model"], self.n_ranks),
+                "fsdp": fsdp, "rank_pids": [r["pid"] for r in self.rank_info]}
 
     def profile(self) -> dict[str, Any]:
         profiles = self._on_ranks(lambda h: h.profile.remote([a.value for a in self.actions], self.repeats))
@@ -94,10 +93,8 @@ class FsdpGroup(Evaluator):
         return self._on_ranks(lambda h: h.check.remote([list(p) for p in plans], self.seed))[0]
 
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
+        """None of any kind: under FSDP no peer is measured (``PEERS_NOTE``)."""
         return []
-
-    def evaluate_peer(self, peer: Peer) -> MeasuredPlan:
-        raise CkptSearchError(f"peer {peer.name} not measured: {PEERS_NOTE}; measure peers without --fsdp")
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
         m = merge_ranks(self._on_ranks(lambda h: h.measure_at_batch.remote(list(actions), batch_size, self.repeats)))
@@ -113,16 +110,14 @@ class FsdpGroup(Evaluator):
 
     def _measure(self, plan: Plan, source: str, is_reference: bool, known: MeasuredPlan | None = None) -> MeasuredPlan:
         """One measurement on every rank; ``known`` is not lent to the ranks, whose peaks are each profiled."""
-        self.n_measured += 1
         names = [a.value for a in plan.action_list(self.units)]
-        mid = f"{self._id_prefix}:{self.n_measured}"
+        mid = self._next_id()
         records = self._on_ranks(lambda h: h.measure.remote(names, source, mid, self.repeats))
         return self._labelled(merge_ranks(records), is_reference)
 
-    def _killed(self, workload: Any, digest: str, actions: Sequence[str], source: str) -> MeasuredPlan:
+    def _killed(self, digest: str, actions: Sequence[str], source: str) -> MeasuredPlan:
         """The record of a plan that killed the group's ranks twice: every rank's, made without a step, merged."""
-        self.n_measured += 1
-        mid = f"{self._id_prefix}:{self.n_measured}"
+        mid = self._next_id()
         return merge_ranks(self._on_ranks(lambda h: h.not_fitting.remote(list(actions), source, mid)))
 
     def _on_ranks(self, call: Any, handles: Sequence[Any] | None = None) -> list[Any]:

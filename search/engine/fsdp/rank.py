@@ -24,8 +24,8 @@ from env.measure.profiler import profile
 from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.workload import Workload, load_workload
-from search.engine.evaluator import (GATE_STAGE, node_name, device_model, model_errors, resolve_device,
-                                     with_batch_size)
+from search.engine.evaluator import GATE_STAGE, device_model, model_errors, resolve_device, with_batch_size
+from search.engine.measuring_actor import node_name
 
 
 class FsdpRank:
