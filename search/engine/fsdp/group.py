@@ -28,6 +28,7 @@ with ``--compile``, so those calls, the one-device ``Evaluator``'s own, never re
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from env.data.errors import CkptSearchError, ModelError
