@@ -56,11 +56,14 @@ from bench.views.peers import compile_budgets  # noqa: E402
 from env.data.measured import MeasuredPlan, compare_times  # noqa: E402
 from env.data.plan import action_summary  # noqa: E402
 from env.measure.compiled import CompileOptions  # noqa: E402
+from env.measure.peer_installs import auto_sac_plan  # noqa: E402
 from env.measure.peers import GRADIENT_TOLERANCE, Peer, PeerKind, gradient_error, peers_for  # noqa: E402
 from env.runtime.chains import training_step  # noqa: E402
 from env.workloads.workload import load_workload  # noqa: E402
 from search.engine.evaluator import Evaluator, resolve_device  # noqa: E402
+from search.records import meta  # noqa: E402
 from search.records.config import SearchConfig  # noqa: E402
+from search.records.store import RunStore  # noqa: E402
 
 DEFAULT_WORKLOADS = ["gpt/small", "cnn/small", "hf/llama", "diffusers/unet2d"]
 ALL_KINDS = [k.value for k in PeerKind]
@@ -93,13 +96,16 @@ def run_row(run_dir: Path, command: str, wall: float | None) -> dict[str, Any]:
                          "baseline (search.run writes them when it finishes or is stopped)")
     report, cfg, frontier = (json.loads(f.read_text()) for f in files.values())
     base = report["baseline"]["step_seconds"]
+    with RunStore(run_dir, readonly=True) as store:  # each peer as the search measured it: auto-SAC's decisions too
+        specs = {name: e["spec"] for name, e in store.read(meta.PEERS).items() if e.get("spec")}
     return {"workload": cfg["workload"], "compiled": bool(cfg["compile"]), "command": command,
             "wall_seconds": wall, "baseline_steps": wall / base if wall else None,
             "phase_seconds": report.get("phase_seconds"), "evaluator_seconds": report.get("evaluator_seconds"),
             "measured": report["measured"], "clock": report["clock"], "device": report["device"],
             "baseline": report["baseline"], "hypervolume": report["hypervolume"],
             "search": {k: cfg[k] for k in SEARCH_SETTINGS}, "units": frontier["units"],
-            "frontier": report["frontier"], "peers": report["peers"], "load_average_1": os.getloadavg()[0]}
+            "frontier": report["frontier"], "peers": report["peers"], "peer_specs": specs,
+            "load_average_1": os.getloadavg()[0]}
 
 
 def selected(row: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
@@ -147,8 +153,10 @@ def quote(row: dict[str, Any], rounds: int) -> dict[str, Any]:
     ev = Evaluator(row["workload"], int(search["seed"]), units, actions, int(search["repeats"]), search["device"],
                    int(search["measure_threads"]) or None, name="quote",  # our plans as the search measured them:
                    compile=CompileOptions(scope="model" if scope == "model" else "units") if row["compiled"] else False)
+    specs = {name: Peer.model_validate(spec) for name, spec in row.get("peer_specs", {}).items() if name in picks}
     budgets = [b for b, _ in compile_budgets(row["peers"])]
-    peers = {p.name: p for p in ev.peers(ALL_KINDS, budgets) if p.name in picks}
+    peers = specs if set(specs) == set(picks) else {  # rows written before the specs were kept: offered again
+        p.name: specs.get(p.name, p) for p in ev.peers(ALL_KINDS, budgets) if p.name in picks}
     if set(peers) != set(picks):
         raise SystemExit(f"{row['workload']}: the quoting Evaluator offers other peers than the search measured "
                          f"({sorted(set(picks) ^ set(peers))})")
@@ -215,15 +223,13 @@ def deterministic_kernels(device: torch.device) -> Iterator[None]:
 
 
 def auto_sac_estimates(workload: Any, peer: Peer, measured: MeasuredPlan, baseline: MeasuredPlan) -> dict[str, Any]:
-    """An auto-SAC peer's own estimates (``env.measure.auto_sac.solve``, cached where it was installed) beside what
+    """An auto-SAC peer's own estimates (those its decisions carry from the search) beside what
     the quote measured, under ``auto_sac``: how far torch's estimates are from the truth. Its peak is compared as a
     saving against the unplanned step (its memory model leaves out the optimizer's state and the batch), its
     recompute time against the measured step time less the baseline's. Other peers: nothing."""
     if peer.kind is not PeerKind.TORCH_AUTO_SAC:
         return {}
-    from env.measure.auto_sac import solve
-
-    plan = solve(workload, float(peer.params["budget"]))
+    plan = auto_sac_plan(workload, peer)  # the decisions it carries from the search
     return {"auto_sac": {
         "estimated_peak_bytes": plan.estimated_peak_bytes, "estimated_unplanned_peak_bytes": plan.unplanned_peak_bytes,
         "estimated_saving": 1 - plan.estimated_peak_bytes / plan.unplanned_peak_bytes,
@@ -245,7 +251,8 @@ def check_gradients(row: dict[str, Any]) -> None:
     budgets = [b for b, _ in compile_budgets(row["quote"]["peers"])]
     with deterministic_kernels(w.device):
         reference = training_step(w, seed)  # the unplanned step, one for all the peers
-        for peer in peers_for(w, budgets=budgets):
+        specs = {name: Peer.model_validate(spec) for name, spec in row.get("peer_specs", {}).items()}
+        for peer in [specs.get(p.name, p) for p in peers_for(w, budgets=budgets)]:  # as the search measured them
             if peer.name in entries:
                 error = gradient_error(w, peer, seed, reference)
                 entries[peer.name].update(gradient_error=error, gradients_kept=error <= GRADIENT_TOLERANCE)

@@ -230,9 +230,9 @@ def test_peers_quick(tmp_path: Path) -> None:
     for p in q["peers"]:
         assert p["samples"] == 1
         if p["ours"] is not None:
-            # auto-SAC decides again in the quote's process, from op times measured on this CPU, which vary: its
-            # peak moved from 974,888 to 956,824 bytes between the search and the quote in one run, below ours
-            assert p["ours"]["samples"] == 1 and (p["ours"]["fits"] or p["peer"].startswith("auto-sac"))
+            # auto-SAC too: the quote installs the decisions the search made (its peak once moved below ours where
+            # the quote's process decided again, from op times measured on this CPU)
+            assert p["ours"]["samples"] == 1 and p["ours"]["fits"], p
             assert p["time_ratio_peer_over_ours"] == pytest.approx(p["step_seconds"] / p["ours"]["step_seconds"])
     kept = {p["peer"]: p["gradients_kept"] for p in q["peers"]}  # checked, dropout on
     assert kept["compile-budget-1.0"] and all(v for n, v in kept.items() if n.startswith("checkpoint-sequential"))

@@ -7,6 +7,7 @@ same RNG state. A plan that checkpoints nothing would pass that, so each budget 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -156,3 +157,52 @@ def test_without_pulp_auto_sac_is_skipped_in_one_line() -> None:
     warning = lines["WARN"]
     assert "\n" not in warning and "pulp is not installed" in warning and "pip install -e '.[autosac]'" in warning
     assert lines["ERR"].startswith("WorkloadError peer 'auto-sac-0.5': PyTorch's auto-SAC is skipped: pulp")
+
+
+@needs_pulp
+def test_decisions_made_once_are_what_another_process_installs_and_measures(tiny) -> None:
+    """auto-SAC decides from op times measured as it runs, so its plan could move between processes: the peer
+    carries its decisions (``decided``), a process that never solved installs exactly them (its peak is the
+    deciding process's, to the byte), keeps the gradients, and decisions for another model are one line."""
+    from env.measure.auto_sac import AutoSacPlan, installed
+    from env.measure.peers import decided
+
+    peer = decided(tiny, torch_auto_sac_peer(0.0))
+    plan = AutoSacPlan.from_json(str(peer.params["decided"]))
+    assert plan.saves and plan == AutoSacPlan.from_json(plan.to_json()) and peer.name == "auto-sac-0.0"
+    assert decided(tiny, peer) is peer  # decided once
+    here = measure_peer(tiny, peer, repeats=1)
+    code = ("import json, sys\nfrom env.measure.peers import Peer, measure_peer, gradient_error\n"
+            "from env.measure import auto_sac\nfrom env.workloads.workload import load_workload\n"
+            "w = load_workload('gpt/tiny')\npeer = Peer.model_validate_json(sys.stdin.read())\n"
+            "m = measure_peer(w, peer, repeats=1)\n"
+            "print(json.dumps({'peak': m.peak_bytes, 'solved': len(auto_sac._ANALYSES),"
+            " 'error': gradient_error(w, peer)}))\n")
+    done = subprocess.run([sys.executable, "-c", code], input=peer.model_dump_json(), capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    there = json.loads(done.stdout.strip().splitlines()[-1])
+    assert there["solved"] == 0 and there["peak"] == here.peak_bytes and there["error"] < 1e-6
+    other = load_workload("gpt/tiny?n_layer=1")
+    with pytest.raises(PlanError) as e, installed(other, plan):
+        pass
+    one_line_error(e, "modules this model lacks", "solve again")
+
+
+@needs_pulp
+def test_the_report_shows_auto_sacs_estimates_beside_what_was_measured(tiny) -> None:
+    """The search's report (not only the bench) puts auto-SAC's own estimates beside its measurement."""
+    from env.measure.peers import decided
+    from search.engine.report import estimates_markdown
+    from search.records.peer_verdicts import PeerEstimate, peer_verdicts
+
+    peer = decided(tiny, torch_auto_sac_peer(0.0))
+    estimate = PeerEstimate.from_params(peer.params)
+    assert estimate is not None and 0 < estimate.saving < 1 and PeerEstimate.from_params({"budget": 0.5}) is None
+    base, m = measure(tiny, plan_for(tiny.model, ["blocks.0"], ["keep"]), repeats=1), measure_peer(tiny, peer, repeats=1)
+    rows = [v.model_dump(mode="json") for v in peer_verdicts({peer.name: m}, [base], {}, estimates={peer.name: estimate})]
+    lines = estimates_markdown(rows, {"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds})
+    row = next(line for line in lines if line.startswith("| auto-sac-0.0 |"))
+    assert f"| {estimate.saving:.0%} | {1 - m.peak_bytes / base.peak_bytes:.0%} |" in row
+    assert "op times measured" in " ".join(lines) or "CPU" in " ".join(lines)
+    assert estimates_markdown([r | {"estimate": None} for r in rows], {"peak_bytes": 1, "step_seconds": 1}) == []

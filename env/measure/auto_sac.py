@@ -29,6 +29,7 @@ import contextlib
 import copy
 import dataclasses
 import importlib.util
+import json
 import logging
 import weakref
 from collections import defaultdict
@@ -72,10 +73,26 @@ class AutoSacPlan:
     memory_budget_bytes: int  # what sac_milp was given (in GiB)
     discard: dict[str, float]  # the model's module FQN -> share of its activation memory discarded (sac_milp)
     saves: dict[str, tuple[int, ...]]  # module FQN -> per op of its forward: 1 saved, 0 recomputed
+    ops: dict[str, tuple[str, ...]]  # module FQN -> its forward's ops, in the estimator's order (what saves index)
     estimated_peak_bytes: int  # sac_milp's bound on the step's peak (parameters, gradients, activations)
     estimated_recompute_seconds: float  # sac_milp's recompute time
     unplanned_peak_bytes: int  # its estimate of the peak with nothing checkpointed
     estimated_on: str  # how the op times were found (CUDA's benchmark, or CPU_ESTIMATES)
+
+    def to_json(self) -> str:
+        """The decisions as JSON text: a peer carries them (``Peer.params['decided']``), so that every later
+        measurement of it, in the search's passes or a quote in another process, installs what was decided once."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "AutoSacPlan":
+        try:
+            d = json.loads(text)
+            return cls(**{**d, "saves": {k: tuple(v) for k, v in d["saves"].items()},
+                          "ops": {k: tuple(v) for k, v in d["ops"].items()}})
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise PlanError(f"auto-SAC's carried decisions cannot be read ({type(e).__name__}: {e}); drop "
+                            "params['decided'] to solve again") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,19 +134,23 @@ def _solved(a: _Analysis, budget: float, spec: str) -> AutoSacPlan:
                             f"'{spec}'; pick a larger budget")
     saves = {_model_fqn(f): tuple(get_optimal_checkpointing_policy_per_module(a.sac_stats[f], 1.0 - r))
              for f, r in decisions.items()}
-    return AutoSacPlan(budget, memory, {_model_fqn(f): r for f, r in decisions.items()}, saves, peak,
+    ops = {_model_fqn(f): tuple(a.sac_stats[f].func_names) for f in decisions}
+    return AutoSacPlan(budget, memory, {_model_fqn(f): r for f, r in decisions.items()}, saves, ops, peak,
                        recompute_ms / 1e3, a.unplanned_peak_bytes, a.estimated_on)
 
 
 @contextlib.contextmanager
 def installed(workload: Workload, plan: AutoSacPlan) -> Iterator[None]:
-    """``plan``'s modules checkpointed with their per-op decisions (``block_policies.wrapped_modules``)."""
+    """``plan``'s modules checkpointed with their per-op decisions (``block_policies.wrapped_modules``); a module
+    the model lacks is one line."""
     from env.measure.block_policies import wrapped_modules
 
-    stats = _analysis(workload).sac_stats
-    names = {_model_fqn(f): f for f in stats}
+    missing = [f for f in plan.saves if f not in dict(workload.model.named_modules())]
+    if missing:
+        raise PlanError(f"auto-SAC's decisions name modules this model lacks ({', '.join(missing[:3])}); they were "
+                        "made for another model: solve again on this one")
     modules = [workload.model.get_submodule(f) for f in plan.saves]
-    fns = [op_policy(f, stats[names[f]].func_names, saves) for f, saves in plan.saves.items()]
+    fns = [op_policy(f, list(plan.ops[f]), saves) for f, saves in plan.saves.items()]
     with wrapped_modules(modules, fns):
         yield
 

@@ -20,6 +20,7 @@ from env.measure.compiled import CompileOptions
 from env.workloads.workload import Workload
 
 if TYPE_CHECKING:
+    from env.measure.auto_sac import AutoSacPlan
     from env.measure.peers import Peer
 
 
@@ -145,8 +146,19 @@ def torch_auto_sac(workload: Workload, peer: Peer) -> Iterator[None]:
     reason = auto_sac.missing()
     if reason is not None:
         raise WorkloadError(f"peer '{peer.name}': {reason}")
-    with auto_sac.installed(workload, auto_sac.solve(workload, float(peer.params["budget"]))):
+    with auto_sac.installed(workload, auto_sac_plan(workload, peer)):
         yield
+
+
+def auto_sac_plan(workload: Workload, peer: Peer) -> "AutoSacPlan":
+    """An auto-SAC peer's decisions (``env.measure.auto_sac.AutoSacPlan``): those it carries (``decided``), else
+    solved here."""
+    from env.measure import auto_sac
+
+    if "decided" in peer.params:
+        return auto_sac.AutoSacPlan.from_json(str(peer.params["decided"]))
+    return auto_sac.solve(workload, float(peer.params["budget"]))
+
 
 
 @contextlib.contextmanager

@@ -82,6 +82,7 @@ from env.measure.peer_installs import (
     supports_every_n,
     titan_layer_sac,
     titan_op_sac,
+    auto_sac_plan,
     torch_auto_sac,
 )
 from env.measure.measurement import compile_options, measure_prepared
@@ -162,6 +163,15 @@ def torchtitan_layer_peer(every: int, blocks: str) -> Peer:
     """torchtitan's layer policy, every ``every``-th block of container ``blocks`` checkpointed."""
     return Peer(name=f"torchtitan-layer-every-{every}", kind=PeerKind.TORCHTITAN_LAYER_SAC,
                 params={"every": int(every), "blocks": blocks})
+
+
+def decided(workload: Workload, peer: Peer) -> Peer:
+    """The peer with its decisions made once and carried (``params['decided']``, ``AutoSacPlan.to_json``) where it
+    is auto-SAC, whose ILP decides from op times measured as it runs: solved again in another process, its plan
+    could move between the search's measurements and a quote. Other peers, as they are."""
+    if peer.kind is not PeerKind.TORCH_AUTO_SAC or "decided" in peer.params:
+        return peer
+    return peer.model_copy(update={"params": {**peer.params, "decided": auto_sac_plan(workload, peer).to_json()}})
 
 
 # where torch's estimators cannot run as shipped (they need CUDA), what the ILP is given instead (env.measure.auto_sac)

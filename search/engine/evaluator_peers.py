@@ -16,7 +16,7 @@ from env.data.errors import model_errors
 from env.data.measured import MeasuredPlan
 from env.measure.compiled import CompileOptions
 from env.measure.measurement import warmup_before_timing
-from env.measure.peers import Peer, measure_peer, model_facts, peer_plan, peers_for
+from env.measure.peers import Peer, decided, measure_peer, model_facts, peer_plan, peers_for
 from env.workloads.workload import Workload
 
 
@@ -30,9 +30,10 @@ class EvaluatorPeers:
     _peers: dict[str, MeasuredPlan]
 
     def peers(self, kinds: Sequence[str], budgets: Sequence[float]) -> list[Peer]:
-        """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``)."""
-        return [p for p in peers_for(self.workload, budgets=budgets, compiled=bool(self.compile))
-                if p.kind.value in kinds]
+        """The peers of ``env.measure.peers`` that apply to this workload, of the given kinds (compile ``budgets``),
+        auto-SAC's with its decisions made here and carried (``env.measure.peers.decided``)."""
+        return [decided(self.workload, p) for p in peers_for(self.workload, budgets=budgets,
+                                                              compiled=bool(self.compile)) if p.kind.value in kinds]
 
     def peer_plans(self, peers: Sequence[Peer]) -> list[list[str] | None]:
         """Per peer, the plan of ours over this Evaluator's units that it is (action names), None where it is none

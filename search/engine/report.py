@@ -22,7 +22,7 @@ from search.records.config import SearchConfig
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.markdown import table_lines
 from search.records.pareto import fastest_within
-from search.records.peer_verdicts import PeerVerdict, peer_verdicts
+from search.records.peer_verdicts import PeerEstimate, PeerVerdict, peer_verdicts
 from search.records.throughput import ThroughputCurve
 
 
@@ -49,8 +49,9 @@ def write_outputs(cfg: SearchConfig, run_dir: Path, ledger: Ledger) -> dict[str,
     fsdp = store.read(meta.FSDP)
     ledger.refresh_peer_plans()
     entries = store.read(meta.PEERS)
+    estimates = {k: e for k, v in entries.items() if (e := PeerEstimate.from_params(v.get("spec", {}).get("params", {})))}
     verdicts = peer_verdicts(ledger.peers(), strict, ledger.peer_plans(), {k: v["note"] for k, v in entries.items()},
-                             {k: v.get("label", "") for k, v in entries.items()})
+                             {k: v.get("label", "") for k, v in entries.items()}, estimates)
     frontier = FrontierFile(workload=cfg.workload, batch_shape=prof.batch_shape, device=base.device, clock=base.clock,
                             fingerprint=prof.fingerprint, units=units, fsdp_ranks=fsdp["ranks"] if fsdp else 0,
                             baseline={"peak_bytes": base.peak_bytes, "step_seconds": base.step_seconds},
@@ -157,6 +158,27 @@ def peers_markdown(rows: list[dict[str, Any]]) -> list[str]:
                         "verdict", "note"), cells, "lrrlll")
 
 
+def estimates_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> list[str]:
+    """What the peers that plan on estimates (auto-SAC) predicted of themselves against what was measured: a saving
+    of peak memory (theirs against their own unplanned estimate, ours against the measured baseline) and the
+    recompute time (the measured step less the baseline's)."""
+    cells = []
+    for r in rows:
+        v = PeerVerdict.model_validate(r)
+        if v.estimate is None or v.measured is None:
+            continue
+        e, m = v.estimate, v.measured
+        cells.append((v.peer, f"{e.saving:.0%}", f"{1 - m.peak_bytes / baseline['peak_bytes']:.0%}",
+                      f"{e.estimated_recompute_seconds * 1e3:.1f}", f"{(m.step_seconds - baseline['step_seconds']) * 1e3:.1f}"))
+    if not cells:
+        return []
+    how = next(PeerVerdict.model_validate(r).estimate.estimated_on for r in rows  # type: ignore[union-attr]
+               if PeerVerdict.model_validate(r).estimate is not None)
+    return ["", f"What the peers that plan on estimates predicted of themselves, against what was measured ({how}):",
+            ""] + table_lines(("peer", "estimated saving", "measured saving", "estimated recompute ms",
+                               "measured step - baseline, ms"), cells, "lrrrr")
+
+
 def to_markdown(rep: dict[str, Any]) -> str:
     b = rep["baseline"]
     lines = [f"# Search report: {rep['workload']}", "",
@@ -199,6 +221,7 @@ def to_markdown(rep: dict[str, Any]) -> str:
                   "the table above as within noise still answers a peer at its memory), measured side by side in "
                   "the same deciding and confirming passes and ranked alike; faster or slower only beyond both "
                   "spreads. A peer that is a plan of ours is measured once, as that plan.", ""] + peers_markdown(rep["peers"])
+        lines += estimates_markdown(rep["peers"], rep["baseline"])
     if rep.get("throughput"):
         lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))
     if rep.get("gate"):

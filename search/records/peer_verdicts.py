@@ -11,6 +11,7 @@ to ``frontier.json`` and read by the dashboard.
 
 from __future__ import annotations
 
+import json
 from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel
@@ -44,6 +45,33 @@ class OurPlan(Timed):
     plan: str  # its actions in words (``env.data.plan.action_summary``)
 
 
+class PeerEstimate(BaseModel):
+    """What a peer that plans on estimates (PyTorch's auto-SAC) predicted of itself, kept beside what was measured:
+    its peak and the peak it estimates with nothing checkpointed (its memory model leaves out the optimizer's
+    state, so a saving is compared, not a peak), and its recompute time."""
+
+    estimated_peak_bytes: int
+    estimated_unplanned_peak_bytes: int
+    estimated_recompute_seconds: float
+    estimated_on: str = ""  # how its op times were found
+
+    @property
+    def saving(self) -> float:
+        return 1 - self.estimated_peak_bytes / self.estimated_unplanned_peak_bytes
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> "PeerEstimate | None":
+        """From a peer's ``params``: auto-SAC's carried decisions (``decided``, ``env.measure.auto_sac.AutoSacPlan``
+        as JSON); None for a peer without them."""
+        text = params.get("decided")
+        if not isinstance(text, str):
+            return None
+        d = json.loads(text)
+        return cls(estimated_peak_bytes=d["estimated_peak_bytes"],
+                   estimated_unplanned_peak_bytes=d["unplanned_peak_bytes"],
+                   estimated_recompute_seconds=d["estimated_recompute_seconds"], estimated_on=d["estimated_on"])
+
+
 class PeerVerdict(BaseModel):
     """One peer beside our answer to it. ``verdict`` is the peer's time against ours (``faster``: the peer is
     faster beyond both spreads); ``ratio`` is peer / ours and ``noise`` the larger spread over our time."""
@@ -58,6 +86,7 @@ class PeerVerdict(BaseModel):
     verdict: Verdict
     ratio: float | None = None
     noise: float | None = None
+    estimate: PeerEstimate | None = None  # what the peer estimated of itself, where it plans on estimates
 
     @property
     def text(self) -> str:
@@ -71,15 +100,16 @@ class PeerVerdict(BaseModel):
 
 def peer_verdicts(peers: Mapping[str, MeasuredPlan], strict: Sequence[MeasuredPlan],
                   plans: Mapping[str, str | None], notes: Mapping[str, str] = {},
-                  labels: Mapping[str, str] = {}) -> list[PeerVerdict]:
+                  labels: Mapping[str, str] = {}, estimates: Mapping[str, PeerEstimate] = {}) -> list[PeerVerdict]:
     """Each of ``peers`` (name -> record as ranked; a peer that is a plan of ours: that plan's record, and
     ``plans[name]`` its digest) against the fastest plan of ``strict`` (the measured frontier as ranked) at no
-    more memory, by peak."""
+    more memory, by peak; ``estimates``: what a peer predicted of itself, shown beside it."""
     peaks, times = [r.peak_bytes for r in strict], [r.step_seconds for r in strict]
     out = []
     for name, m in sorted(peers.items(), key=lambda kv: (kv[1].oom, kv[1].peak_bytes)):
         common = {"peer": name, "label": labels.get(name, ""), "note": notes.get(name, ""), "plan": plans.get(name),
-                  "plan_summary": action_summary(m.actions) if plans.get(name) else None}
+                  "plan_summary": action_summary(m.actions) if plans.get(name) else None,
+                  "estimate": estimates.get(name)}
         if m.oom:
             out.append(PeerVerdict(**common, verdict="out of memory"))
             continue
