@@ -150,6 +150,17 @@ def test_a_light_plan_round_trips_as_version_4_and_older_readers_are_told_to_upg
     assert Plan.from_list(UNITS4, ["selective", "keep", "keep", "keep"], "fp").schema_version == 1  # as before
 
 
+def test_an_unknown_action_to_search_is_one_line_naming_the_actions() -> None:
+    from env.data.errors import CkptSearchError
+    from search.records.config import SearchConfig
+
+    with pytest.raises(CkptSearchError) as e:
+        SearchConfig(actions=["keep", "lite"]).validate()
+    one_line_error(e, "--actions lite is not an action", "selective, offload, chain, chunked, light")
+    assert SearchConfig(actions=["keep", "light"]).validate().actions == ["keep", "light"]
+    assert "light" in SearchConfig().actions  # searched by default
+
+
 def test_regions_are_a_recompute_and_the_chains_after_it() -> None:
     from env.data.plan import regions
 

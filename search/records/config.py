@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence, get_args, get_origin
 
 from env.data.errors import CkptSearchError, WorkloadError
+from env.data.plan import ACTION_NAMES
 from env.data.types import RewardMode
 from env.workloads.spec import MATMUL_PRECISIONS, PRECISIONS, fold_precision
 
@@ -162,6 +163,9 @@ class SearchConfig:
                                                                                   self.matmul_precision)
         except WorkloadError as e:
             raise CkptSearchError(f"--workload {self.workload}: {e}") from None
+        unknown = [a for a in self.actions if a not in ACTION_NAMES]
+        if unknown:
+            raise CkptSearchError(f"--actions {unknown[0]} is not an action; choose from {', '.join(ACTION_NAMES)}")
         if "keep" not in self.actions:
             raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
                                   "relative to; add keep")
