@@ -42,11 +42,12 @@ class SearchConfig:
                                     "blocks (the children of the largest ModuleList/Sequential), sub-blocks (their "
                                     "children), or module FQNs / globs (e.g. 'blocks.*')", nargs="+")
     max_units: int = _f(32, "most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)")
-    actions: list[str] = _f(["keep", "recompute", "selective", "light", "chain", "chunked"], "actions searched per "
-                            "unit (offload needs CUDA; selective saves matmul/conv/attention outputs and recomputes the "
-                            "rest; light saves the normalizations and softmaxes too, recomputing only the cheapest ops; "
-                            "chain recomputes a run of units that chain as one region; chunked runs a loss unit's head "
-                            "and loss over chunks of tokens, where the model has one)", nargs="+")
+    actions: list[str] = _f(["keep", "recompute", "selective", "chain", "chunked"], "actions searched per unit "
+                            "(offload needs CUDA; selective saves matmul/conv/attention outputs and recomputes the "
+                            "rest; light saves the normalizations' and softmaxes' outputs too and recomputes only the "
+                            "cheapest ops, one more action to profile, so not in the default; chain recomputes a run of "
+                            "units that chain as one region; chunked runs a loss unit's head and loss over chunks of "
+                            "tokens, where the model has one)", nargs="+")
     agents: int = _f(4, "PPO agents, one per memory budget spread from the smallest reachable peak to the baseline")
     timesteps: int = _f(2048, "environment steps per agent (one step = one unit's decision)")
     reward: RewardMode = _f(RewardMode.HYBRID, "reward source: measured (every new plan measured), model (cost model "
