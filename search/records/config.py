@@ -27,6 +27,16 @@ def _f(default: Any, doc: str, **kw: Any) -> Any:
     return field(default=default, metadata={"doc": doc, **kw})
 
 
+def check_actions(actions: Sequence[str]) -> None:
+    """Refuse, in one line, ``--actions`` naming an action that does not exist or lacking ``keep``."""
+    unknown = [a for a in actions if a not in ACTION_NAMES]
+    if unknown:
+        raise CkptSearchError(f"--actions {unknown[0]} is not an action; choose from {', '.join(ACTION_NAMES)}")
+    if "keep" not in actions:
+        raise CkptSearchError(f"--actions {' '.join(actions)} lacks 'keep': the baseline every saving is "
+                              "relative to; add keep")
+
+
 @dataclass
 class SearchConfig:
     workload: str = _f("gpt/small", "workload spec: gpt, cnn, lstm, mlp (presets: gpt/tiny, gpt/small; options: "
@@ -164,12 +174,7 @@ class SearchConfig:
                                                                                   self.matmul_precision)
         except WorkloadError as e:
             raise CkptSearchError(f"--workload {self.workload}: {e}") from None
-        unknown = [a for a in self.actions if a not in ACTION_NAMES]
-        if unknown:
-            raise CkptSearchError(f"--actions {unknown[0]} is not an action; choose from {', '.join(ACTION_NAMES)}")
-        if "keep" not in self.actions:
-            raise CkptSearchError(f"--actions {' '.join(self.actions)} lacks 'keep': the baseline every saving is "
-                                  "relative to; add keep")
+        check_actions(self.actions)
         bad = [b for b in self.peer_budgets if not 0.0 <= b <= 1.0]
         if bad:
             raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "
