@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
@@ -14,13 +16,15 @@ def _segment(rng: np.random.Generator, scale: int) -> Segment:
                    seconds=float(rng.uniform(0.001, 0.1)))
 
 
-def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000, chains: bool = False) -> ModelProfile:
+def synthetic_profile(n_units: int, n_actions: int, seed: int, scale: int = 1000, chains: bool = False,
+                      actions: Sequence[Action] | None = None) -> ModelProfile:
     """A ModelProfile with random segments: not physical, but any walk the cost model can take.
 
+    ``actions``: the profile's actions (chain aside), in place of the first ``n_actions`` of ``Action``.
     ``chains``: the profile has ``chain`` too (after its ``n_actions`` >= 2 actions), with random
     costs, and each unit but the first may chain onto the one before it with probability 0.7."""
     rng = np.random.default_rng(seed)
-    actions = list(ACTIONS[:n_actions])
+    actions = list(actions) if actions is not None else list(ACTIONS[:n_actions])
     costs = {a: [UnitCost(fwd=_segment(rng, scale), bwd=_segment(rng, scale)) for _ in range(n_units)]
              for a in actions}
     prof = ModelProfile(workload="synthetic", batch_shape="-", device="none", fingerprint=f"synthetic-{seed}",

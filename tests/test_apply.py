@@ -28,7 +28,7 @@ from env.workloads.workload import load_workload
 
 STEP_SEED = 1234
 TINY = ("gpt/tiny", "cnn/tiny", "lstm/tiny", "mlp/tiny")
-CPU_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
+CPU_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT)
 
 
 @contextlib.contextmanager
@@ -127,7 +127,7 @@ def test_random_plans_give_the_same_loss_and_gradients(spec: str, data: st.DataO
 
 
 @pytest.mark.parametrize("spec", TINY)
-@pytest.mark.parametrize("action", [Action.RECOMPUTE, Action.SELECTIVE])
+@pytest.mark.parametrize("action", [Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT])
 def test_uniform_plans_are_bitwise_equal_on_cpu(spec: str, action: Action) -> None:
     """On CPU the replayed forward runs the same kernels on the same data: not just close, equal."""
     c = case(spec)
@@ -138,7 +138,7 @@ def test_uniform_plans_are_bitwise_equal_on_cpu(spec: str, action: Action) -> No
 def test_batchnorm_state_after_a_recompute_step_is_as_without_a_plan() -> None:
     c = case("cnn/tiny")
     n = len(c.units)
-    for actions in ([Action.RECOMPUTE] * n, [Action.SELECTIVE] * n, [Action.RECOMPUTE, Action.KEEP] * n):
+    for actions in ([Action.RECOMPUTE] * n, [Action.SELECTIVE] * n, [Action.LIGHT] * n, [Action.RECOMPUTE, Action.KEEP] * n):
         _, _, state = c.step(actions[:n])
         assert state.keys() == c.ref_state.keys()
         for key, value in state.items():
@@ -199,6 +199,44 @@ def test_selective_recomputes_a_saved_op_that_draws_so_later_draws_replay(monkey
 
     reference = grads(None)
     for got, want in zip(grads([Action.SELECTIVE] * 2), reference):
+        assert torch.equal(got, want)
+
+
+def test_light_saves_what_selective_does_and_the_normalizations_but_no_draw() -> None:
+    """'light' grades 'selective': it saves its outputs and those of layer norm and softmax (and so recomputes
+    less), recomputes the pointwise ops, and recomputes every call that draws (dropout; attention with dropout)."""
+    aten = torch.ops.aten
+    q = torch.zeros(1, 1, 2, 2)
+    save, recompute = CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    assert apply.SAVED_OPS < apply.LIGHT_SAVED_OPS
+    for op in (aten.mm.default, aten.native_layer_norm.default, aten._softmax.default, aten._safe_softmax.default):
+        assert apply._light_policy(None, op, q) == save, op
+    for op in (aten.gelu.default, aten.add.Tensor, aten.mul.Tensor, aten.view.default, aten.empty_like.default,
+               aten.native_batch_norm.default):
+        assert apply._light_policy(None, op, q) == recompute, op
+    assert apply._light_policy(None, aten.native_dropout.default, q, 0.5, True) == recompute
+    assert apply._light_policy(None, aten.bernoulli_.float, q, 0.5) == recompute
+    flash = aten._scaled_dot_product_flash_attention.default
+    assert apply._light_policy(None, flash, q, q, q, 0.1) == recompute
+    assert apply._light_policy(None, flash, q, q, q, 0.0) == save
+
+
+def test_light_recomputes_a_saved_op_that_draws_so_later_draws_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for 'selective' (below): a draw among LIGHT_SAVED_OPS is recomputed, so the later dropout's mask replays."""
+    monkeypatch.setattr(apply, "LIGHT_SAVED_OPS", apply.LIGHT_SAVED_OPS | {torch.ops.aten.rand_like.default})
+    torch.manual_seed(0)
+    model = nn.Sequential(_Noisy(), _Noisy()).train()
+    x = torch.randn(4, 8)
+
+    def grads(actions: list[Action] | None) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(STEP_SEED)
+        with apply_actions(model, plan_for(model, ["0", "1"], actions), ["0", "1"]) if actions else contextlib.nullcontext():
+            model(x).square().sum().backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    reference = grads(None)
+    for got, want in zip(grads([Action.LIGHT] * 2), reference):
         assert torch.equal(got, want)
 
 

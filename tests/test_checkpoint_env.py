@@ -126,6 +126,34 @@ def test_masks_allow_exactly_the_actions_some_completion_fits() -> None:
             assert e.action_masks().tolist() == expected
 
 
+def test_the_graded_action_is_one_more_choice_priced_and_masked_from_the_profile() -> None:
+    """With 'light' profiled, the env offers it as one more action: every plan's reward and info are the cost
+    model's, and the masks allow exactly the actions some completion fits (brute force over 4**4 plans)."""
+    actions = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT]
+    prof = synthetic_profile(4, 4, seed=6, actions=actions)
+    cm = CostModel(prof)
+    budget = _mid_budget(prof)
+    e = CheckpointEnv(prof, budget)
+    assert e.action_space.n == 4 and e.enabled == actions
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(4), repeat=4)}
+    for plan in peaks:
+        reward, info = _rollout(e, list(plan))
+        assert (info["peak_bytes"], info["step_seconds"]) == (peaks[plan], cm.step_seconds(list(plan)))
+        assert info["plan"] == [actions[a].value for a in plan]
+    for prefix_len in range(4):
+        for prefix in itertools.product(range(4), repeat=prefix_len):
+            e.reset()
+            for a in prefix:
+                e.step(a)
+            lows = [min(v for p, v in peaks.items() if p[:prefix_len + 1] == prefix + (a,)) for a in range(4)]
+            expected = [low <= budget for low in lows]
+            if not any(expected):
+                expected[int(np.argmin(lows))] = True
+            assert e.action_masks().tolist() == expected
+    light_only = CheckpointEnv(prof, budget, actions=[Action.KEEP, Action.LIGHT])
+    assert light_only.action_space.n == 2 and _rollout(light_only, [1] * 4)[1]["plan"] == ["light"] * 4
+
+
 @pytest.mark.parametrize("seed", [5, 8])
 def test_masks_with_chains_allow_exactly_the_actions_that_can_follow_and_fit(seed: int) -> None:
     """A chain only where it continues a region (after recompute or chain, on a unit that chains),

@@ -272,8 +272,8 @@ def _units_step(w: Workload, units: list[str], actions: list[str], backend: str,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("actions", [MIXED, ["recompute", "chain", "chain", "selective"]],
-                         ids=["keep-recompute-selective", "chain"])
+@pytest.mark.parametrize("actions", [MIXED, ["recompute", "chain", "chain", "selective"], ["light", "keep", "light", "selective"]],
+                         ids=["keep-recompute-selective", "chain", "light"])
 def test_a_plan_on_units_compiled_one_by_one_gives_the_eager_gradients_with_dropout_on(actions: list[str],
                                                                                        eager_random) -> None:
     w = load_workload("gpt/tiny")

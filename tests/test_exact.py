@@ -97,6 +97,32 @@ def test_exact_equals_brute_force_with_chains(n_units: int, n_actions: int, seed
         assert (pred.peak_bytes, pred.step_seconds) == (point.peak_bytes, point.step_seconds)
 
 
+GRADED = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT]  # 'light': the graded selective action
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 5), chains=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_exact_equals_brute_force_with_the_graded_action(n_units: int, chains: bool, seed: int) -> None:
+    """With 'light' among the actions (and chains or not), the exact frontier is still every plan's: brute force."""
+    cm = CostModel(synthetic_profile(n_units, len(GRADED), seed, chains=chains, actions=GRADED))
+    light = cm.profile.actions.index(Action.LIGHT)
+    exact = exact_frontier(cm)
+    assert _values(exact) == _values(brute_force(cm))
+    for point in exact:
+        assert cm.chain_error(point.plan) is None
+        pred = cm.predict(list(point.plan))
+        assert (pred.peak_bytes, pred.step_seconds) == (point.peak_bytes, point.step_seconds)
+    without = exact_frontier(cm, actions=[k for k in range(len(cm.profile.actions)) if k != light])
+    assert all(light not in p.plan for p in without)
+    assert _values(without) == _values(brute_force_over(cm, [k for k in range(len(cm.profile.actions)) if k != light]))
+
+
+def brute_force_over(cm: CostModel, allowed: list[int]) -> list[FrontierPoint]:
+    """Brute force over the plans that use only the ``allowed`` profile actions."""
+    plans = itertools.product(allowed, repeat=cm.n_units)
+    return pareto_points([(cm.peak_bytes(p), cm.step_seconds(p), p) for p in plans if cm.chain_error(p) is None])
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_units=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
 def test_the_walk_gives_every_prefix_its_lowest_reachable_peak(n_units: int, seed: int) -> None:

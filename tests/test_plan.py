@@ -132,12 +132,33 @@ def test_a_plan_file_of_version_1_loads_with_its_digest_and_json_unchanged() -> 
 def test_a_chained_plan_round_trips_as_version_2(tmp_path: Path) -> None:
     plan = Plan.from_list(UNITS4, ["recompute", "chain", "chain", "keep"], "fp")
     data = json.loads(plan.to_json())
-    assert data["schema_version"] == 2 == SCHEMA_VERSION - 1  # 3 adds chunked
+    assert data["schema_version"] == 2 < SCHEMA_VERSION  # 3 adds chunked, 4 light
     assert data["actions"] == {"blocks.0": "recompute", "blocks.1": "chain", "blocks.2": "chain", "blocks.3": "keep"}
     again = Plan.load(plan.save(tmp_path / "chained.json"))
     assert again == plan and again.digest == plan.digest
     assert again.digest != Plan.from_list(UNITS4, ["recompute"] * 3 + ["keep"], "fp").digest
     assert plan.summary() == "chain 2, recompute 1, keep 1"
+
+
+def test_a_light_plan_round_trips_as_version_4_and_older_readers_are_told_to_upgrade(tmp_path: Path) -> None:
+    plan = Plan.from_list(UNITS4, ["light", "selective", "keep", "light"], "fp")
+    data = json.loads(plan.to_json())
+    assert data["schema_version"] == 4 == SCHEMA_VERSION
+    again = Plan.load(plan.save(tmp_path / "light.json"))
+    assert again == plan and again.digest == plan.digest and again.actions["blocks.0"] is Action.LIGHT
+    assert Plan.from_list(UNITS4, ["recompute", "chain", "light", "keep"], "fp").schema_version == 4
+    assert Plan.from_list(UNITS4, ["selective", "keep", "keep", "keep"], "fp").schema_version == 1  # as before
+
+
+def test_an_unknown_action_to_search_is_one_line_naming_the_actions() -> None:
+    from env.data.errors import CkptSearchError
+    from search.records.config import SearchConfig
+
+    with pytest.raises(CkptSearchError) as e:
+        SearchConfig(actions=["keep", "lite"]).validate()
+    one_line_error(e, "--actions lite is not an action", "selective, offload, chain, chunked, light")
+    assert SearchConfig(actions=["keep", "light"]).validate().actions == ["keep", "light"]
+    assert "light" not in SearchConfig().actions  # searched where asked for: each profiled action costs steps
 
 
 def test_regions_are_a_recompute_and_the_chains_after_it() -> None:

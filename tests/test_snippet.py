@@ -20,6 +20,7 @@ from search import apply_plan
 from search.training.snippet import merge_imports, plan_snippet
 
 MIXED = ["recompute", "selective", "keep", "recompute"]
+GRADED = ["light", "selective", "keep", "light"]  # 'light': the graded selective checkpoint
 
 
 def _load(snippet: str) -> dict:
@@ -84,10 +85,11 @@ def test_snippet_loads_as_a_module_by_name_and_from_its_path(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_snippet_gives_the_same_gradients_and_peak_as_apply_plan():
+@pytest.mark.parametrize("actions", [MIXED, GRADED], ids=["mixed", "light"])
+def test_snippet_gives_the_same_gradients_and_peak_as_apply_plan(actions):
     w_plan, w_snip, w_none = (load_workload("gpt/tiny", seed=0) for _ in range(3))
     units = find_units(w_plan.model)
-    plan = plan_for(w_plan.model, units, MIXED)
+    plan = plan_for(w_plan.model, units, actions)
     remove = _load(plan_snippet(plan))["apply_checkpoint_plan"](w_snip.model)
     handle = apply_plan(w_plan.model, plan)
     g_none, g_plan, g_snip = _grads(w_none), _grads(w_plan), _grads(w_snip)

@@ -17,8 +17,9 @@ the agents, the cost model and the exact solver walk it (a region is a decision 
 the one before it); the JSON stays unit -> action; and a plan without chains is exactly what
 it was (same JSON, same digest). A plan with chains is written as schema version 2, so that a
 ckpt-search that cannot run chains says "upgrade" instead of "unknown action"; one with
-``chunked`` (the loss unit's head and loss over chunks of tokens) as version 3; versions 1 to 3
-are read. Which units can chain is the model's business (each unit's input must be the
+``chunked`` (the loss unit's head and loss over chunks of tokens) as version 3, one with ``light`` (the graded
+selective checkpoint, ``env.runtime.apply.LIGHT_SAVED_OPS``) as version 4; versions 1 to 4 are read.
+Which units can chain is the model's business (each unit's input must be the
 previous unit's output): ``env.runtime.chains`` finds out, ``env.runtime.apply`` refuses a
 region over units that do not.
 """
@@ -38,8 +39,11 @@ from env.data.errors import PlanError
 if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
     import torch.nn as nn
 
-SCHEMA_VERSION = 3  # the newest plan schema this version reads and writes: 2 adds 'chain', 3 'chunked'
-READ_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4  # the newest plan schema this version reads and writes: 2 adds 'chain', 3 'chunked', 4 'light'
+READ_VERSIONS = (1, 2, 3, 4)
+# the first schema version with each action (an action not listed is in version 1): a plan is written as the newest
+# of its actions' versions, so that a ckpt-search that cannot run one says "upgrade" instead of "unknown action"
+ACTION_VERSIONS: dict[str, int] = {"chain": 2, "chunked": 3, "light": 4}
 
 
 class Action(str, Enum):
@@ -51,6 +55,7 @@ class Action(str, Enum):
     OFFLOAD = "offload"  # store them in pinned CPU memory (CUDA only)
     CHAIN = "chain"  # recomputed with the unit before it as one region, which keeps only the region's input
     CHUNKED = "chunked"  # a loss unit (env.workloads.lm_loss.LMLoss): head and loss over chunks of tokens, each recomputed
+    LIGHT = "light"  # as selective, and store the normalizations' and softmaxes' outputs too: recompute only the cheapest ops
 
     def __str__(self) -> str:
         return self.value
@@ -154,9 +159,9 @@ class Plan(BaseModel):
 
     @property
     def schema_version(self) -> int:
-        """1 for a plan without chains or chunks (readable by every version), 2 with chains, 3 with 'chunked'."""
-        used = set(self.actions.values())
-        return 3 if Action.CHUNKED in used else 2 if Action.CHAIN in used else 1
+        """1 for a plan without chains, chunks or 'light' (readable by every version), else the newest of its
+        actions' versions (``ACTION_VERSIONS``: 2 with chains, 3 with 'chunked', 4 with 'light')."""
+        return max((ACTION_VERSIONS.get(a.value, 1) for a in self.actions.values()), default=1)
 
     @classmethod
     def uniform(cls, units: Iterable[str], action: Action | str, fp: str) -> "Plan":

@@ -96,7 +96,7 @@ def _timed(workload: Workload, optimizer: torch.optim.Optimizer, units: Sequence
         times.setdefault(name, []).append((ns[b] - ns[a]) / 1e9)
 
 
-DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add CHAIN for chain regions, CHUNKED for a loss unit
+DEFAULT_ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)  # add LIGHT (graded selective), CHAIN for chain regions, CHUNKED for a loss unit
 
 
 def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] = DEFAULT_ACTIONS,
@@ -156,7 +156,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     return prof
 
 
-UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE)
+UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT)
 
 
 def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:

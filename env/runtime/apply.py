@@ -16,9 +16,9 @@ not is refused in one line naming the pair, when the step reaches them
 Correctness rules, all tested:
 - ``use_reentrant=False`` and ``preserve_rng_state=True``: dropout masks are replayed, so a
   plan never changes the gradients.
-- ``selective`` never serves a call that draws random numbers from its saved outputs (``draws_random``:
-  attention with dropout, whose fused CUDA kernels draw their own mask): the recompute replays the draws
-  in the forward's order, and one skipped draw would give every later dropout another mask.
+- ``selective`` and ``light`` never serve a call that draws random numbers from their saved outputs
+  (``draws_random``: attention with dropout, whose fused CUDA kernels draw their own mask): the recompute
+  replays the draws in the forward's order, and one skipped draw would give every later dropout another mask.
 - Recomputing a unit runs its forward again, which would update BatchNorm's running
   statistics twice; every recompute restores the unit's buffers to what they were, so model
   state is as it would be without checkpointing.
@@ -50,6 +50,13 @@ SAVED_OPS: frozenset = frozenset(
         getattr(_aten, "_scaled_dot_product_cudnn_attention", None) and _aten._scaled_dot_product_cudnn_attention.default,
         _aten._scaled_dot_product_flash_attention_for_cpu.default,
     ) if op is not None
+)
+# Outputs that 'light' saves besides: the normalizations and softmaxes, whose recompute reads a whole row per
+# output; what it recomputes (the pointwise ops: activations, residual sums, scalings, dropout) is the cheapest per
+# byte. Batch norm is left out: an in-place activation after it (ReLU(inplace=True)) would change a saved output.
+LIGHT_SAVED_OPS: frozenset = SAVED_OPS | frozenset(
+    getattr(_aten, name).default for name in ("native_layer_norm", "_softmax", "_safe_softmax", "_log_softmax")
+    if hasattr(_aten, name)
 )
 _MARK = "_ckpt_search_action"
 Compiler = Callable[[Callable[..., Any], bool], Callable[..., Any]]  # (a unit's forward, recomputed?) -> compiled
@@ -104,10 +111,20 @@ def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Checkpoin
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
-def _eager_contexts(selective: bool, *modules: nn.Module) -> tuple[Any, Any]:
-    """``context_fn`` of eager units: the policy's contexts, and the units' buffers restored after a recompute."""
-    if selective:
-        fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(_selective_policy)
+def _light_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    """``light``, the graded selective checkpoint: save the outputs of ``LIGHT_SAVED_OPS`` (``SAVED_OPS`` and the
+    normalizations and softmaxes) and recompute the rest (pointwise ops, dropout, views, copies), with the same
+    rule for random draws as ``_selective_policy``: a call that draws is recomputed, so the draws replay in order."""
+    if op in LIGHT_SAVED_OPS and not draws_random(op, args, kwargs):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _eager_contexts(policy: Callable[..., CheckpointPolicy] | None, *modules: nn.Module) -> tuple[Any, Any]:
+    """``context_fn`` of eager units: the save policy's contexts (None: save nothing), and the units' buffers
+    restored after a recompute."""
+    if policy is not None:
+        fwd_ctx, recompute_ctx = create_selective_checkpoint_contexts(policy)
     else:
         fwd_ctx, recompute_ctx = contextlib.nullcontext(), contextlib.nullcontext()
     return fwd_ctx, _restore_after(recompute_ctx, *modules)
@@ -141,7 +158,8 @@ class Keep(Policy):
 
 
 class Recompute(Policy):
-    """Full checkpoint of the unit; ``selective`` keeps the outputs of ``SAVED_OPS``.
+    """Full checkpoint of the unit, or with ``policy`` a selective one: ``selective`` keeps the outputs of
+    ``SAVED_OPS`` (``_selective_policy``), ``light`` those of ``LIGHT_SAVED_OPS`` (``_light_policy``).
 
     Under ``torch.compile`` the wrapper traces into one graph (no graph break, ``fullgraph=True``
     works): dynamo turns ``checkpoint`` into a tagged region and the partitioner recomputes it in
@@ -151,19 +169,19 @@ class Recompute(Policy):
     buffer updates once, from the forward, and replays random ops with the forward's RNG state.
     """
 
-    def __init__(self, selective: bool = False) -> None:
-        self.selective = selective
-        self.action = Action.SELECTIVE if selective else Action.RECOMPUTE
+    def __init__(self, action: Action = Action.RECOMPUTE,
+                 policy: Callable[..., CheckpointPolicy] | None = None) -> None:
+        self.action, self.policy = action, policy
 
     def wrap(self, module: nn.Module, forward: Callable[..., Any]) -> Callable[..., Any]:
-        selective = self.selective
+        policy = self.policy
 
         @functools.wraps(forward)
         def checkpointed(*args: Any, **kwargs: Any) -> Any:
             if not torch.compiler.is_compiling():
-                context_fn = functools.partial(_eager_contexts, selective, module)
-            elif selective:  # a partial made here: dynamo reads it as a constant (a global function it does not)
-                context_fn = functools.partial(create_selective_checkpoint_contexts, _selective_policy)
+                context_fn = functools.partial(_eager_contexts, policy, module)
+            elif policy is not None:  # a partial made here: dynamo reads it as a constant (a global function it does not)
+                context_fn = functools.partial(create_selective_checkpoint_contexts, policy)
             else:
                 return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True, **kwargs)
             return checkpoint(forward, *args, use_reentrant=False, preserve_rng_state=True,
@@ -258,7 +276,7 @@ class Region:
                 out = checkpoint(run, args[0], use_reentrant=False, preserve_rng_state=True)
             else:
                 out = checkpoint(run, args[0], use_reentrant=False, preserve_rng_state=True,
-                                 context_fn=functools.partial(_eager_contexts, False, *modules))
+                                 context_fn=functools.partial(_eager_contexts, None, *modules))
             state.output, state.next = out, 1
             return out
 
@@ -306,7 +324,8 @@ def _call_shape(args: tuple, kwargs: dict) -> str:
 
 
 POLICIES: dict[Action, Policy] = {
-    Action.KEEP: Keep(), Action.RECOMPUTE: Recompute(), Action.SELECTIVE: Recompute(selective=True),
+    Action.KEEP: Keep(), Action.RECOMPUTE: Recompute(),
+    Action.SELECTIVE: Recompute(Action.SELECTIVE, _selective_policy), Action.LIGHT: Recompute(Action.LIGHT, _light_policy),
     Action.OFFLOAD: Offload(), Action.CHUNKED: Chunked(),
 }
 
@@ -391,7 +410,7 @@ def _wrap(module: nn.Module, action: Action, compile_unit: Compiler | None) -> C
     policy = POLICIES[action]
     if compile_unit is None:
         return policy.wrap(module, module.forward)
-    if action in (Action.RECOMPUTE, Action.SELECTIVE):  # the compiler sees the checkpoint: it recomputes in
+    if action in (Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT):  # the compiler sees the checkpoint: it recomputes in
         return compile_unit(policy.wrap(module, module.forward), True)  # its backward graph; a policy sees the ops
     compiled = compile_unit(module.forward, False)
     return policy.wrap(module, compiled) or compiled

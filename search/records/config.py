@@ -27,8 +27,19 @@ from typing import Annotated, Any, Literal, Sequence, get_type_hints
 import tyro
 
 from env.data.errors import CkptSearchError, WorkloadError
+from env.data.plan import ACTION_NAMES
 from env.data.types import RewardMode
 from env.workloads.spec import MATMUL_PRECISIONS, PRECISIONS, fold_precision
+
+
+def check_actions(actions: Sequence[str]) -> None:
+    """Refuse, in one line, ``--actions`` naming an action that does not exist or lacking ``keep``."""
+    unknown = [a for a in actions if a not in ACTION_NAMES]
+    if unknown:
+        raise CkptSearchError(f"--actions {unknown[0]} is not an action; choose from {', '.join(ACTION_NAMES)}")
+    if "keep" not in actions:
+        raise CkptSearchError(f"--actions {' '.join(actions)} lacks 'keep': the baseline every saving is "
+                              "relative to; add keep")
 
 
 def _help_from_docstrings(cls: type) -> type:
@@ -67,8 +78,10 @@ class SearchConfig:
     max_units: int = 32
     """most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)"""
     actions: list[str] = field(default_factory=lambda: ["keep", "recompute", "selective", "chain", "chunked"])
-    """actions searched per unit (offload needs CUDA; chain recomputes a run of units that chain as one region; chunked
-    runs a loss unit's head and loss over chunks of tokens, where the model has one)"""
+    """actions searched per unit (offload needs CUDA; selective saves matmul/conv/attention outputs and recomputes the
+    rest; light saves the normalizations' and softmaxes' outputs too and recomputes only the cheapest ops, one more
+    action to profile, so not in the default; chain recomputes a run of units that chain as one region; chunked runs a
+    loss unit's head and loss over chunks of tokens, where the model has one)"""
     agents: int = 4
     """PPO agents, one per memory budget spread from the smallest reachable peak to the baseline"""
     timesteps: int = 2048
@@ -236,9 +249,7 @@ def _check_values(cfg: SearchConfig) -> None:
                                   f"got {value}")
     if not cfg.units:
         raise CkptSearchError("--units needs at least one: auto, blocks, sub-blocks, or module FQNs / globs")
-    if "keep" not in cfg.actions:
-        raise CkptSearchError(f"--actions {' '.join(cfg.actions)} lacks 'keep': the baseline every saving is "
-                              "relative to; add keep")
+    check_actions(cfg.actions)
     bad = [b for b in cfg.peer_budgets if not 0.0 <= b <= 1.0]
     if bad:
         raise CkptSearchError(f"--peer-budgets {bad[0]} is outside 0.0-1.0; give activation_memory_budget values "

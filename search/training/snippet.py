@@ -2,7 +2,7 @@
 
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
-``env/runtime/apply.py`` (the policy classes with what each action needs, ``check_preconditions``, the chain regions, the saved-op list of ``selective``,
+``env/runtime/apply.py`` (the policy classes with what each action needs, ``check_preconditions``, the chain regions, the saved-op lists of ``selective`` and ``light``,
 the buffer restore during recompute), of ``env/runtime/offload.py`` (the overlapped offload: side stream,
 events, pinned buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``),
 read with ``ast``.
@@ -31,7 +31,7 @@ from env.data.plan import Plan
 
 # Top-level definitions of env/runtime/apply.py that the snippet carries, in source order.
 APPLY_NAMES: tuple[str, ...] = (
-    "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "_eager_contexts", "_restore_after",
+    "_aten", "SAVED_OPS", "_restore_buffers", "draws_random", "_selective_policy", "LIGHT_SAVED_OPS", "_light_policy", "_eager_contexts", "_restore_after",
     "Policy", "Keep", "Recompute", "Offload", "is_loss_unit", "Chunked", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
     "_on_cuda", "check_preconditions", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
