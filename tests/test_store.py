@@ -141,3 +141,16 @@ def test_a_store_of_an_unknown_schema_is_refused_in_one_line(tmp_path: Path) -> 
         store.write(meta.STORE_SCHEMA_VERSION, 9)
     with pytest.raises(StoreError, match=r"schema version 9, this ckpt-search reads 2 and 3; open it with"):
         RunStore(tmp_path)
+
+
+def test_a_schema_2_store_with_a_damaged_throughput_blob_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    _v2_store(tmp_path)
+    with sqlite3.connect(tmp_path / STORE_NAME) as conn:
+        conn.execute("UPDATE meta SET value = '[1]' WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,))
+    conn.close()
+    with pytest.raises(StoreError, match=r"holds a meta 'throughput_measured' that is not .*nothing was changed"):
+        RunStore(tmp_path)
+    conn = sqlite3.connect(tmp_path / STORE_NAME)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(evaluations)")]
+    assert "micro_batch" not in columns and conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 1
+    conn.close()

@@ -163,28 +163,10 @@ class RunStore:
                 self.conn.close()
                 self.conn = copy
                 self.conn.row_factory = sqlite3.Row
-            self._migrate_from_2()
+            _migrate_from_2(self.conn)
         elif version is not None and version != SCHEMA_VERSION:
             raise StoreError(f"run store '{path}' has schema version {version}, this ckpt-search reads 2 and "
                              f"{SCHEMA_VERSION}; open it with the version that wrote it")
-
-    def _migrate_from_2(self) -> None:
-        """A store of schema version 2 brought to 3 in one transaction: ``evaluations`` gains ``micro_batch`` (its
-        rows are at the workload's own batch, 0), and the throughput search's measurements, kept in the meta key
-        ``throughput_measured`` there, become rows of it at their micro-batches; the meta key is removed."""
-        now = time.time()
-        with self.conn:
-            self.conn.execute("BEGIN")  # the table's rebuild too: sqlite3 begins none before DDL
-            self.conn.execute("ALTER TABLE evaluations RENAME TO evaluations_v2")
-            self.conn.execute(_EVALUATIONS)
-            self.conn.execute(f"INSERT INTO evaluations({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM evaluations_v2")
-            self.conn.execute("DROP TABLE evaluations_v2")
-            for r in self.read(meta.THROUGHPUT_MEASURED):
-                m = r["record"]
-                self._insert(m.model_copy(update={"sources": _proposers([], m.sources)}), r["micro_batch"], now)
-            self.conn.execute("DELETE FROM meta WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,))
-            self.conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                              (meta.STORE_SCHEMA_VERSION.name, meta.STORE_SCHEMA_VERSION.dumps(SCHEMA_VERSION)))
 
     def close(self) -> None:
         self.conn.close()
@@ -255,14 +237,6 @@ class RunStore:
             self.conn.execute("UPDATE evaluations SET proposers = ? WHERE id = ?",
                               (json.dumps(json.loads(row["proposers"]) + [source]), row["id"]))
 
-    def _insert(self, m: MeasuredPlan, micro_batch: int, now: float) -> None:
-        """A measured configuration's first row, everything in one statement."""
-        self.conn.execute(
-            "INSERT INTO evaluations(plan_digest, micro_batch, actions, proposers, measured, record, peak_bytes, "
-            "step_seconds, clock, oom, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
-            (m.digest, micro_batch, json.dumps(m.actions), json.dumps(m.sources), m.model_dump_json(), m.peak_bytes,
-             None if m.oom else m.step_seconds, m.clock, int(m.oom), now, now))
-
     def record(self, m: MeasuredPlan, micro_batch: int = 0) -> MeasuredPlan:
         """Add a measurement to its row at ``micro_batch`` (0: the workload's own batch), merged with those before
         (``MeasuredPlan.merged``); returns the row's whole record. One statement: the row's insert, or its update.
@@ -274,7 +248,7 @@ class RunStore:
             row = self._row(m.digest, micro_batch)
             if row is None:
                 first = m.model_copy(update={"sources": _proposers([], m.sources)})
-                self._insert(first, micro_batch, now)
+                _insert(self.conn, first, micro_batch, now)
                 return first
             before = json.loads(row["proposers"])
             proposers = _proposers(before, m.sources)
@@ -344,6 +318,41 @@ class RunStore:
 
     def snapshots(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]
+
+
+def _migrate_from_2(conn: sqlite3.Connection) -> None:
+    """A store of schema version 2 brought to 3 in one transaction: ``evaluations`` gains ``micro_batch`` (its
+    rows are at the workload's own batch, 0), and the throughput search's measurements, kept in the meta key
+    ``throughput_measured`` there, become rows of it at their micro-batches; the meta key is removed."""
+    now = time.time()
+    with conn:
+        conn.execute("BEGIN")  # the table's rebuild too: sqlite3 begins none before DDL
+        conn.execute("ALTER TABLE evaluations RENAME TO evaluations_v2")
+        conn.execute(_EVALUATIONS)
+        conn.execute(f"INSERT INTO evaluations({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM evaluations_v2")
+        conn.execute("DROP TABLE evaluations_v2")
+        blob = conn.execute("SELECT value FROM meta WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,)).fetchone()
+        try:
+            measured = meta.THROUGHPUT_MEASURED.loads(blob[0]) if blob else []
+        except (ValidationError, json.JSONDecodeError) as e:
+            raise StoreError(f"run store of schema version 2 holds a meta 'throughput_measured' that is not "
+                             f"{_type_name(meta.THROUGHPUT_MEASURED)} ({_first_error(e)}); nothing was changed: "
+                             "open it with the version that wrote it, or start a new run") from None
+        for r in measured:
+            m = r["record"]
+            _insert(conn, m.model_copy(update={"sources": _proposers([], m.sources)}), r["micro_batch"], now)
+        conn.execute("DELETE FROM meta WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,))
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                     (meta.STORE_SCHEMA_VERSION.name, meta.STORE_SCHEMA_VERSION.dumps(SCHEMA_VERSION)))
+
+
+def _insert(conn: sqlite3.Connection, m: MeasuredPlan, micro_batch: int, now: float) -> None:
+    """A measured configuration's first row, everything in one statement."""
+    conn.execute(
+        "INSERT INTO evaluations(plan_digest, micro_batch, actions, proposers, measured, record, peak_bytes, "
+        "step_seconds, clock, oom, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+        (m.digest, micro_batch, json.dumps(m.actions), json.dumps(m.sources), m.model_dump_json(), m.peak_bytes,
+         None if m.oom else m.step_seconds, m.clock, int(m.oom), now, now))
 
 
 def has_all(stored: MeasuredPlan, m: MeasuredPlan) -> bool:
