@@ -327,7 +327,7 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
         frontier=frontier, frontier_source=source, timing_noise=noise, memory_tolerance_bytes=tolerance, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
         batch_scaling=with_measured(store.read(meta.BATCH_SCALING),
-                                    [(r["micro_batch"], r["record"]) for r in store.read(meta.THROUGHPUT_MEASURED)]),
+                                    store.measured_at_micro_batches()),
         batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
         snapshots=pd.DataFrame(store.snapshots()), peers=peers,
         headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),

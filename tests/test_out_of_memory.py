@@ -97,7 +97,8 @@ def test_a_throughput_search_whose_ladder_climbs_past_what_the_allocator_gives_f
     assert main(args) == 0
     run = tmp_path / "t"
     with RunStore(run / STORE_NAME, readonly=True) as store:
-        curve, book = store.read(meta.THROUGHPUT), store.read(meta.THROUGHPUT_MEASURED)
+        curve = store.read(meta.THROUGHPUT)
+        book = [{"micro_batch": b, "record": m} for b, m in store.measured_at_micro_batches()]
         assert store.read(meta.STATUS) == "finished"
     assert curve is not None and all(row.answer is not None for row in curve.caps)
     assert all(row.answer.micro_batch <= 12 for row in curve.caps)

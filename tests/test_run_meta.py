@@ -31,7 +31,7 @@ def _record(digest: str = "peer:hf-checkpointing", oom: bool = False) -> Measure
 
 
 SAMPLES = {  # one value of every declared key, as a run writes it
-    "store_schema_version": 2,
+    "store_schema_version": 3,
     "config": {"workload": "gpt/tiny", "agents": 2, "reward": "hybrid"},
     "status": "interrupted",
     "driver": {"pid": 4242, "host": "node-a"},
@@ -109,7 +109,7 @@ def test_a_key_never_written_reads_as_declared(tmp_path):
         assert s.read(meta.RULES) == {} and s.read(meta.EXACT) == [] and s.read(meta.PEERS) == {}
         assert s.read(meta.PROFILE) is None and s.read(meta.DECIDED_FROM) is None and s.read(meta.STATUS) is None
         assert s.read(meta.MEASUREMENT_MODE) == ""
-        assert s.read(meta.STORE_SCHEMA_VERSION) == 2  # every store says its schema
+        assert s.read(meta.STORE_SCHEMA_VERSION) == 3  # every store says its schema
 
 
 def test_an_unknown_key_is_refused_in_one_line(tmp_path):

@@ -46,7 +46,7 @@ def test_a_memory_cap_search_answers_each_cap_with_a_measured_plan_that_fits(run
     far = set(curve.profiled_batches) - {2}  # the second profile, taken while the ladder was found: a power of two
     assert len(far) == 1 and far.pop() in {1, 4, 8}  # up to FIT_SPAN times the own batch (early_fit_batch)
     with RunStore(run_dir, readonly=True) as store:
-        measured = {(r["micro_batch"], r["record"].digest): r["record"] for r in store.read(meta.THROUGHPUT_MEASURED)}
+        measured = {(b, m.digest): m for b, m in store.measured_at_micro_batches()}
         assert store.read(meta.STATUS) == "finished"
     for row in curve.caps:
         ours = row.answer
@@ -147,7 +147,7 @@ def test_a_cap_no_plan_fits_fails_in_one_line_naming_the_lowest_measured_peak(tm
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     with RunStore(tmp_path / "low", readonly=True) as store:
         assert store.read(meta.STATUS).startswith("failed: memory cap 0.1 MiB: no plan fits")
-        lowest = min(r["record"].peak_bytes for r in store.read(meta.THROUGHPUT_MEASURED) if r["micro_batch"] == 1)
+        lowest = min(m.peak_bytes for b, m in store.measured_at_micro_batches() if b == 1)
     assert len(err) == 1 and f"memory cap 0.1 MiB: no plan fits; the lowest measured peak is {lowest / MIB:.1f} MiB" \
         in err[0] and "at micro-batch 1" in err[0]
 

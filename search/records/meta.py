@@ -261,7 +261,8 @@ THROUGHPUT_PROFILES: MetaKey[dict[int, ModelProfile]] = _key(
     dict)
 THROUGHPUT_MEASURED: MetaKey[list[BatchRecord]] = _key(
     "throughput_measured", list[BatchRecord],
-    "Every plan and peer the throughput search measured, per micro-batch (the measurements that chose).", list)
+    "A store of schema version 2 only: every plan and peer its throughput search measured, per micro-batch; "
+    "opening the store moves them into ``evaluations`` (a row per micro-batch) and removes the key.", list)
 THROUGHPUT: MetaKey[ThroughputCurve | None] = _key(
     "throughput", ThroughputCurve | None,
     "The throughput search's answer per memory cap beside the peers, as quoted; None until it finished.")

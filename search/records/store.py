@@ -4,11 +4,13 @@ Tables:
 - ``meta``: key -> JSON value, each key declared with its type in ``search.records.meta``
   (``config``, ``profile``, ``units``, ``status``, ``rules``, ...) and read and written through
   ``read``/``write``.
-- ``evaluations``: one row per distinct plan (``plan_digest`` unique): its actions, everyone who
-  proposed it (``env.data.types.PlanSource``: ``agent_<i>``, ``rule:<name>``, ``exact``; first
-  first), its cost-model prediction, and once measured its ``env.data.measured.MeasuredPlan``
-  (peak, samples, the clock that took them, device, ...); a repeat measurement merges into the
-  same record.
+- ``evaluations``: one row per measured configuration, a plan (or peer) at a micro-batch
+  (``(plan_digest, micro_batch)`` unique; ``micro_batch`` 0 is the workload's own batch, as the search
+  measures it, and a throughput search's rows name the micro-batch they were measured at, 1 or more):
+  its actions, everyone who proposed it (``env.data.types.PlanSource``: ``agent_<i>``, ``rule:<name>``,
+  ``exact``; first first), its cost-model prediction, and once measured its
+  ``env.data.measured.MeasuredPlan`` (peak, samples, the clock that took them, device, ...); a repeat
+  measurement merges into the same row, and a first one is one row written once.
 - ``progress``: one row per agent: timesteps done, episodes, best reward, status.
 - ``snapshots``: the frontier over time (evaluations so far, frontier size, hypervolume).
 
@@ -37,13 +39,13 @@ from search.records.ranking import Ranking
 T = TypeVar("T")
 
 STORE_NAME = "store.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: evaluations keyed by (plan_digest, micro_batch); 2 kept throughput measurements in meta
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+_EVALUATIONS = """
 CREATE TABLE IF NOT EXISTS evaluations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    plan_digest TEXT NOT NULL UNIQUE,
+    plan_digest TEXT NOT NULL,
+    micro_batch INTEGER NOT NULL DEFAULT 0, -- 0: the workload's own batch; else the micro-batch measured at
     actions TEXT NOT NULL,              -- JSON list of action names, one per unit (units in meta)
     proposers TEXT NOT NULL DEFAULT '[]', -- everyone who proposed it, first first (JSON list)
     predicted_peak_bytes INTEGER,
@@ -54,9 +56,16 @@ CREATE TABLE IF NOT EXISTS evaluations (
     step_seconds REAL,                  -- median of the record's samples
     clock TEXT,                         -- which clock timed the samples
     oom INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL, updated_at REAL NOT NULL
+    created_at REAL NOT NULL, updated_at REAL NOT NULL,
+    UNIQUE (plan_digest, micro_batch)
 );
-CREATE TABLE IF NOT EXISTS progress (
+"""
+_V2_COLUMNS = ("id, plan_digest, actions, proposers, predicted_peak_bytes, predicted_step_seconds, measured, record, "
+               "peak_bytes, step_seconds, clock, oom, created_at, updated_at")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+""" + _EVALUATIONS + """CREATE TABLE IF NOT EXISTS progress (
     agent TEXT PRIMARY KEY, budget_bytes INTEGER, budget_low_bytes INTEGER, timesteps INTEGER NOT NULL DEFAULT 0,
     total_timesteps INTEGER, episodes INTEGER NOT NULL DEFAULT 0, best_reward REAL,
     status TEXT NOT NULL DEFAULT 'running', restarts INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL
@@ -147,9 +156,17 @@ class RunStore:
             ) from None
         if version is None and not readonly:
             self.write(meta.STORE_SCHEMA_VERSION, SCHEMA_VERSION)
+        elif version == 2:
+            if readonly:  # the file is left as it is: its readers see it migrated in memory
+                copy = sqlite3.connect(":memory:", check_same_thread=False)
+                self.conn.backup(copy)
+                self.conn.close()
+                self.conn = copy
+                self.conn.row_factory = sqlite3.Row
+            _migrate_from_2(self.conn)
         elif version is not None and version != SCHEMA_VERSION:
-            raise StoreError(f"run store '{path}' has schema version {version}, this ckpt-search reads {SCHEMA_VERSION}; "
-                             "open it with the version that wrote it")
+            raise StoreError(f"run store '{path}' has schema version {version}, this ckpt-search reads 2 and "
+                             f"{SCHEMA_VERSION}; open it with the version that wrote it")
 
     def close(self) -> None:
         self.conn.close()
@@ -193,63 +210,80 @@ class RunStore:
 
     # -- evaluations --------------------------------------------------------------------------
     def propose(self, digest: str, actions: list[str], source: str, predicted_peak_bytes: int | None = None,
-                predicted_step_seconds: float | None = None) -> None:
-        """Insert a plan, or add ``source`` to its proposers; a prediction replaces the last one."""
+                predicted_step_seconds: float | None = None, micro_batch: int = 0) -> None:
+        """Insert a plan at ``micro_batch`` (0: the workload's own batch), or add ``source`` to its proposers; a
+        prediction replaces the last one."""
         now = time.time()
         with self.conn:
-            self._propose(digest, actions, source, now)
+            self._propose(digest, micro_batch, actions, source, now)
             if predicted_peak_bytes is not None:
                 self.conn.execute(
                     "UPDATE evaluations SET predicted_peak_bytes = ?, predicted_step_seconds = ?, updated_at = ? "
-                    "WHERE plan_digest = ?", (predicted_peak_bytes, predicted_step_seconds, now, digest))
+                    "WHERE plan_digest = ? AND micro_batch = ?",
+                    (predicted_peak_bytes, predicted_step_seconds, now, digest, micro_batch))
 
-    def _propose(self, digest: str, actions: list[str], source: str, now: float) -> sqlite3.Row:
-        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+    def _row(self, digest: str, micro_batch: int) -> sqlite3.Row | None:
+        return self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ? AND micro_batch = ?",
+                                 (digest, micro_batch)).fetchone()
+
+    def _propose(self, digest: str, micro_batch: int, actions: list[str], source: str, now: float) -> None:
+        row = self._row(digest, micro_batch)
         if row is None:
             self.conn.execute(
-                "INSERT INTO evaluations(plan_digest, actions, proposers, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-                (digest, json.dumps(actions), json.dumps([source] if source else []), now, now))
+                "INSERT INTO evaluations(plan_digest, micro_batch, actions, proposers, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (digest, micro_batch, json.dumps(actions), json.dumps([source] if source else []), now, now))
         elif source and source not in json.loads(row["proposers"]):
-            self.conn.execute("UPDATE evaluations SET proposers = ? WHERE plan_digest = ?",
-                              (json.dumps(json.loads(row["proposers"]) + [source]), digest))
-        return self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+            self.conn.execute("UPDATE evaluations SET proposers = ? WHERE id = ?",
+                              (json.dumps(json.loads(row["proposers"]) + [source]), row["id"]))
 
-    def record(self, m: MeasuredPlan) -> MeasuredPlan:
-        """Add a measurement to its plan's row (merged with those before, ``MeasuredPlan.merged``); returns the
-        plan's whole record. Idempotent by measurement id: a measurement whose ids the row holds already (it
-        arrives as a job's answer and again from its Evaluator's journal, docs/measurement.md#how-a-measurement-
-        reaches-the-store) writes nothing, not even its row's record again; only a proposer new to the row is
-        added."""
+    def record(self, m: MeasuredPlan, micro_batch: int = 0) -> MeasuredPlan:
+        """Add a measurement to its row at ``micro_batch`` (0: the workload's own batch), merged with those before
+        (``MeasuredPlan.merged``); returns the row's whole record. One statement: the row's insert, or its update.
+        Idempotent by measurement id: a measurement whose ids the row holds already (it arrives as a job's answer
+        and again from its Evaluator's journal, docs/measurement.md#how-a-measurement-reaches-the-store) writes
+        nothing, not even its row's record again; only a proposer new to the row is added."""
         now = time.time()
         with self.conn:
-            row = None
-            for source in m.sources or [""]:
-                row = self._propose(m.digest, m.actions, source, now)
-            assert row is not None
+            row = self._row(m.digest, micro_batch)
+            if row is None:
+                first = m.model_copy(update={"sources": _proposers([], m.sources)})
+                _insert(self.conn, first, micro_batch, now)
+                return first
+            before = json.loads(row["proposers"])
+            proposers = _proposers(before, m.sources)
             old = MeasuredPlan.model_validate_json(row["record"]) if row["record"] else None
-            merged = old.merged(m) if old is not None else m
-            merged = merged.model_copy(update={"sources": json.loads(row["proposers"])})
+            merged = (old.merged(m) if old is not None else m).model_copy(update={"sources": proposers})
             if old is not None and has_all(old, m):
+                if proposers != before:
+                    self.conn.execute("UPDATE evaluations SET proposers = ? WHERE id = ?",
+                                      (json.dumps(proposers), row["id"]))
                 return merged
             self.conn.execute(
-                "UPDATE evaluations SET measured = 1, record = ?, peak_bytes = ?, step_seconds = ?, clock = ?, oom = ?, "
-                "updated_at = ? WHERE plan_digest = ?",
-                (merged.model_dump_json(), merged.peak_bytes, None if merged.oom else merged.step_seconds,
-                 merged.clock, int(merged.oom), now, m.digest))
+                "UPDATE evaluations SET proposers = ?, measured = 1, record = ?, peak_bytes = ?, step_seconds = ?, "
+                "clock = ?, oom = ?, updated_at = ? WHERE id = ?",
+                (json.dumps(proposers), merged.model_dump_json(), merged.peak_bytes,
+                 None if merged.oom else merged.step_seconds, merged.clock, int(merged.oom), now, row["id"]))
         return merged
 
-    def get(self, digest: str) -> StoredPlan | None:
-        row = self.conn.execute("SELECT * FROM evaluations WHERE plan_digest = ?", (digest,)).fetchone()
+    def get(self, digest: str, micro_batch: int = 0) -> StoredPlan | None:
+        row = self._row(digest, micro_batch)
         return _row_to_plan(row) if row else None
 
     def plans(self) -> list[StoredPlan]:
-        """Every plan proposed, in the order first proposed."""
-        return [_row_to_plan(r) for r in self.conn.execute("SELECT * FROM evaluations ORDER BY id")]
+        """Every plan proposed at the workload's own batch, in the order first proposed."""
+        return [_row_to_plan(r) for r in self.conn.execute("SELECT * FROM evaluations WHERE micro_batch = 0 ORDER BY id")]
 
     def measured(self) -> list[MeasuredPlan]:
-        """Every measured plan's record, in the order first proposed."""
-        q = "SELECT * FROM evaluations WHERE measured = 1 ORDER BY id"
+        """Every measured plan's record at the workload's own batch, in the order first proposed."""
+        q = "SELECT * FROM evaluations WHERE measured = 1 AND micro_batch = 0 ORDER BY id"
         return [m for r in self.conn.execute(q) if (m := _row_to_plan(r).measurement) is not None]
+
+    def measured_at_micro_batches(self) -> list[tuple[int, MeasuredPlan]]:
+        """Every plan and peer a throughput search measured, with the micro-batch it was measured at, in the order
+        first measured."""
+        q = "SELECT * FROM evaluations WHERE measured = 1 AND micro_batch > 0 ORDER BY id"
+        return [(r["micro_batch"], m) for r in self.conn.execute(q) if (m := _row_to_plan(r).measurement) is not None]
 
     def baseline(self) -> MeasuredPlan | None:
         """The baseline's (all keep) record as measured; None before it is."""
@@ -261,7 +295,8 @@ class RunStore:
         return Ranking(self.baseline(), self.read(meta.DECIDED_FROM), self.read(meta.CONFIRMED_FROM))
 
     def count(self, measured_only: bool = False) -> int:
-        q = "SELECT COUNT(*) FROM evaluations" + (" WHERE measured = 1" if measured_only else "")
+        """The plans at the workload's own batch (``measured_only``: those measured)."""
+        q = "SELECT COUNT(*) FROM evaluations WHERE micro_batch = 0" + (" AND measured = 1" if measured_only else "")
         return int(self.conn.execute(q).fetchone()[0])
 
     # -- progress and snapshots ---------------------------------------------------------------
@@ -285,9 +320,49 @@ class RunStore:
         return [dict(r) for r in self.conn.execute("SELECT * FROM snapshots ORDER BY id")]
 
 
+def _migrate_from_2(conn: sqlite3.Connection) -> None:
+    """A store of schema version 2 brought to 3 in one transaction: ``evaluations`` gains ``micro_batch`` (its
+    rows are at the workload's own batch, 0), and the throughput search's measurements, kept in the meta key
+    ``throughput_measured`` there, become rows of it at their micro-batches; the meta key is removed."""
+    now = time.time()
+    with conn:
+        conn.execute("BEGIN")  # the table's rebuild too: sqlite3 begins none before DDL
+        conn.execute("ALTER TABLE evaluations RENAME TO evaluations_v2")
+        conn.execute(_EVALUATIONS)
+        conn.execute(f"INSERT INTO evaluations({_V2_COLUMNS}) SELECT {_V2_COLUMNS} FROM evaluations_v2")
+        conn.execute("DROP TABLE evaluations_v2")
+        blob = conn.execute("SELECT value FROM meta WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,)).fetchone()
+        try:
+            measured = meta.THROUGHPUT_MEASURED.loads(blob[0]) if blob else []
+        except (ValidationError, json.JSONDecodeError) as e:
+            raise StoreError(f"run store of schema version 2 holds a meta 'throughput_measured' that is not "
+                             f"{_type_name(meta.THROUGHPUT_MEASURED)} ({_first_error(e)}); nothing was changed: "
+                             "open it with the version that wrote it, or start a new run") from None
+        for r in measured:
+            m = r["record"]
+            _insert(conn, m.model_copy(update={"sources": _proposers([], m.sources)}), r["micro_batch"], now)
+        conn.execute("DELETE FROM meta WHERE key = ?", (meta.THROUGHPUT_MEASURED.name,))
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
+                     (meta.STORE_SCHEMA_VERSION.name, meta.STORE_SCHEMA_VERSION.dumps(SCHEMA_VERSION)))
+
+
+def _insert(conn: sqlite3.Connection, m: MeasuredPlan, micro_batch: int, now: float) -> None:
+    """A measured configuration's first row, everything in one statement."""
+    conn.execute(
+        "INSERT INTO evaluations(plan_digest, micro_batch, actions, proposers, measured, record, peak_bytes, "
+        "step_seconds, clock, oom, created_at, updated_at) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
+        (m.digest, micro_batch, json.dumps(m.actions), json.dumps(m.sources), m.model_dump_json(), m.peak_bytes,
+         None if m.oom else m.step_seconds, m.clock, int(m.oom), now, now))
+
+
 def has_all(stored: MeasuredPlan, m: MeasuredPlan) -> bool:
     """Whether every measurement in ``m`` is merged into ``stored`` already (by id; one without ids never is)."""
     return bool(m.measurement_ids) and set(m.measurement_ids) <= set(stored.measurement_ids)
+
+
+def _proposers(before: list[str], sources: list[str]) -> list[str]:
+    """``before`` and then each named source new to it, once, in order."""
+    return list(dict.fromkeys([*before, *(s for s in sources if s)]))
 
 
 def _type_name(key: MetaKey[Any]) -> str:

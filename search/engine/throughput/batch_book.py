@@ -1,9 +1,9 @@
 """What a throughput search measured at each micro-batch, and how it gets measurements there.
 
 ``BatchBook`` keeps every plan and peer measured at a micro-batch, merged per (micro-batch, digest),
-and writes it to the run store (meta ``throughput_measured``) as each arrives, so a resumed run
-measures nothing again. It is apart from the run's own records (``Ledger``), which hold plans at the
-workload's own batch, keyed by digest alone.
+each one row of the run store's ``evaluations`` at its micro-batch, written as it arrives (a repeat updates
+that row), so a resumed run measures nothing again. The run's own records (``Ledger``) are the rows at the
+workload's own batch (micro-batch 0) of the same table.
 
 ``BatchMeasurer`` measures ``BatchJob``s on whichever Evaluator is free (``EvaluatorPool.run_jobs``):
 ``measure`` skips what the book has (unless ``again``) and records each result, timing no step where the
@@ -22,47 +22,40 @@ from typing import Any, Callable, Sequence
 from env.data.measured import MeasuredPlan
 from env.measure.peers import Peer
 from search.engine.evaluator_pool import EvaluatorPool
-from search.records import meta
 from search.records.meta import BatchRecord
 from search.records.store import RunStore
 
 
 class BatchBook:
-    """Measurements per (micro-batch, digest), every repeat merged; persisted in the run store."""
+    """Measurements per (micro-batch, digest), every repeat merged; each one row of the run store."""
 
     def __init__(self, store: RunStore) -> None:
         self.store = store
         self.records: dict[tuple[int, str], MeasuredPlan] = {
-            (r["micro_batch"], r["record"].digest): r["record"] for r in store.read(meta.THROUGHPUT_MEASURED)}
+            (b, m.digest): m for b, m in store.measured_at_micro_batches()}
 
     def get(self, micro_batch: int, digest: str) -> MeasuredPlan | None:
         return self.records.get((micro_batch, digest))
 
     def record(self, got: BatchRecord) -> MeasuredPlan:
-        """A measurement into the book (merged with the earlier ones of its plan there) and the store."""
+        """A measurement into the book and its row of the store (merged there with the earlier ones of its plan at
+        its micro-batch, ``RunStore.record``)."""
         b, m = got["micro_batch"], got["record"]
-        key = (b, m.digest)
-        self.records[key] = self.records[key].merged(m) if key in self.records else m
-        self._save()
-        return self.records[key]
+        if b < 1:
+            raise ValueError(f"a throughput measurement's micro-batch must be 1 or more, not {b}: 0 names the "
+                             "workload's own batch in the run store; record it through the Ledger")
+        self.records[(b, m.digest)] = self.store.record(m, micro_batch=b)
+        return self.records[(b, m.digest)]
 
     def credit(self, sources: dict[tuple[int, str], str]) -> None:
         """Each ``source`` named among those who proposed the plan the book holds at its (micro-batch, digest),
-        written once for all (it was measured there before under another name: on hf/llama the ladder's probe
-        measured all keep at micro-batch 2 before the agent and the exact solver proposed it, and the lowest
-        cap's row showed neither proposer's best)."""
-        changed = False
-        for key, source in sources.items():
-            m = self.records[key]
+        (it may have been measured there before under another name, so that the configuration's row would name
+        neither proposer); only the rows that gain a proposer are written."""
+        for (b, digest), source in sources.items():
+            m = self.records[(b, digest)]
             if source and source not in m.sources:
-                self.records[key] = m.model_copy(update={"sources": [*m.sources, source]})
-                changed = True
-        if changed:
-            self._save()
-
-    def _save(self) -> None:
-        self.store.write(meta.THROUGHPUT_MEASURED,
-                         [{"micro_batch": k[0], "record": r} for k, r in self.records.items()])
+                self.records[(b, digest)] = m.model_copy(update={"sources": [*m.sources, source]})
+                self.store.propose(digest, m.actions, source, micro_batch=b)
 
     def at(self, micro_batch: int) -> list[MeasuredPlan]:
         return [r for (b, _), r in self.records.items() if b == micro_batch]
