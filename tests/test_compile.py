@@ -356,6 +356,7 @@ def test_compile_scope_both_measures_frontier_and_rules_whole_model_and_shows_th
 
     assert main(["--workload", "gpt/tiny", "--compile", "--compile-scope", "both", "--agents", "1",
                  "--timesteps", "128", "--chunk-timesteps", "128", "--max-measurements", "8", "--repeats", "1",
+                 "--peers", "none",  # each peer would compile too; the peers' compiled runs: tests/test_peers.py
                  "--no-progress", "--no-batch-scaling", "--out", str(tmp_path), "--name", "both"]) == 0
     run_dir = tmp_path / "both"
     front = json.loads((run_dir / "frontier.json").read_text())
