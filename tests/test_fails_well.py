@@ -19,7 +19,7 @@ from agents.ppo import AgentConfig
 from search.records import meta
 from search.records.config import SearchConfig
 from search.records.store import STORE_NAME, RunStore, StoreError
-from tests.test_search_run import _wait_for
+from tests.test_search_run_faults import _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
