@@ -254,34 +254,23 @@ def test_apply_plan_given_a_run_folder_says_which_file_to_give(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_exported_chained_plan_keeps_its_peak_and_gradients_as_json_and_as_a_snippet(tmp_path):
-    run_dir = tmp_path / "runs" / "gpt-tiny-chained"
-    frontier = _run_folder(run_dir, GPT, [["keep"] * 4, ["recompute", "chain", "chain", "keep"]])
+@pytest.mark.parametrize("name, actions, unit, action, version", [
+    ("chained", ["recompute", "chain", "chain", "keep"], "blocks.1", Action.CHAIN, 2),
+    ("light", ["light", "light", "keep", "light"], "blocks.0", Action.LIGHT, 4),  # the graded selective action
+])
+def test_an_exported_plan_keeps_its_peak_and_gradients_as_json_and_as_a_snippet(tmp_path, name, actions, unit, action,
+                                                                                  version):
+    """A chained plan and a 'light' one through export: a plan file of its schema version, and a snippet, each with
+    the run's peak and the gradients of no plan, in a fresh process."""
+    run_dir = tmp_path / "runs" / f"gpt-tiny-{name}"
+    frontier = _run_folder(run_dir, GPT, [["keep"] * 4, actions])
     budget, expected = _budget_below_baseline(frontier)
-    assert expected.plan["blocks.1"] is Action.CHAIN
+    assert expected.plan[unit] is action
     for fmt, mode in (("json", "apply"), ("py", "snippet")):
         out = tmp_path / f"plan.{fmt}"
         assert main([str(run_dir), "--budget-mb", str(budget), "--format", fmt, "--out", str(out)]) == 0
         if fmt == "json":
-            assert json.loads(out.read_text())["schema_version"] == 2 and Plan.load(out) == frontier.plan(expected)
-        got = _child(mode, GPT, out)
-        assert got["peak_bytes"] == expected.peak_bytes  # CPU peaks are exact
-        assert got["n_grads"][0] == got["n_grads"][1] > 0 and got["max_grad_diff"] == 0.0
-
-
-@pytest.mark.slow
-def test_an_exported_light_plan_keeps_its_peak_and_gradients_as_json_and_as_a_snippet(tmp_path):
-    """'light' (the graded selective action) through export: a version 4 plan file, and a snippet, each with the
-    run's peak and the gradients of no plan, in a fresh process."""
-    run_dir = tmp_path / "runs" / "gpt-tiny-light"
-    frontier = _run_folder(run_dir, GPT, [["keep"] * 4, ["light", "light", "keep", "light"]])
-    budget, expected = _budget_below_baseline(frontier)
-    assert expected.plan["blocks.0"] is Action.LIGHT
-    for fmt, mode in (("json", "apply"), ("py", "snippet")):
-        out = tmp_path / f"plan.{fmt}"
-        assert main([str(run_dir), "--budget-mb", str(budget), "--format", fmt, "--out", str(out)]) == 0
-        if fmt == "json":
-            assert json.loads(out.read_text())["schema_version"] == 4 and Plan.load(out) == frontier.plan(expected)
+            assert json.loads(out.read_text())["schema_version"] == version and Plan.load(out) == frontier.plan(expected)
         got = _child(mode, GPT, out)
         assert got["peak_bytes"] == expected.peak_bytes  # CPU peaks are exact
         assert got["n_grads"][0] == got["n_grads"][1] > 0 and got["max_grad_diff"] == 0.0
