@@ -162,18 +162,14 @@ def estimates_markdown(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> 
     """What the peers that plan on estimates (auto-SAC) predicted of themselves against what was measured: a saving
     of peak memory (theirs against their own unplanned estimate, ours against the measured baseline) and the
     recompute time (the measured step less the baseline's)."""
-    cells = []
-    for r in rows:
-        v = PeerVerdict.model_validate(r)
-        if v.estimate is None or v.measured is None:
-            continue
-        e, m = v.estimate, v.measured
-        cells.append((v.peer, f"{e.saving:.0%}", f"{1 - m.peak_bytes / baseline['peak_bytes']:.0%}",
-                      f"{e.estimated_recompute_seconds * 1e3:.1f}", f"{(m.step_seconds - baseline['step_seconds']) * 1e3:.1f}"))
-    if not cells:
+    estimated = [v for r in rows if (v := PeerVerdict.model_validate(r)).estimate and v.measured]
+    if not estimated:
         return []
-    how = next(PeerVerdict.model_validate(r).estimate.estimated_on for r in rows  # type: ignore[union-attr]
-               if PeerVerdict.model_validate(r).estimate is not None)
+    cells = [(v.peer, f"{v.estimate.saving:.0%}", f"{1 - v.measured.peak_bytes / baseline['peak_bytes']:.0%}",
+              f"{v.estimate.estimated_recompute_seconds * 1e3:.1f}",
+              f"{(v.measured.step_seconds - baseline['step_seconds']) * 1e3:.1f}")
+             for v in estimated if v.estimate and v.measured]
+    how = estimated[0].estimate.estimated_on  # type: ignore[union-attr]
     return ["", f"What the peers that plan on estimates predicted of themselves, against what was measured ({how}):",
             ""] + table_lines(("peer", "estimated saving", "measured saving", "estimated recompute ms",
                                "measured step - baseline, ms"), cells, "lrrrr")
