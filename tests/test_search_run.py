@@ -113,9 +113,10 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert verdicts["checkpoint-sequential-2"]["verdict"] != "faster"  # a plan of ours cannot beat our frontier
         op = peers["torchtitan-op-sac"]["record"]
         assert op.n_measurements == 1 + remeasured.count(op.digest) + confirmed.count(op.digest)
-        assert remeasured.count(op.digest) == DECIDING_MEASUREMENTS and confirmed.count(op.digest) == 2
+        assert remeasured.count(op.digest) >= DECIDING_MEASUREMENTS and confirmed.count(op.digest) >= 2
+        # the answer its verdict names (as ranked after the passes) was measured in the same confirming passes
         answer = verdicts["torchtitan-op-sac"]["ours"]["digest"]
-        assert confirmed[confirmed.index(op.digest) - 1] == answer or answer in confirmed
+        assert confirmed.count(answer) >= CONFIRMING_MEASUREMENTS
         scaling = s.read(meta.BATCH_SCALING)
         assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
         fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too

@@ -45,12 +45,15 @@ def measure_peers(ctx: RunContext) -> None:
 
 
 def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int) -> list[str | Peer]:
-    """``todo`` (digests of measured plans) with each peer that the passes so far (``done``) measured less than
-    ``limit`` times placed right after the plan that answers it (our fastest plan of the strict frontier at no
-    more memory): a peer measured as itself, and a peer that is a plan of ours as that plan (unless it answers
-    itself). The answer is put in where ``todo`` lacks it and the passes measured it less than ``limit`` times
-    (else the peer goes last: its answer is measured in these passes already). Peers that ran out of memory,
-    and those with no plan of ours as low, are left out."""
+    """``todo`` (digests of measured plans) with each peer placed right after the plan that answers it (our
+    fastest plan of the strict frontier at no more memory) until the passes so far (``done``) measured both the
+    peer and that answer ``limit`` times: a peer measured as itself, and a peer that is a plan of ours as that
+    plan (unless it answers itself). The answer is taken as ranked now: where the passes' measurements moved it
+    to a plan they measured less than ``limit`` times, the peer is measured again beside the new answer, so that
+    the answer its verdict names was measured in the same passes (the passes end: an answer is added only while
+    it has fewer than ``limit``). The answer is put in where ``todo`` lacks it and the passes measured it less
+    than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that
+    ran out of memory, and those with no plan of ours as low, are left out."""
     ledger = ctx.ledger
     front = ledger.frontier()
     entries = ledger.store.read(meta.PEERS)
@@ -59,7 +62,7 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
         entry, answer = entries[name], answer_to(m, front)
         item: str | Peer | None = entry.get("plan") or (Peer.model_validate(entry["spec"]) if entry.get("spec") else None)
         if item is None or m.oom or answer is None or answer.digest == m.digest or item in out \
-                or done.count(item_key(item)) >= limit:
+                or min(done.count(item_key(item)), done.count(answer.digest)) >= limit:
             continue
         if answer.digest not in out and done.count(answer.digest) < limit:
             out.append(answer.digest)
