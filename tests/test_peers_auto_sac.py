@@ -116,6 +116,31 @@ def test_a_budget_outside_zero_to_one_is_refused_in_one_line(tiny) -> None:
     one_line_error(e, "budget=1.5", "between 0.0", "1.0")
 
 
+@needs_pulp
+def test_a_budget_where_auto_sac_has_no_policy_is_offered_unmeasured_with_why() -> None:
+    """On cnn/tiny, torch's per-module ILP for the first conv block has no solution at discard ratio 1.0 (its
+    in-place ReLU must be saved with its parent, and the module may save nothing), where
+    ``get_optimal_checkpointing_policy_per_module`` returns no decisions: one line. A peer that carries that line is
+    offered as it is, and ``measurable`` leaves it out with it, so that a search goes on without it (a search once
+    ended there, installing it). Which budgets meet that ratio moves with the op times the ILP is given."""
+    from env.measure import auto_sac
+    from env.measure.peers import decided, measurable
+
+    cnn = load_workload("cnn/tiny")
+    a = auto_sac._analysis(cnn)
+    first = next(f for f in a.sac_stats if f.endswith(".features.0"))
+    assert len(auto_sac.per_op(a.sac_stats[first], 0.0, "features.0", 1.0, "cnn/tiny")) == len(
+        a.sac_stats[first].func_names)  # nothing discarded: a decision per op
+    with pytest.raises(auto_sac.NoAutoSacPlan) as e:
+        auto_sac.per_op(a.sac_stats[first], 1.0, "features.0", 0.0, "cnn/tiny")
+    one_line_error(e, "no per-op policy for 'features.0'", "discard ratio 1.00", "pick another budget")
+    none = torch_auto_sac_peer(0.0).model_copy(update={"params": {"budget": 0.0, "no_plan": str(e.value)}})
+    some = decided(cnn, torch_auto_sac_peer(1.0))
+    assert decided(cnn, none) is none and "decided" in some.params  # not solved again
+    kept, lines = measurable([none, some])
+    assert kept == [some] and lines == [f"peer auto-sac-0.0 not measured: {e.value}"]
+
+
 def test_a_policy_refuses_an_op_its_estimator_did_not_see() -> None:
     """The decisions are per op in the estimator's order: an op that is not the one seen there is refused."""
     from torch.utils.checkpoint import checkpoint

@@ -65,6 +65,11 @@ def missing() -> str | None:
     return None
 
 
+class NoAutoSacPlan(WorkloadError):
+    """auto-SAC has no decisions at a budget on a model: its ILP (for the model or one of its modules) has no
+    solution there. A peer at that budget is not measured (``env.measure.peers.decided``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AutoSacPlan:
     """What auto-SAC decided at one budget, and what it estimates of it (beside what is measured)."""
@@ -125,18 +130,30 @@ def solve(workload: Workload, budget: float) -> AutoSacPlan:
 
 def _solved(a: _Analysis, budget: float, spec: str) -> AutoSacPlan:
     from torch.distributed._tools.ilp_utils import parse_module_info
-    from torch.distributed._tools.sac_ilp import get_optimal_checkpointing_policy_per_module, sac_milp
+    from torch.distributed._tools.sac_ilp import sac_milp
 
     memory = int(a.floor_bytes + budget * (a.unplanned_peak_bytes - a.floor_bytes))
     decisions, recompute_ms, peak = sac_milp(parse_module_info(copy.deepcopy(a.info)), memory_budget=memory / _GIB)
     if peak < 0:
-        raise WorkloadError(f"auto-SAC finds no plan at budget {budget} ({memory} bytes) on workload "
+        raise NoAutoSacPlan(f"auto-SAC finds no plan at budget {budget} ({memory} bytes) on workload "
                             f"'{spec}'; pick a larger budget")
-    saves = {_model_fqn(f): tuple(get_optimal_checkpointing_policy_per_module(a.sac_stats[f], 1.0 - r))
-             for f, r in decisions.items()}
+    saves = {_model_fqn(f): per_op(a.sac_stats[f], r, _model_fqn(f), budget, spec) for f, r in decisions.items()}
     ops = {_model_fqn(f): tuple(a.sac_stats[f].func_names) for f in decisions}
     return AutoSacPlan(budget, memory, {_model_fqn(f): r for f, r in decisions.items()}, saves, ops, peak,
                        recompute_ms / 1e3, a.unplanned_peak_bytes, a.estimated_on)
+
+
+def per_op(stats: SACStats, discard: float, module: str, budget: float, spec: str) -> tuple[int, ...]:
+    """torch's per-op decisions for ``module`` at a discard ratio (``get_optimal_checkpointing_policy_per_module``),
+    one per op: 1 saved, 0 recomputed. Where that ILP has no solution torch returns none (a module whose in-place
+    op must be saved with its parent, told to save nothing): ``NoAutoSacPlan``."""
+    from torch.distributed._tools.sac_ilp import get_optimal_checkpointing_policy_per_module
+
+    saved = get_optimal_checkpointing_policy_per_module(stats, 1.0 - discard)
+    if len(saved) != len(stats.func_names):
+        raise NoAutoSacPlan(f"auto-SAC finds no per-op policy for '{module}' at budget {budget} on workload '{spec}' "
+                            f"(its per-module ILP has no solution at discard ratio {discard:.2f}); pick another budget")
+    return tuple(saved)
 
 
 @contextlib.contextmanager

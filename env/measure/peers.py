@@ -169,9 +169,22 @@ def decided(workload: Workload, peer: Peer) -> Peer:
     """The peer with its decisions made once and carried (``params['decided']``, ``AutoSacPlan.to_json``) where it
     is auto-SAC, whose ILP decides from op times measured as it runs: solved again in another process, its plan
     could move between the search's measurements and a quote. Other peers, as they are."""
-    if peer.kind is not PeerKind.TORCH_AUTO_SAC or "decided" in peer.params:
+    if peer.kind is not PeerKind.TORCH_AUTO_SAC or "decided" in peer.params or "no_plan" in peer.params:
         return peer
-    return peer.model_copy(update={"params": {**peer.params, "decided": auto_sac_plan(workload, peer).to_json()}})
+    from env.measure.auto_sac import NoAutoSacPlan
+
+    try:
+        plan = auto_sac_plan(workload, peer)
+    except NoAutoSacPlan as e:  # offered as it is, with why it has no decisions: never measured (``measurable``)
+        return peer.model_copy(update={"params": {**peer.params, "no_plan": str(e)}})
+    return peer.model_copy(update={"params": {**peer.params, "decided": plan.to_json()}})
+
+
+def measurable(peers: Sequence[Peer]) -> tuple[list[Peer], list[str]]:
+    """The ``peers`` that can be measured, and a line for each that cannot (auto-SAC with no decisions at its
+    budget on this model, ``decided``): a peer the tool it comes from cannot apply is not a measurement."""
+    lines = [f"peer {p.name} not measured: {p.params['no_plan']}" for p in peers if "no_plan" in p.params]
+    return [p for p in peers if "no_plan" not in p.params], lines
 
 
 # where torch's estimators cannot run as shipped (they need CUDA), what the ILP is given instead (env.measure.auto_sac)

@@ -13,7 +13,7 @@ from typing import Any
 
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
-from env.measure.peers import Peer, kinds_selected
+from env.measure.peers import Peer, kinds_selected, measurable
 from search.engine import ray_session
 from search.engine.context import RunContext
 from search.records import meta
@@ -29,8 +29,11 @@ def measure_peers(ctx: RunContext) -> None:
         return
     done = set(ctx.ledger.store.read(meta.PEERS))
     first = ctx.measurer.pool.first
-    offered = [p for p in ray_session.get(first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets)))
-               if p.name not in done]
+    offered, lines = measurable([p for p in ray_session.get(first.peers.remote(list(kinds),
+                                                                               list(ctx.cfg.peer_budgets)))
+                                 if p.name not in done])
+    for line in lines:
+        ctx.ledger.note(line)
     if not offered:
         return
     codec = ctx.ledger.codec

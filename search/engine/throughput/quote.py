@@ -21,7 +21,7 @@ from agents.baselines import baseline_rules
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from env.measure.peers import Peer, PeerKind, kinds_selected
+from env.measure.peers import PeerKind, kinds_selected, measurable
 from search.engine import ray_session
 from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
 from search.engine.context import RunContext
@@ -65,7 +65,9 @@ def contenders_for(ctx: RunContext) -> list[Contender]:
     kinds = kinds_selected(ctx.cfg.peers)
     if kinds:
         offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
-        peers: list[Peer] = ray_session.get(offered)
+        peers, lines = measurable(ray_session.get(offered))
+        for line in lines:
+            ctx.ledger.note(line)
         if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
             out = [c for c in out if c.name != "rule:segments_2"]
         out += [Contender(p.digest, p.label, None, p) for p in peers]
