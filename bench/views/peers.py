@@ -171,6 +171,45 @@ def peers_headlines(r: Result) -> list[Headline]:
                      measured(r, quotes[0][0]["clock"], max(loads)))]
 
 
+def _verdict_in_words(verdict: str | None, ratio: float | None) -> str:
+    if verdict is None:
+        return ""
+    return verdict if ratio is None or verdict in ("the same plan", "out of memory") else f"{verdict}, {ratio:.2f}x"
+
+
+def default_checked_table(r: Result) -> str:
+    """Per default search: its cost in baseline steps, and each peer's verdict in its report beside the quote's."""
+    out = []
+    for k, w in enumerate(r["workloads"], 1):
+        q = w["quote"]
+        said = {p["peer"]: p for p in w["peers"]}
+        rows = []
+        for p in q["peers"]:
+            s = said.get(p["peer"], {})
+            ours = p["ours"]
+            quoted = (_verdict_in_words(p.get("verdict"), p.get("time_ratio_peer_over_ours")) if ours
+                      else "the same plan" if s.get("verdict") == "the same plan" else "no plan of ours as low")
+            rows.append((p["peer"], _verdict_in_words(s.get("verdict"), s.get("ratio")), quoted,
+                         ("yes" if p.get("contradicted") else "no") if "contradicted" in p else "-"))
+        steps = f"{w['baseline_steps']:.0f}" if w.get("baseline_steps") else "?"
+        out += [f"Run {k}: {w['wall_seconds']:.0f} s = {steps} baseline steps of "
+                f"{w['baseline']['step_seconds'] * 1e3:.1f} ms (load {w['load_average_1']:.1f} before it); quote: "
+                f"{q['samples_per_plan']} samples a plan ({w['clock']} clock, load {q['load_average_1']:.1f}).", "",
+                table(["peer", "the run's report (peer / ours)", "the quote apart (peer / ours)", "contradicted"],
+                      rows), ""]
+    return "\n".join(out)
+
+
+def default_checked_summary(r: Result) -> list[str]:
+    runs = [w for w in r["workloads"] if w.get("quote")]
+    checked = [p for w in runs for p in w["quote"]["peers"] if "contradicted" in p]
+    against = [p for p in checked if p["contradicted"]]
+    steps = [w["baseline_steps"] for w in runs if w.get("baseline_steps")]
+    return [f"{len(runs)} default searches: {len(checked)} verdicts of \"peer faster\" or \"peer slower\" in their "
+            f"reports, each checked by a quote apart; {len(against)} contradicted"
+            + (f"; each search took {min(steps):.0f}-{max(steps):.0f} baseline steps" if steps else "") + "."]
+
+
 def peers_probe_table(r: Result) -> str:
     rows = [(x["name"], f"{x['peak_mb']:.2f}", f"{x['activation_mb']:.2f}", f"{x['step_ms']:.1f}", f"{x['spread_ms']:.1f}",
              "" if x["compile_s"] is None else f"{x['compile_s']:.1f}", x.get("note", "")[:60]) for x in r["rows"]]
@@ -194,6 +233,13 @@ VIEWS = [
          "dropout, where the compile budgets keep the gradients, so that every budget there counts against our plans.",
          "python bench/peers.py --compile", peers_table, peers_summary,
          peers_headlines),
+    View("peers_default", "The default search's verdicts, checked", "The README's first command as it is "
+         "(`python -m search.run`, its default peers), run several times; the verdict its report gives each peer "
+         "(faster or slower only beyond both spreads, else within noise) beside a quote apart: one fresh Evaluator "
+         "measures the peer and the plan the report answered it with in interleaved rounds. A verdict is "
+         "contradicted where the quote says the opposite beyond both spreads.",
+         "python bench/peers.py --default --workloads gpt/small gpt/small gpt/small gpt/small gpt/small --rounds 5",
+         default_checked_table, default_checked_summary),
     View("peers_probe", "Compiled training, probed", "Peak and step time of one workload eager (no checkpointing, "
          "our recompute-all plan) and compiled (`activation_memory_budget` per row, our recompute-all plan applied "
          "then compiled), each compiled row from an empty inductor cache, rows measured one after the other.",

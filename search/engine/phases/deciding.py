@@ -73,10 +73,10 @@ def confirming_passes(ctx: RunContext) -> None:
     """The passes, as the module says: every plan on the frontier of all plans but the baseline (whose
     measurements are the references) measured until it has ``CONFIRMING_MEASUREMENTS`` in them, a pass
     at a time, alternating peak order and its reverse, with a reference on every Evaluator after every
-    ``CONFIRMING_STRETCH`` plans each (``close_references``; a throughput search measures on several, and with
-    three plans between references in all, each of two measured one or two and then waited): the machine's
-    speed moved by 30% within 20 plans of a 48-unit search,
-    and a plan is ranked against the references nearest to it. Store meta ``confirmed_from`` (where they
+    ``CONFIRMING_STRETCH`` plans each, counted on from one pass into the next, and after the last
+    (``close_references``; a throughput search measures on several, and with three plans between references in
+    all, each of two measured one or two and then waited): a plan is ranked against the references nearest to
+    it, and the machine's speed moves within a run (docs/measurement.md, "Ranking and drift: why"). Store meta ``confirmed_from`` (where they
     began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
     plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
     and with it, a plan the passes left out within the old noise was shown unconfirmed)."""
@@ -86,16 +86,22 @@ def confirming_passes(ctx: RunContext) -> None:
     noise = timing_noise(ledger.points())
     ledger.store.write(meta.CONFIRMING_NOISE, noise)
     done: list[str] = []
-    passes = 0
+    passes = since = 0  # since: plans measured after the last reference, counted on across passes
     stretch = CONFIRMING_STRETCH * ctx.measurer.evaluators  # per Evaluator: they share the plans between
     while todo := side_by_side_peers(ctx, [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
                                            if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS],
                                      done, CONFIRMING_MEASUREMENTS):
         order = todo[::-1] if passes % 2 else todo
-        for k in range(0, len(order), stretch):
-            done = _remeasure(ctx, order[k:k + stretch], done, meta.CONFIRMED)
-            close_references(ctx)
+        while order:
+            take, order = order[:stretch - since], order[stretch - since:]
+            done = _remeasure(ctx, take, done, meta.CONFIRMED)
+            since += len(take)
+            if since >= stretch:
+                close_references(ctx)
+                since = 0
         passes += 1
+    if since:  # the last plans get a reference after them too
+        close_references(ctx)
 
 
 def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:
