@@ -94,7 +94,7 @@ class Options:
     timesteps: int = 512
     memory_cap: Sequence[float] = ()  # MiB; a throughput search when given
     device: str = "auto"
-    evaluators: int = 1
+    evaluators: int = 0  # one per --measure-threads cores, at most 2 (the CLI's 0)
     precision: str = "32"  # Lightning's names (--precision); "32" is the CLI's default
 
 

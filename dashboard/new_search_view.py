@@ -45,7 +45,7 @@ def _form() -> tuple[str, Options]:
     c = st.columns(3)
     agents = int(c[0].number_input("agents", min_value=1, value=2, help=_help("agents")))
     timesteps = int(c[1].number_input("timesteps per agent", min_value=1, value=512, help=_help("timesteps")))
-    evaluators = int(c[2].number_input("CPU evaluators", min_value=1, value=1, help=_help("evaluators")))
+    evaluators = int(c[2].number_input("CPU evaluators", min_value=0, value=0, help=_help("evaluators")))
     c = st.columns(3)
     caps = c[0].text_input("memory caps (MiB, optional)", value="", help=_help("memory_cap"))
     device = c[1].selectbox("device", DEVICES, help=_help("device"))

@@ -69,7 +69,8 @@ def test_resuming_a_damaged_store_is_one_line_and_leaves_the_file_as_it_was(tmp_
 
 
 TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
-        "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--peers", "none"]
+        "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--peers", "none",
+        "--evaluators", "1"]
 
 
 @pytest.mark.slow

@@ -141,6 +141,24 @@ def test_a_budget_where_auto_sac_has_no_policy_is_offered_unmeasured_with_why() 
     assert kept == [some] and lines == [f"peer auto-sac-0.0 not measured: {e.value}"]
 
 
+@needs_pulp
+def test_a_model_torchs_estimators_fail_on_has_no_auto_sac_peer_and_says_why_in_one_line() -> None:
+    """On transformers' Llama torch's ``aggregate_stats`` looks up a pre-backward snapshot ``MemTracker`` never took
+    (KeyError): every auto-SAC peer there is offered with that line and not measured, and the estimators run once."""
+    pytest.importorskip("transformers")
+    from env.measure import auto_sac
+    from env.measure.peers import decided, measurable
+
+    llama = load_workload("hf/llama?n_layer=1")
+    peers = [decided(llama, torch_auto_sac_peer(b)) for b in (0.0, 0.5)]
+    kept, lines = measurable(peers)
+    assert kept == [] and len(lines) == 2
+    for line in lines:
+        assert "torch's auto-SAC cannot analyse workload 'hf/llama?n_layer=1'" in line and "KeyError" in line
+        assert "aggregate_stats" in line and "\n" not in line
+    assert isinstance(next(iter(auto_sac._ANALYSES[llama.model].values())), auto_sac.NoAutoSacPlan)  # kept, once
+
+
 def test_a_policy_refuses_an_op_its_estimator_did_not_see() -> None:
     """The decisions are per op in the estimator's order: an op that is not the one seen there is refused."""
     from torch.utils.checkpoint import checkpoint

@@ -13,10 +13,10 @@ from tests.test_drift import _m, _three_units
 
 def test_a_peer_whose_answer_moved_after_its_passes_is_measured_again_beside_the_new_answer(tmp_path) -> None:
     """All keep at 100 bytes; plan R (recompute unit 0) at 80 bytes; plan S (recompute unit 1) at 85 bytes;
-    a peer measured as itself at 90 bytes. While R is the fastest plan at no more than 90 bytes, the peer goes
+    a peer measured as itself at 90 bytes; plan T (recompute unit 2), a peer that is a plan of ours, at 88 bytes. While R is the fastest plan at no more than 90 bytes, the peer goes
     right after it, until both were measured twice; then S's measurements make S the answer, and the peer is
     measured again right after S until S too was measured twice."""
-    setup, (keep, r, s), (d_keep, d_r, d_s) = _three_units("KKK", "RKK", "KRK")
+    setup, (keep, r, s, t), (d_keep, d_r, d_s, d_t) = _three_units("KKK", "RKK", "KRK", "KKR")
     led = Ledger(setup, RunStore(tmp_path))
     led.record(_m(d_keep, keep, [0.9], [], "e:1", peak=100, source="rule:none"))
     led.set_baseline(d_keep)
@@ -41,3 +41,11 @@ def test_a_peer_whose_answer_moved_after_its_passes_is_measured_again_beside_the
     assert side_by_side_peers(ctx, [], done + [d_s, "peer:op"], 2) == []
     # a peer whose answer is measured often enough in these passes, but the peer itself not: the peer goes last
     assert side_by_side_peers(ctx, [d_r], [d_s, d_s], 2) == [d_r, peer]
+    # a peer that is a plan of ours (plan T, off the frontier) is measured at most twice in the passes, as every
+    # plan is; where its answer moved to a plan measured less, that plan is put in without it
+    led.record(_m(d_t, t, [1.2], [], "e:6", peak=88))
+    led.record_peer_plan("seq", d_t, "", "T as a peer")
+    both = [d_s, d_s, "peer:op", "peer:op"]
+    assert side_by_side_peers(ctx, [], [d_t, *both], 2) == [d_t]  # T once: measured again beside S
+    assert side_by_side_peers(ctx, [], [d_t, d_t, d_s, "peer:op", "peer:op"], 2) == [d_s, peer]  # S in, T not
+    assert side_by_side_peers(ctx, [], [d_t, d_t, *both], 2) == []

@@ -25,7 +25,7 @@ from search.records.store import RunStore
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 TINY = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "256", "--chunk-timesteps", "128",
-        "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling"]
+        "--max-measurements", "14", "--repeats", "2", "--no-progress", "--no-batch-scaling", "--evaluators", "1"]
 
 
 def _run_cli(args: list[str], timeout: float = 300, **kw) -> subprocess.CompletedProcess:
@@ -180,7 +180,8 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())
     args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chunk-timesteps", "256",
             "--max-measurements", "12", "--repeats", "1", "--no-progress", "--no-batch-scaling", "--reward", "model",
-            "--seed", "0", "--out", str(tmp_path), "--name", "pin", "--units", "blocks"]  # the profile's units
+            "--seed", "0", "--out", str(tmp_path), "--name", "pin", "--units", "blocks",  # the profile's units
+            "--evaluators", "1"]
     run = tmp_path / "pin"
     run.mkdir()
     with RunStore(run / "store.sqlite") as s:

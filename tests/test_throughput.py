@@ -23,7 +23,12 @@ from env.runtime.apply import plan_for
 from env.units.choice import resolve_units
 from env.workloads.batching import batching_for, resize_inputs, tokens_per_sample
 from env.workloads.workload import load_workload
-from search.engine.evaluator_pool import THROUGHPUT_EVALUATORS_MOST, throughput_evaluators
+from search.engine.evaluator_pool import (
+    SEARCH_EVALUATORS_MOST,
+    THROUGHPUT_EVALUATORS_MOST,
+    cpu_evaluators,
+    throughput_evaluators,
+)
 from search.engine.phases.throughput import FIT_SPAN, fit_batch
 from search.engine.throughput.caps import ThroughputError, find_ladder, resolve_caps
 from search.engine.throughput.peers import Contender, FitSearch, largest_fitting, largest_under
@@ -248,6 +253,25 @@ def test_a_cap_no_plan_fits_is_one_line_naming_the_lowest_measured_peak():
         resolve_caps([], None)
     assert resolve_caps([], 80 * 2**30) == [72 * 2**30]  # the device's memory less 10%
     assert resolve_caps([60, 30.5], None) == [int(30.5 * MIB), 60 * MIB]
+
+
+def test_a_search_measures_on_one_cpu_evaluator_per_core_at_most_two():
+    """--evaluators 0 (the default): both cores of this machine measure; a larger machine two, where the passes
+    were measured (docs/measurement.md); a measurement of all cores, one; --evaluators N, N."""
+    def node(cpus: int, alive: bool = True) -> dict:
+        return {"Alive": alive, "Resources": {"CPU": cpus}}
+
+    assert SearchConfig().evaluators == 0
+    assert cpu_evaluators(SearchConfig(), [node(2)]) == 2
+    assert cpu_evaluators(SearchConfig(), [node(1)]) == 1
+    assert cpu_evaluators(SearchConfig(), [node(16), node(16)]) == SEARCH_EVALUATORS_MOST == 2
+    assert cpu_evaluators(SearchConfig(measure_threads=2), [node(2)]) == 1
+    assert cpu_evaluators(SearchConfig(measure_threads=0), [node(8)]) == 1  # a measurement takes all of a node
+    assert cpu_evaluators(SearchConfig(), [node(0)]) == 1  # no CPU offered to Ray: still one
+    assert cpu_evaluators(SearchConfig(evaluators=3), [node(2)]) == 3
+    with pytest.raises(CkptSearchError, match=r"--evaluators must be 0 \(one per --measure-threads cores, at most 2\) "
+                                              r"or more, got -1"):
+        SearchConfig(evaluators=-1).validate()
 
 
 def test_the_throughput_phases_measure_on_one_evaluator_per_core_at_most_four():

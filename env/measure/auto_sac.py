@@ -31,8 +31,10 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import traceback
 import weakref
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
@@ -113,7 +115,7 @@ class _Analysis:
 
 
 # per model, by batch shape, precision and device: the estimators run once for each
-_ANALYSES: weakref.WeakKeyDictionary[nn.Module, dict[str, _Analysis]] = weakref.WeakKeyDictionary()
+_ANALYSES: weakref.WeakKeyDictionary[nn.Module, dict[str, "_Analysis | NoAutoSacPlan"]] = weakref.WeakKeyDictionary()
 
 
 def solve(workload: Workload, budget: float) -> AutoSacPlan:
@@ -210,11 +212,28 @@ def _model_fqn(estimator_fqn: str) -> str:
 # torch's estimators over one step
 
 def _analysis(workload: Workload) -> _Analysis:
+    """The model's stats (found once per model, batch, precision and device). Where torch's estimators fail on the
+    model (an exception inside ``torch.distributed._tools``: on transformers' Llama, ``aggregate_stats`` looks up a
+    module's pre-backward snapshot that ``MemTracker`` never took; on diffusers' UNet, ``pwlf_sac_tradeoff_curve``
+    divides by a module's saved memory of 0), auto-SAC has no decisions on it at any budget: ``NoAutoSacPlan``, in
+    one line, and the failure is kept, not run again."""
     key = f"{workload.batch_shape}|{workload.precision}|{workload.device}"
     known = _ANALYSES.setdefault(workload.model, {})
     if key not in known:
-        known[key] = _analyse(workload)
-    return known[key]
+        try:
+            known[key] = _analyse(workload)
+        except (WorkloadError, PlanError):
+            raise
+        except Exception as e:  # noqa: BLE001 - torch's estimators as shipped, failing on this model
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            where = f"{frame.name} ({Path(frame.filename).name}:{frame.lineno})"
+            known[key] = NoAutoSacPlan(f"torch's auto-SAC cannot analyse workload '{workload.spec}': its estimators "
+                                       f"raise {type(e).__name__} ({str(e).splitlines()[0][:120] if str(e) else 'no message'}) "
+                                       f"in {where}; no auto-SAC peer on this model")
+    found = known[key]
+    if isinstance(found, NoAutoSacPlan):
+        raise found
+    return found
 
 
 def _analyse(workload: Workload) -> _Analysis:

@@ -44,19 +44,32 @@ def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
 
 
 THROUGHPUT_EVALUATORS_MOST = 4  # CPU Evaluators a throughput search widens to when --throughput-evaluators is 0
+SEARCH_EVALUATORS_MOST = 2  # CPU Evaluators a search measures on when --evaluators is 0
+
+
+def _per_core(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
+    """One per ``--measure-threads`` cores of the cluster's alive nodes (one per node where a measurement takes
+    all its cores)."""
+    cores = [int(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
+    return len([c for c in cores if c]) if not cfg.measure_threads else sum(c // cfg.measure_threads for c in cores)
+
+
+def cpu_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
+    """How many CPU Evaluators a search measures on: ``--evaluators``, or with 0 one per ``--measure-threads``
+    cores (``_per_core``), at least one and at most ``SEARCH_EVALUATORS_MOST``. The agents train while the
+    Evaluators wait (``--overlap``), so the measuring phases have the cores to themselves (docs/measurement.md,
+    "Evaluators and devices")."""
+    return cfg.evaluators or max(1, min(SEARCH_EVALUATORS_MOST, _per_core(cfg, nodes)))
 
 
 def throughput_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
     """How many CPU Evaluators a throughput search measures on: ``--throughput-evaluators``, or one per
-    ``--measure-threads`` cores of the cluster's alive nodes (one per node where a measurement takes all its
-    cores), at most ``THROUGHPUT_EVALUATORS_MOST``; never fewer than ``--evaluators``. Its phases after the run's
-    own search are measurements alone, no agent training beside them, so one Evaluator leaves the other cores
-    idle: on gpt/small (2 cores) they were 60% of the search's wall time, each measurement a single thread."""
+    ``--measure-threads`` cores (``_per_core``), at most ``THROUGHPUT_EVALUATORS_MOST``; never fewer than the
+    search's own (``cpu_evaluators``). Its phases after the run's own search are measurements alone, no agent
+    training beside them, so the cores the search's Evaluators leave are idle."""
     if cfg.throughput_evaluators:
         return max(cfg.throughput_evaluators, cfg.evaluators)
-    cores = [int(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive")]
-    per_core = len([c for c in cores if c]) if not cfg.measure_threads else sum(c // cfg.measure_threads for c in cores)
-    return max(cfg.evaluators, min(THROUGHPUT_EVALUATORS_MOST, per_core))
+    return max(cpu_evaluators(cfg, nodes), min(THROUGHPUT_EVALUATORS_MOST, _per_core(cfg, nodes)))
 
 
 def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
@@ -65,7 +78,7 @@ def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
     if cfg.fsdp:
         import ray
 
-        return group_count(cfg.fsdp, cfg.device, cfg.devices, cfg.evaluators, cfg.measure_threads, ray.nodes())
+        return group_count(cfg.fsdp, cfg.device, cfg.devices, cfg.evaluators or 1, cfg.measure_threads, ray.nodes())
     device = resolve_device(cfg.device) if cfg.device != "auto" else ("cuda" if cluster_gpus >= 1 else "cpu")
     if device.startswith("cuda"):
         if cluster_gpus < 1:
@@ -73,11 +86,9 @@ def evaluator_count(cfg: SearchConfig, cluster_gpus: float) -> tuple[int, bool]:
                                   "a cluster with GPUs (--address)")
         n = int(cluster_gpus)
         return (min(n, cfg.devices) if cfg.devices else n), True
-    if cfg.throughput_mode:
-        import ray
+    import ray
 
-        return throughput_evaluators(cfg, ray.nodes()), False
-    return cfg.evaluators, False
+    return (throughput_evaluators if cfg.throughput_mode else cpu_evaluators)(cfg, ray.nodes()), False
 
 
 class EvaluatorPool(EvaluatorRestarts):

@@ -154,9 +154,9 @@ class SearchConfig:
     """seed for workload weights, batch and agents"""
     device: str = "auto"
     """device to measure on: auto (cuda if available), cpu, cuda, cuda:N"""
-    evaluators: int = 1
+    evaluators: int = 0
     """CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with --measure-threads threads
-    (CPU-only clusters; 1 on a 2-core machine keeps timings steady)"""
+    (CPU-only clusters; 0: one per --measure-threads cores, at most 2; the agents train while they wait)"""
     devices: int = 0
     """GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)"""
     overlap: Literal["auto", "on", "off"] = "auto"
@@ -230,7 +230,8 @@ class SearchConfig:
 
 # The least value of each numeric flag, and what that value means where it is not the plain least count.
 AT_LEAST: dict[str, tuple[int, str]] = {
-    "agents": (1, ""), "timesteps": (1, ""), "repeats": (1, ""), "chunk_timesteps": (1, ""), "evaluators": (1, ""),
+    "agents": (1, ""), "timesteps": (1, ""), "repeats": (1, ""), "chunk_timesteps": (1, ""),
+    "evaluators": (0, "one per --measure-threads cores, at most 2"),
     "max_units": (1, ""), "devices": (0, "every GPU"), "fsdp": (0, "one device, no FSDP"),
     "max_measurements": (0, "sized by the units"), "reference_every": (0, "raw times"), "global_batch": (0, "none"),
     "batch_dim": (-1, "none"), "throughput_timesteps": (0, "the exact solver's plans only"),

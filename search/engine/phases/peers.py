@@ -52,9 +52,10 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
     fastest plan of the strict frontier at no more memory) until the passes so far (``done``) measured both the
     peer and that answer ``limit`` times: a peer measured as itself, and a peer that is a plan of ours as that
     plan (unless it answers itself). The answer is taken as ranked now: where the passes' measurements moved it
-    to a plan they measured less than ``limit`` times, the peer is measured again beside the new answer, so that
-    the answer its verdict names was measured in the same passes (the passes end: an answer is added only while
-    it has fewer than ``limit``). The answer is put in where ``todo`` lacks it and the passes measured it less
+    to a plan they measured less than ``limit`` times, that plan is put in, and a peer measured as itself is
+    measured again beside it (a peer that is a plan of ours is measured at most ``limit`` times, as every plan
+    is), so that the answer its verdict names was measured in the same passes (the passes end: an answer is
+    added only while it has fewer than ``limit``). The answer is put in where ``todo`` lacks it and the passes measured it less
     than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that
     ran out of memory, and those with no plan of ours as low, are left out."""
     ledger = ctx.ledger
@@ -64,12 +65,15 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
     for name, m in sorted(ledger.peers().items(), key=lambda kv: kv[1].peak_bytes):
         entry, answer = entries[name], answer_to(m, front)
         item: str | Peer | None = entry.get("plan") or (Peer.model_validate(entry["spec"]) if entry.get("spec") else None)
-        if item is None or m.oom or answer is None or answer.digest == m.digest or item in out \
-                or min(done.count(item_key(item)), done.count(answer.digest)) >= limit:
+        if item is None or m.oom or answer is None or answer.digest == m.digest or item in out:
+            continue
+        item_done = done.count(item_key(item)) >= limit
+        if item_done and done.count(answer.digest) >= limit:
             continue
         if answer.digest not in out and done.count(answer.digest) < limit:
             out.append(answer.digest)
-        out.insert(out.index(answer.digest) + 1 if answer.digest in out else len(out), item)
+        if not item_done or isinstance(item, Peer):  # a plan is measured at most ``limit`` times in the passes
+            out.insert(out.index(answer.digest) + 1 if answer.digest in out else len(out), item)
     return out
 
 
