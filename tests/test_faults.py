@@ -110,7 +110,7 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
     from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 
     cfg = SearchConfig(workload=f"{MODELS}:{factory}?fits=8", units=UNITS, actions=["keep", "recompute"], repeats=1,
-                       device="cpu").validate()
+                       device="cpu", evaluators=1).validate()  # one Evaluator: the deaths counted are its
     pool = EvaluatorPool(cfg)
     digests = {KEEP: _digest(KEEP), _recompute(0): _digest(_recompute(0))}
     with RunStore(tmp_path / STORE_NAME) as store:

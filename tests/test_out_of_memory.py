@@ -69,7 +69,7 @@ def test_an_evaluator_killed_on_a_micro_batch_is_restarted_and_the_size_recorded
     from search.records.config import SearchConfig
 
     cfg = SearchConfig(workload=f"{MODELS}:killed_above?fits=8", units=UNITS, actions=["keep", "recompute"],
-                       repeats=1, device="cpu").validate()
+                       repeats=1, device="cpu", evaluators=1).validate()  # one Evaluator: the deaths counted are its
     pool = EvaluatorPool(cfg)
     with RunStore(tmp_path / STORE_NAME) as store:
         measurer = BatchMeasurer(pool, BatchBook(store), None, lambda names: "", base=4)

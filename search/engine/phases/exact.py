@@ -14,8 +14,8 @@ from search.records import meta
 
 AIM_MARGIN = 0.01
 """Warm start aims this share below each peer's peak: a plan measured just above a peer's peak is no answer to
-it, and the corrected cost model's peaks err by about this much (on a 48-unit search the plan priced
-fastest within ``checkpoint-sequential-2``'s 81.0 MiB measured 81.1)."""
+it, and the corrected cost model's peaks err by about this much (docs/measurement.md, "Warm start aims at the
+peers")."""
 
 EXACT_UNITS = 48  # more units: the exact solver's frontier merged to 0.5% steps
 

@@ -4,8 +4,8 @@ compiled.
 A compiled search measures its plans with each unit compiled on its own (``units``): every unit's variant
 compiles once and every plan reuses it, so a plan costs about an eager measurement. A user who compiles
 the whole model (``apply_plan(model, plan); torch.compile(model)``) gets another step: the compiler fuses
-across units and keeps its layout between them (on the CNN, all keep 32 ms whole against 42 ms unit by
-unit), but it may save more around a region. So after the search, each plan of the frontier, each rule
+across units and keeps its layout between them (docs/measurement.md, "Compiled steps"), but it may save more
+around a region. So after the search, each plan of the frontier, each rule
 and each exact plan measured, is measured once more with the whole model compiled, a compile each, by the same
 Evaluators and paired with their references as a plan is; the report's frontier takes each plan the
 way that is faster at its memory (``search.engine.shown.Shown``), and each point says which
