@@ -91,3 +91,24 @@ def test_dynamic_quick(tmp_path: Path) -> None:
     assert len(r["static"]["totals_seconds"]) == len(r["dynamic"]["totals_seconds"]) == r["rounds"] == 2
     assert r["both_under_cap"] and all(v <= r["cap_mb"] for v in r["static"]["peaks_mb"].values())
     assert r["dynamic_over_static"] == pytest.approx(r["median_seconds"]["dynamic"] / r["median_seconds"]["static"])
+
+
+@pytest.mark.slow
+def test_peers_default_quick(tmp_path: Path) -> None:
+    """The README's first command (quick sizes), its report's verdicts beside a quote apart: every peer the report
+    answered is quoted, a verdict of faster or slower says whether the quote contradicts it, and the view shows
+    the run's cost in baseline steps."""
+    from bench.views import markdown
+
+    out = tmp_path / "peers_default.json"
+    run_bench("peers.py", "--default", "--quick", "--out", str(out))
+    r = load(out)
+    (w,) = r["workloads"]
+    assert w["baseline_steps"] > 0 and not w["compiled"]
+    said = {p["peer"]: p for p in w["peers"]}
+    quoted = {p["peer"]: p for p in w["quote"]["peers"]}
+    assert set(quoted) == {name for name, p in said.items() if p.get("measured") is not None}
+    for name, q in quoted.items():
+        assert ("contradicted" in q) == (said[name]["verdict"] in ("faster", "slower"))
+    text = markdown("peers_default", r)
+    assert "baseline steps" in text and "contradicted" in text and all(name in text for name in quoted)

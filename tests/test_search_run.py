@@ -93,7 +93,8 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         assert last[who] == n
         # the deciding passes: every plan that decides the frontier measured once side by side; then every
         # frontier plan confirmed, and reported on its confirming measurements alone (the baseline on all of its)
-        assert s.read(meta.DECIDED_FROM) and all(remeasured.count(d) == DECIDING_MEASUREMENTS for d in remeasured)
+        assert s.read(meta.DECIDED_FROM) and all(remeasured.count(d) == DECIDING_MEASUREMENTS for d in remeasured
+                                                 if not d.startswith("peer:"))  # a peer: again beside a moved answer
         assert sum(s.read(meta.DECIDING_PASSES), []) == remeasured
         since = s.read(meta.CONFIRMED_FROM)
         by_plan = {tuple(m.actions): m for m in s.measured()}

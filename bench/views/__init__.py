@@ -11,7 +11,7 @@ from bench.views.base import Headline, Result, View
 
 _ALL = {v.name: v for module in (search, peers, agents, plans, gpu, throughput)
         for v in module.VIEWS}
-ORDER = ("default_run", "compiled_search", "reported_vs_quote", "throughput", "fsdp", "peers", "peers_compiled", "peers_probe", "agents_search", "agents_scale",
+ORDER = ("default_run", "compiled_search", "reported_vs_quote", "throughput", "fsdp", "peers", "peers_default", "peers_compiled", "peers_probe", "agents_search", "agents_scale",
          "dynamic", "evaluator_pool", "search_quality", "search_quality_seed1", "premium", "search_cost", "frontier_table",
          "measured_table", "chains", "fidelity", "units_table", "warmup", "env_speed")
 SECTIONS: list[View] = [_ALL[name] for name in ORDER]
