@@ -269,6 +269,8 @@ def test_a_search_measures_on_one_cpu_evaluator_per_core_at_most_two():
     assert cpu_evaluators(SearchConfig(measure_threads=0), [node(8)]) == 1  # a measurement takes all of a node
     assert cpu_evaluators(SearchConfig(), [node(0)]) == 1  # no CPU offered to Ray: still one
     assert cpu_evaluators(SearchConfig(evaluators=3), [node(2)]) == 3
+    assert cpu_evaluators(SearchConfig(compile=True), [node(2)]) == 1  # each Evaluator compiles on its own
+    assert cpu_evaluators(SearchConfig(compile=True, evaluators=2), [node(2)]) == 2
     with pytest.raises(CkptSearchError, match=r"--evaluators must be 0 \(one per --measure-threads cores, at most 2\) "
                                               r"or more, got -1"):
         SearchConfig(evaluators=-1).validate()

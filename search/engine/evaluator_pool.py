@@ -58,8 +58,11 @@ def cpu_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:
     """How many CPU Evaluators a search measures on: ``--evaluators``, or with 0 one per ``--measure-threads``
     cores (``_per_core``), at least one and at most ``SEARCH_EVALUATORS_MOST``. The agents train while the
     Evaluators wait (``--overlap``), so the measuring phases have the cores to themselves (docs/measurement.md,
-    "Evaluators and devices")."""
-    return cfg.evaluators or max(1, min(SEARCH_EVALUATORS_MOST, _per_core(cfg, nodes)))
+    "Evaluators and devices"). A compiled search gets one: every Evaluator compiles every variant itself, so a
+    second one doubles the compiling, which is most of such a search on CPU."""
+    if cfg.evaluators:
+        return cfg.evaluators
+    return 1 if cfg.compile else max(1, min(SEARCH_EVALUATORS_MOST, _per_core(cfg, nodes)))
 
 
 def throughput_evaluators(cfg: SearchConfig, nodes: Sequence[dict[str, Any]]) -> int:

@@ -156,7 +156,8 @@ class SearchConfig:
     """device to measure on: auto (cuda if available), cpu, cuda, cuda:N"""
     evaluators: int = 0
     """CPU Evaluators measuring in parallel, spread over the cluster's nodes, each with --measure-threads threads
-    (CPU-only clusters; 0: one per --measure-threads cores, at most 2; the agents train while they wait)"""
+    (CPU-only clusters; 0: one per --measure-threads cores, at most 2, and one with --compile; the agents train
+    while they wait)"""
     devices: int = 0
     """GPU Evaluators: at most this many of the cluster's GPUs, one Evaluator each (0: every GPU)"""
     overlap: Literal["auto", "on", "off"] = "auto"
