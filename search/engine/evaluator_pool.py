@@ -224,9 +224,11 @@ class EvaluatorPool(EvaluatorRestarts):
 
     def measurement_seconds(self, job: Any = None, base: int = 0) -> float:
         """A measurement's deadline (``search.engine.deadlines``): at a ``BatchJob``'s micro-batch over the
-        workload's own batch ``base`` where given."""
+        workload's own batch ``base`` where given; a compile's time too where the run compiles, or the job is a peer
+        that compiles whatever the run measures (``Peer.compiled``: a compile budget)."""
         scale = job.micro_batch / base if base and hasattr(job, "micro_batch") else 1.0
-        return self.deadlines.measurement(scale, compiled=bool(self.cfg.compile))
+        compiled = bool(self.cfg.compile) or getattr(job, "compiled", False) is True
+        return self.deadlines.measurement(scale, compiled=compiled)
 
     def run_jobs(self, jobs: Sequence[Any], call: Callable[[Any, Any, bool], Any],
                  on_result: Callable[[Any], Any], deadline: Callable[[Any], float] | None = None) -> list[Any]:

@@ -114,12 +114,7 @@ class Measurer:
                 return self.ledger.record(m)
             return self.ledger.record_peer(peer.name, m, peer.note, peer.model_dump(mode="json"), peer.label)
 
-        def deadline(item: Any) -> float:  # a peer that compiles (a compile budget) gets a compile's time too
-            if not isinstance(item, tuple) and item.compiled:
-                return self.pool.deadlines.measurement(compiled=True)
-            return self.pool.measurement_seconds()
-
-        self.pool.run_jobs(queue, call, record, deadline)
+        self.pool.run_jobs(queue, call, record)
         self.drain()
         self._pool_state()
 
