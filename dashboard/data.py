@@ -326,8 +326,8 @@ def _run_data(run_dir: Path, store: RunStore) -> RunData:
         fingerprint=store.read(meta.FINGERPRINT) or (profile.fingerprint if profile else ""), profile=profile,
         baseline_peak_bytes=base_peak, baseline_seconds=base_seconds, clock=clock, evaluations=evaluations,
         frontier=frontier, frontier_source=source, timing_noise=noise, memory_tolerance_bytes=tolerance, rules=rules, exact=exact, agents=[dict(a) for a in store.read(meta.AGENTS)],
-        batch_scaling=with_measured(store.read(meta.BATCH_SCALING),
-                                    store.measured_at_micro_batches()),
+        batch_scaling=with_measured(store.read(meta.BATCH_SCALING), store.measured_at_micro_batches(),
+                                    _own_points(frontier, store.read(meta.BATCH_SIZE))),
         batch_size=store.read(meta.BATCH_SIZE), progress=pd.DataFrame(store.progress()),
         snapshots=pd.DataFrame(store.snapshots()), peers=peers,
         headroom=store.read(meta.HEADROOM), unit_choice=store.read(meta.UNIT_CHOICE),
@@ -400,3 +400,11 @@ def unit_table(run: RunData, actions: list[str]) -> pd.DataFrame:
                            saved_bytes=keep.kept_bytes - cost.kept_bytes)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _own_points(frontier: pd.DataFrame, batch_size: int | None) -> dict[str, dict[str, Any]]:
+    """Each frontier plan's point at the run's own batch, as shown (``dashboard.pricing.with_measured``)."""
+    if batch_size is None or frontier.empty:
+        return {}
+    return {r.digest: {"batch_size": batch_size, "peak_bytes": int(r.peak_bytes), "step_seconds": float(r.step_seconds),
+                       "oom": False, "clock": getattr(r, "clock", "")} for r in frontier.itertuples()}

@@ -154,14 +154,21 @@ def measured_largest(fitted: int, points: Sequence[dict[str, Any]], gpu_bytes: f
     return min([largest, *[b - 1 for b in over if b <= largest]])
 
 
-def with_measured(batch_scaling: dict[str, list[dict[str, Any]]],
-                  measured: Sequence[tuple[int, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """Each plan's batch-scaling points joined by its measurements at other micro-batches (``(micro_batch,
-    MeasuredPlan)`` pairs of a throughput search)."""
+def with_measured(batch_scaling: dict[str, list[dict[str, Any]]], measured: Sequence[tuple[int, Any]],
+                  own: dict[str, dict[str, Any]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Each plan's points: those of an older store's ``batch_scaling``, its measurements at other micro-batches
+    (``(micro_batch, MeasuredPlan)`` rows of the run store: the batch scaling's and a throughput search's), and
+    where it has such rows, its point at the workload's own batch from ``own`` (digest -> point: the frontier as
+    shown) unless it has one there."""
     out = {d: [dict(p) for p in points] for d, points in batch_scaling.items()}
     for b, m in measured:  # a peak-only measurement's step time is infinite: fit_scaling leaves it out of time fits
         out.setdefault(m.digest, []).append({"batch_size": b, "peak_bytes": m.peak_bytes, "oom": m.oom,
                                              "step_seconds": m.step_seconds, "clock": m.clock})
+    for digest, point in (own or {}).items():
+        if digest in out and all(int(p["batch_size"]) != int(point["batch_size"]) for p in out[digest]):
+            out[digest].append(dict(point))
+    for points in out.values():
+        points.sort(key=lambda p: int(p["batch_size"]))
     return out
 
 

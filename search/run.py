@@ -165,6 +165,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
     from search.engine import ray_session
     from search.engine.driver import Driver, prepare
     from search.engine.evaluator_pool import EvaluatorPool
+    from search.engine.agent_pool import start_processes
     from search.engine.ledger import Ledger
     from search.engine.phase_clock import PhaseClock
     from search.engine.progress import ProgressView, RoundStatus
@@ -195,10 +196,11 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
         signals.install()
         with clock.phase("Evaluators' start and warm-up"):
             pool = EvaluatorPool(cfg, signals.stop_if_received)
+        agent_processes = start_processes(cfg)  # they import while the first Evaluator profiles
         with clock.phase("profile"):
             ledger = Ledger(prepare(store, pool), store)
         explain_units(store.read(meta.UNIT_CHOICE), store.read(meta.HEADROOM))
-        driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round, clock=clock)
+        driver = Driver(cfg, run_dir, ledger, pool, on_round=on_round, clock=clock, agent_processes=agent_processes)
         with view:
             driver.run()
         signals.stop_if_received()
@@ -206,7 +208,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
             from search.engine.scaling import measure_batch_scaling
 
             with clock.phase("batch scaling"):
-                measure_batch_scaling(cfg.workload, ledger, pool.first)
+                measure_batch_scaling(cfg.workload, ledger, pool)
         with clock.phase("report"):
             report = write_outputs(cfg, run_dir, ledger)
         store.write(meta.STATUS, "finished")

@@ -118,10 +118,16 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         # the answer its verdict names (as ranked after the passes) was measured in the same confirming passes
         answer = verdicts["torchtitan-op-sac"]["ours"]["digest"]
         assert confirmed.count(answer) >= CONFIRMING_MEASUREMENTS
-        scaling = s.read(meta.BATCH_SCALING)
-        assert scaling and all(len(v) == 2 and v[0]["batch_size"] == 1 for v in scaling.values())
+        # batch scaling: frontier plans at half the batch, each one row of the store at that micro-batch
+        scaling = s.measured_at_micro_batches()
+        assert scaling and {b for b, _ in scaling} == {1} and s.read(meta.BATCH_SIZE) == 2
+        assert all(m.n_measurements == 1 and m.sources == ["batch-scaling"] for _, m in scaling)
         fastest = min(front["points"], key=lambda p: p["step_seconds"])  # no checkpointing is priced too
-        assert by_plan[tuple(fastest["plan"][u] for u in front["units"])].digest in scaling
+        assert by_plan[tuple(fastest["plan"][u] for u in front["units"])].digest in {m.digest for _, m in scaling}
+    from dashboard.data import load_run
+
+    priced = load_run(run_dir).batch_scaling  # the price page: each plan at half the batch and at its own
+    assert scaling and all([p["batch_size"] for p in priced[m.digest]] == [1, 2] for _, m in scaling)
     assert "each taken relative to the baseline measured beside it" in (run_dir / "report.md").read_text()
     assert list((run_dir / "plans").glob("budget_*MB.json"))
     assert (run_dir / "tb").is_dir()

@@ -10,7 +10,9 @@ which agents it waits on, past it the run ends in one line naming them (``Deadli
 
 from __future__ import annotations
 
+import importlib
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -46,14 +48,57 @@ AGENT_FIX = ("an agent that never answers (a deadlock in its process, a machine 
              "train in smaller rounds (--chunk-timesteps), or give it longer with --step-timeout SECONDS, which sets it")
 
 
+AGENT_NICENESS = 10  # added to an agent process's niceness, so that it yields a core to a measurement
+
+
+class AgentProcess:
+    """One agent's actor, started before the agent can be built: the process starts, lowers its priority
+    (``AGENT_NICENESS``) and imports the agent's module (torch, SB3: about 2 s of a core), all before the profile
+    the agent is built from exists; ``build(*args)`` then builds the agent as ``agent_class(*args)``, and ``call``
+    runs one of its methods. Where the process shares a core with an Evaluator (importing while the profile is
+    timed, training beside GPU measurements), the Evaluator's steps get the core."""
+
+    def __init__(self, module: str, qualname: str) -> None:
+        os.nice(AGENT_NICENESS)
+        self._class = getattr(importlib.import_module(module), qualname)
+        self._agent: Any = None
+
+    def build(self, *args: Any) -> None:
+        self._agent = self._class(*args)
+
+    def call(self, method: str, *args: Any) -> Any:
+        """The agent's ``method(*args)``: ``timesteps``, ``train``, ``observe``."""
+        return getattr(self._agent, method)(*args)
+
+
+def _remote_agent(ray: Any, cfg: SearchConfig, agent: type | None) -> Any:
+    """A new agent process (``AgentProcess``) for ``agent`` (``agents.ppo.PPOAgent`` by default)."""
+    # a whole CPU each when there are enough; else a share, so that every agent starts
+    # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
+    cpus = ray.cluster_resources().get("CPU", 1.0)
+    module, name = (agent.__module__, agent.__qualname__) if agent else ("agents.ppo", "PPOAgent")
+    return ray.remote(num_cpus=min(1.0, cpus / max(1, cfg.agents)), max_restarts=0)(AgentProcess).remote(module, name)
+
+
+def start_processes(cfg: SearchConfig, agent: type | None = None) -> list[Any]:
+    """One agent process per ``cfg.agents``, started now, before the profile they are built from exists: they
+    import while the first Evaluator profiles on one core, instead of beside the rules' measurements (on
+    gpt/small, 4 agents starting took about 10 s of two cores). ``AgentPool(processes=...)`` builds the agents on
+    them; those it does not need (a resumed run's finished agents) it ends."""
+    import ray
+
+    return [_remote_agent(ray, cfg, agent) for _ in range(cfg.agents)]
+
+
 class AgentPool:
     """K agents, one per memory budget, trained in rounds of ``chunk_timesteps``."""
 
     def __init__(self, cfg: SearchConfig, ledger: Ledger, run_dir: Path,
                  measure_for: Callable[[str], MeasureFn] | None = None, deadlines: Deadlines | None = None,
-                 agent: type | None = None) -> None:
+                 agent: type | None = None, processes: list[Any] | None = None) -> None:
         """``deadlines``: the run's (the Evaluator pool's, whose measurements a measured reward waits on);
-        ``agent``: the agent class (``agents.ppo.PPOAgent``, or one of its subclasses)."""
+        ``agent``: the agent class (``agents.ppo.PPOAgent``, or one of its subclasses); ``processes``: agent
+        processes started before (``start_processes``, with the same ``agent``), each built into an agent."""
         import ray
 
         self.ray, self.cfg, self.ledger, self.run_dir = ray, cfg, ledger, run_dir
@@ -61,6 +106,8 @@ class AgentPool:
         self.deadlines = deadlines or Deadlines(cfg.step_timeout, cfg.repeats)
         self.agent = agent
         self.slots: list[AgentSlot] = []
+        self._processes = list(processes or [])
+        self._built: dict[str, Any] = {}  # agent name -> its ``build`` call, read before its first answer
 
     @property
     def running(self) -> list[AgentSlot]:
@@ -87,6 +134,9 @@ class AgentPool:
             self.slots.append(slot)
             if slot.status == "running":
                 self._spawn(slot)
+        for unused in self._processes:
+            ray_session.discard(unused)
+        self._processes = []
 
     def start(self, budgets: list[int]) -> None:
         """The agents ready to train, each with its memory budget (one per agent, in order): spawned
@@ -104,23 +154,19 @@ class AgentPool:
             self.feed(self.ledger.points())
 
     def _spawn(self, slot: AgentSlot) -> None:
-        from agents.ppo import PPOAgent
-
-        agent = self.agent or PPOAgent
-        # a whole CPU each when there are enough; else a share, so that every agent starts
-        # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
-        cpus = self.ray.cluster_resources().get("CPU", 1.0)
-        remote = self.ray.remote(num_cpus=min(1.0, cpus / max(1, self.cfg.agents)), max_restarts=0)(agent)
-        slot.handle = remote.remote(slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
-                                    slot.seed + 1000 * slot.restarts, self.cfg.reward,
-                                    self.measure_for(slot.name) if self.measure_for else None,
-                                    str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
+        """The slot's agent built on a process started before, or on a new one (a restart)."""
+        slot.handle = self._processes.pop(0) if self._processes else _remote_agent(self.ray, self.cfg, self.agent)
+        self._built[slot.name] = slot.handle.build.remote(
+            slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
+            slot.seed + 1000 * slot.restarts, self.cfg.reward, self.measure_for(slot.name) if self.measure_for else None,
+            str(self.run_dir / "tb"), str(self.run_dir / "agents" / f"{slot.name}.zip"))
 
     def _catch_up(self, slot: AgentSlot) -> None:
         """A resumed agent counts the steps of the policy it loaded: a run killed after the policy was saved
         but before its progress was recorded would otherwise train them again."""
-        ref = slot.handle.timesteps.remote()
+        ref = slot.handle.call.remote("timesteps")
         self._wait({ref: slot}, PROCESS_START + self.deadlines.agent(), "its start")
+        ray_session.get(self._built.pop(slot.name))  # an agent that could not be built: its own error, not a later one
         loaded = self.ray.get(ref)
         if loaded > slot.timesteps:
             slot.timesteps = loaded
@@ -139,10 +185,10 @@ class AgentPool:
         instead, every agent that finished its timesteps in this run trains none and only clones
         the teacher on the measurements fed since (``PPOAgent.train(0)``)."""
         if answer:
-            futures = {s.handle.train.remote(0): s for s in self.slots
+            futures = {s.handle.call.remote("train", 0): s for s in self.slots
                        if s.status == "finished" and s.handle is not None}
         else:
-            futures = {s.handle.train.remote(min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+            futures = {s.handle.call.remote("train", min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
                        for s in self.running}
         steps = 0 if answer else self.cfg.chunk_timesteps
         self._wait(futures, self.deadlines.agent(steps, self._may_measure(steps)), f"a round of {steps} PPO steps"
@@ -218,7 +264,7 @@ class AgentPool:
             return
         fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
         teach = [may_demonstrate(r, self.cfg.warm_start) for r in recs]
-        futures = {s.handle.observe.remote(fed, teach): s for s in slots or self.slots
+        futures = {s.handle.call.remote("observe", fed, teach): s for s in slots or self.slots
                    if s.status in ("running", "finished") and s.handle is not None}
         self._wait(futures, self.deadlines.agent(), f"taking {len(fed)} measurements in")
         for fut, s in futures.items():  # every agent takes them in at once

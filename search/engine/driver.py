@@ -13,7 +13,7 @@ drains the Evaluators into the store (``Driver.drain``) and leaves it resumable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from env.data.types import RewardMode
 from search.engine.agent_pool import AgentPool
@@ -42,7 +42,10 @@ class Driver:
     """One search run over a prepared ledger and a pool of Evaluators: ``run`` it, ``drain`` it on Ctrl-C."""
 
     def __init__(self, cfg: SearchConfig, run_dir: Path, ledger: Ledger, pool: EvaluatorPool,
-                 on_round: Callable[[RoundStatus], None] | None = None, clock: PhaseClock | None = None) -> None:
+                 on_round: Callable[[RoundStatus], None] | None = None, clock: PhaseClock | None = None,
+                 agent_processes: list[Any] | None = None) -> None:
+        """``agent_processes``: the agents' processes, started before the profile
+        (``search.engine.agent_pool.start_processes``)."""
         self.cfg, self.run_dir, self.ledger, self.pool, self.on_round = cfg, run_dir, ledger, pool, on_round
         overlap = cfg.overlap == "on" or (cfg.overlap == "auto" and pool.on_gpus)
         self.measurer = Measurer(ledger, pool, overlap)
@@ -54,7 +57,7 @@ class Driver:
             baseline = ledger.setup.profile.baseline
             measure_for = agents_measure(pool, [a.value for a in ledger.codec.actions],
                                          baseline.step_seconds if baseline else None)
-        self.agents = AgentPool(cfg, ledger, run_dir, measure_for, pool.deadlines)
+        self.agents = AgentPool(cfg, ledger, run_dir, measure_for, pool.deadlines, processes=agent_processes)
         self.max_measurements = cfg.measurement_budget(ledger.codec.n_units)
         ledger.store.write(meta.MAX_MEASUREMENTS, self.max_measurements)
         ledger.store.write(meta.MEASUREMENT_MODE, self.measurer.mode)

@@ -99,7 +99,6 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
         """What every measuring actor keeps (``MeasuringActor._keep_records``), and the peers measured."""
         super()._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
         self._peers: dict[str, MeasuredPlan] = {}  # the peers measured, by name (each lends its peak again)
-        self._other_batch: Workload | None = None
 
     def _described(self) -> dict[str, Any]:
         return {"batch_shape": self.workload.batch_shape, "first_step_seconds": self.first_step_seconds,
@@ -162,14 +161,17 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
         return self._measure(self._plan(actions), source, is_reference=False,
                              whole_model=dataclasses.replace(options, scope="model"))
 
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
-        """Peak and time of a plan at another batch size (built-in workloads)."""
-        other = with_batch_size(self.spec, batch_size)
-        if self._other_batch is None or self._other_batch.spec != str(other):
-            self._other_batch = load_workload(other, seed=self.seed, device=self.device)
-        w = self._other_batch
-        plan = plan_for(w.model, self.units, [Action(a) for a in actions])
-        return batch_point(batch_size, measure(w, plan, self.units, repeats=self.repeats))
+    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
+                          not_fitting: bool = False) -> dict[str, Any]:
+        """A plan at another micro-batch, eager, measured as the throughput search measures there
+        (``env.measure.micro_batch.AtMicroBatch``), or recorded as not fitting without a step (``not_fitting``, as
+        ``evaluate`` takes it): ``search.records.meta.BatchRecord``."""
+        at = self.at_batch if not self.compile else AtMicroBatch(self.workload, self.units, self.actions, self.repeats)
+        mid = self._next_id()
+        with model_errors(f"the measurement at batch size {batch_size}"):
+            m = (at.not_fitting(actions, batch_size, None, source, mid) if not_fitting
+                 else at.measure(actions, batch_size, None, source, mid))
+        return {"micro_batch": batch_size, "record": m.model_copy(update={"evaluators": [self.label]})}
 
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:
@@ -178,12 +180,6 @@ def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:
     opts = dict(parsed.options)
     opts["batch_size"] = str(batch_size)
     return WorkloadSpec(parsed.target, parsed.preset, tuple(sorted(opts.items())))
-
-
-def batch_point(batch_size: int, m: MeasuredPlan) -> dict[str, Any]:
-    """A plan measured at another batch size, as ``search.records.meta.BatchPoint``."""
-    return {"batch_size": batch_size, "peak_bytes": m.peak_bytes, "step_seconds": m.step_seconds, "oom": m.oom,
-            "clock": m.clock}
 
 
 def device_model(device: torch.device) -> str:

@@ -89,8 +89,11 @@ class MeasuringActor(ABC):
         """The peers of the given kinds (compile ``budgets``) this actor measures beside its plans."""
 
     @abstractmethod
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
-        """Peak and time of a plan at another batch size (built-in workloads), as ``search.records.meta.BatchPoint``."""
+    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
+                          not_fitting: bool = False) -> dict[str, Any]:
+        """A plan measured at another batch size (built-in workloads), or recorded as not fitting without a step
+        (``not_fitting``), as ``search.records.meta.BatchRecord``: the run store keeps it as a row at that
+        micro-batch."""
 
     @abstractmethod
     def _plan(self, actions: Sequence[str]) -> Plan:

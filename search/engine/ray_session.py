@@ -28,6 +28,9 @@ _ERRORS: dict[str, type[CkptSearchError]] = {
 _PROJECT_ERROR = re.compile(rf"({'|'.join(_ERRORS)}|StoreError): ([^\n]+)")
 
 
+WORKER_NICENESS_ENV = "RAY_worker_niceness"  # the raylet's setting for its workers' niceness
+
+
 def start_ray(address: str = "", num_cpus: int | None = None) -> None:
     """Join the cluster at ``address`` within ``RAY_JOIN`` seconds (``join_cluster``), or start a new local instance
     (``num_cpus``: all cores). Actors find this checkout through PYTHONPATH, so a search runs from a source tree
@@ -46,6 +49,9 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
     # A local instance's workers inherit this process's environment: no runtime env, whose agent made every
     # actor's start about 0.6 s slower (1.0 s against 0.3 s for a first actor, measured here).
     os.environ.update(env_vars)
+    # Ray starts its workers at niceness 15; an Evaluator's steps then yield a core to nothing else, and the agents'
+    # processes (``search.engine.agent_pool.AGENT_NICENESS`` above the workers') yield it to the Evaluators.
+    os.environ.setdefault(WORKER_NICENESS_ENV, "0")
     # The local instance's processes inherit this thread's signal mask: with SIGTERM blocked while they
     # start, they outlive a SIGTERM sent to the whole process group or job (timeout, SLURM, systemd), so
     # the driver can still drain the Evaluators into the store; ray.shutdown() and the driver's death

@@ -1,40 +1,43 @@
-"""Frontier plans measured at a second batch size, for pricing memory (largest micro-batch that fits)."""
+"""Frontier plans measured at half the batch, for pricing memory (the largest micro-batch that fits).
+
+Each is a job of the Evaluator pool, on whichever Evaluator is free, and each measurement a row of the run
+store at its micro-batch (``search.engine.throughput.batch_book.BatchBook``), as a throughput search's are;
+the dashboard prices a plan from those rows and the plan's own at the workload's batch.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from env.data.measured import MeasuredPlan
 from env.workloads.spec import WorkloadSpec, builtin_options
-from search.engine import ray_session
+from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import Ledger
 from search.engine.shown import Shown
+from search.engine.throughput.batch_book import BatchBook
 from search.records import meta
-from search.records.meta import BatchPoint
 
 MAX_PLANS = 6
+SOURCE = "batch-scaling"
 
 
-def measure_batch_scaling(workload: str, ledger: Ledger, evaluator: Any) -> dict[str, list[BatchPoint]]:
-    """Measure up to MAX_PLANS frontier plans, evenly spread and both ends included, at half the batch;
-    store both points per plan."""
+def measure_batch_scaling(workload: str, ledger: Ledger, pool: EvaluatorPool) -> list[MeasuredPlan]:
+    """Up to MAX_PLANS plans of the frontier a user is shown, evenly spread and both ends included (the fastest,
+    no checkpointing, is priced beside the rest), measured at half the batch unless the store has them there;
+    store meta ``batch_size`` is the workload's batch. Built-in workloads only (a batch_size option)."""
     spec = WorkloadSpec.parse(workload)
     if not spec.is_builtin:
-        return {}
+        return []
     batch = int(builtin_options(spec)["batch_size"])
     if batch < 2:
-        return {}
-    # the frontier a user is shown, by peak ascending: the last is the fastest (no checkpointing), priced beside
-    # the rest
+        return []
+    ledger.store.write(meta.BATCH_SIZE, batch)
     front = Shown.of(ledger).front
     picks = sorted({round(i * (len(front) - 1) / (MAX_PLANS - 1)) for i in range(MAX_PLANS)}) if front else []
-    store = ledger.store
-    scaling = store.read(meta.BATCH_SCALING)
-    for r in (front[i] for i in picks):
-        if r.digest in scaling:
-            continue
-        half = ray_session.get(evaluator.evaluate_at_batch.remote(list(r.actions), batch // 2))
-        scaling[r.digest] = [half, {"batch_size": batch, "peak_bytes": r.peak_bytes, "step_seconds": r.step_seconds,
-                                    "oom": r.oom, "clock": r.clock}]
-        store.write(meta.BATCH_SCALING, scaling)
-    store.write(meta.BATCH_SIZE, batch)
-    return scaling
+    book, half = BatchBook(ledger.store), batch // 2
+    todo = [tuple(front[i].actions) for i in picks if book.get(half, front[i].digest) is None]
+
+    def call(handle: Any, actions: tuple[str, ...], killed: bool) -> Any:
+        return handle.evaluate_at_batch.remote(list(actions), half, SOURCE, killed)
+
+    return pool.run_jobs(todo, call, book.record)

@@ -39,7 +39,7 @@ from env.data.unit_choice import UnitChoice
 from env.measure.peers import Peer
 from env.units.choice import MAX_UNITS
 from search.engine import ray_session
-from search.engine.evaluator import batch_point, resolve_device
+from search.engine.evaluator import resolve_device
 from search.engine.fsdp.rank import FsdpRank
 from search.engine.measuring_actor import MeasuringActor
 
@@ -97,9 +97,17 @@ class FsdpGroup(MeasuringActor):
         """None of any kind: under FSDP no peer is measured (``PEERS_NOTE``)."""
         return []
 
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int) -> dict[str, Any]:
-        m = merge_ranks(self._on_ranks(lambda h: h.measure_at_batch.remote(list(actions), batch_size, self.repeats)))
-        return batch_point(batch_size, m)
+    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
+                          not_fitting: bool = False) -> dict[str, Any]:
+        """On every rank, on a sharded copy of the workload built at ``batch_size``; ``not_fitting``: each rank's
+        record made without a step."""
+        if not_fitting:
+            mid = self._next_id()
+            m = merge_ranks(self._on_ranks(lambda h: h.not_fitting.remote(list(actions), source, mid)))
+        else:
+            m = merge_ranks(self._on_ranks(lambda h: h.measure_at_batch.remote(list(actions), batch_size,
+                                                                               self.repeats, source)))
+        return {"micro_batch": batch_size, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def stop(self) -> None:
         """End every rank now (one may be waiting in a collective for a rank that will never come)."""

@@ -86,7 +86,7 @@ class FsdpRank:
         plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
         return not_fitting(self.workload, record_fields(self.workload, plan.digest, actions, source, measurement_id))
 
-    def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int) -> MeasuredPlan:
+    def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int, source: str = "") -> MeasuredPlan:
         """A plan at another batch size, on a second sharded copy of the workload built at that size."""
         other = with_batch_size(self.spec, batch_size)
         if self._other_batch is None or self._other_batch.spec != str(other):
@@ -94,4 +94,5 @@ class FsdpRank:
             self._other_batch = shard_workload(built, self.units)
         w = self._other_batch
         with model_errors(f"the measurement at batch size {batch_size}"):
-            return measure(w, plan_for(w.model, self.units, [Action(a) for a in actions]), self.units, repeats=repeats)
+            return measure(w, plan_for(w.model, self.units, [Action(a) for a in actions]), self.units, repeats=repeats,
+                           source=source)
