@@ -9,7 +9,6 @@ import json
 import pytest
 
 from env.data.plan import Plan
-from search.engine.phases.rules import RULES_MEASURED
 from search.records import meta
 from search.records.store import RunStore
 
@@ -44,7 +43,7 @@ def test_a_plan_that_changes_the_gradients_is_never_shown(tmp_path, ray_session)
         # (a plan a rule proposed too counts: the rules not measured are only proposed, and the exact solver's
         # frontier on 4 units is mostly rules' plans, e.g. segments_4; those the rules measured before the gate are
         # left out)
-        measured_rules = {f"rule:{name}" for name in RULES_MEASURED}
+        measured_rules = {f"rule:{name}" for name in s.read(meta.RULES)}  # RULES_MEASURED and the profile's checks
         later = [p for p in s.plans() if any(not src.startswith("rule:") for src in p.proposers)
                  and not measured_rules & set(p.proposers)]
         assert any(p.actions[k] != "keep" for p in later)
