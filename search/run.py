@@ -259,12 +259,15 @@ def explain_units(choice: UnitChoice | None, headroom: str | None) -> None:
 
 
 def _exit(code: int) -> None:
-    """Leave the process without Ray's shutdown: its local processes die with the driver (Ray's fate
-    sharing), a cluster's actors of this job when it disconnects. Ray's shutdown puts SIGTERM and SIGINT
+    """Leave the process without Ray's shutdown: its local processes are killed (``end_local_processes``), a
+    cluster's actors of this job end when it disconnects. Ray's shutdown puts SIGTERM and SIGINT
     back to their defaults, so a second Ctrl-C or SIGTERM during it killed the process midway, and in
     its atexit hook printed a traceback and once crashed it; here they are ignored until the end."""
+    from search.engine.ray_session import end_local_processes
+
     for sig in EXIT_SIGNAL:
         signal.signal(sig, signal.SIG_IGN)
+    end_local_processes()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -173,7 +173,8 @@ def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
+@pytest.mark.parametrize("hosted", [False, True], ids=["a-process-each", "one-process"])
+def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session, monkeypatch, hosted):
     """--reward model from a fixed profile (tests/data): the proposals, in order, and the measured
     peaks are the pinned ones (same seed, same search). The pin held across the search's redesign
     into a driver plus a ledger; it was taken again when the agents became budget-conditioned, and when
@@ -181,8 +182,13 @@ def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session):
     gpt's final norm and head became the loss unit ``lm_loss``, the profile's fingerprint and the digests were
     rewritten for the renamed parameters (the plans, their order and the peaks unchanged), and the units are given
     as the profile's (``--units blocks``). When torchtitan's layer SAC joined the eager peers, its every-2-layers
-    plan, a plan of ours, joined the proposals after the rules' (the rules' plans, their order and peaks unchanged)."""
+    plan, a plan of ours, joined the proposals after the rules' (the rules' plans, their order and peaks unchanged).
+    ``hosted``: both agents in one process (``AgentProcess``, each on its own random state) propose the same."""
+    from search.engine import agent_pool
     from search.run import main
+
+    if hosted:
+        monkeypatch.setattr(agent_pool, "processes_for", lambda ray, cfg: 1)
 
     pinned = json.loads((DATA / "search_gpt_tiny_model_seed0.json").read_text())
     args = ["--workload", "gpt/tiny", "--agents", "2", "--timesteps", "512", "--chunk-timesteps", "256",
@@ -233,6 +239,7 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err[-2000:]
     assert "--resume" in err
+    assert _left_in_session(proc.pid) == [], "a process the run started outlived it"  # when the driver ended
     with RunStore(store_path, readonly=True) as s:
         assert s.read(meta.STATUS) == "interrupted"
         before = {m.digest: m.step_seconds_samples for m in s.measured()}
@@ -256,6 +263,22 @@ def test_ctrl_c_then_resume_loses_and_repeats_nothing(tmp_path):
         else:
             assert after[digest] == samples, "a plan measured before the interrupt was measured again"
     assert len(after) <= 16
+
+
+def _left_in_session(sid: int) -> list[str]:
+    """The live processes of session ``sid`` (a run started in a session of its own): the local Ray instance's
+    GCS, raylet, workers and agents, unless the run ended them (``search.engine.ray_session.end_local_processes``;
+    Ray's dashboard and runtime-env agents outlived every run by minutes before it)."""
+    import psutil
+
+    left = []
+    for p in psutil.process_iter(["pid", "name", "status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(p.info["name"])
+        except (ProcessLookupError, PermissionError):
+            continue
+    return left
 
 
 def test_corrupt_store_is_refused_and_left_untouched(tmp_path):

@@ -1,7 +1,9 @@
-"""The PPO agents of a search as Ray actors: start, train a round, feed measurements, restart.
+"""The PPO agents of a search on Ray: start, train a round, feed measurements, restart.
 
 One ``AgentSlot`` per agent (its budget, seed, progress and status, mirrored in the store's
-``progress`` table). An actor that dies is restarted once from its last saved policy, then
+``progress`` table). The agents live in ``AgentProcess`` actors, one per core at most, started before the
+profile exists (``start_processes``). An agent whose process dies is restarted once from its last saved
+policy, in a process of its own, then
 left out, by the policy the Evaluators share (``search.engine.restarts``); what happened goes to the
 ledger's events, which the report lists. Every call to an
 agent has a deadline (``search.engine.deadlines.Deadlines.agent``): after a while one line says
@@ -15,7 +17,8 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from collections import Counter
+from typing import Any, Callable, Iterable
 
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource, RewardMode, SourceKind
@@ -52,42 +55,80 @@ AGENT_NICENESS = 10  # added to an agent process's niceness, so that it yields a
 
 
 class AgentProcess:
-    """One agent's actor, started before the agent can be built: the process starts, lowers its priority
-    (``AGENT_NICENESS``) and imports the agent's module (torch, SB3: about 2 s of a core), all before the profile
-    the agent is built from exists; ``build(*args)`` then builds the agent as ``agent_class(*args)``, and ``call``
-    runs one of its methods. Where the process shares a core with an Evaluator (importing while the profile is
-    timed, training beside GPU measurements), the Evaluator's steps get the core."""
+    """A process for agents, started before they can be built: it starts, lowers its priority
+    (``AGENT_NICENESS``) and imports the agents' module (torch, SB3: about 3 s of a core with the process's own
+    start), all before the profile the agents are built from exists; ``build(*args)`` then builds an agent as
+    ``agent_class(*args)`` (the first argument is its name), and ``call(name, ...)`` runs one of its methods.
 
-    def __init__(self, module: str, qualname: str) -> None:
-        os.nice(AGENT_NICENESS)
+    A process hosts one agent per core's worth of them (``processes_for``): on two cores, four agents in two
+    processes. Each agent keeps its own random state (torch's, NumPy's and Python's global generators), swapped in
+    for its calls, so that it draws what it would alone in a process: hosting changes no agent's plans. Where the
+    process shares a core with an Evaluator (importing while the profile is timed, training beside GPU
+    measurements), the Evaluator's steps get the core."""
+
+    def __init__(self, module: str, qualname: str, niceness: int = AGENT_NICENESS) -> None:
+        os.nice(niceness)
         self._class = getattr(importlib.import_module(module), qualname)
-        self._agent: Any = None
+        self._agents: dict[str, Any] = {}
+        self._random: dict[str, tuple[Any, Any, Any]] = {}  # each agent's generators' states between its calls
 
-    def build(self, *args: Any) -> None:
-        self._agent = self._class(*args)
+    def build(self, name: str, *args: Any) -> None:
+        self._agents[name] = self._class(name, *args)
+        self._random[name] = _random_state()
 
-    def call(self, method: str, *args: Any) -> Any:
-        """The agent's ``method(*args)``: ``timesteps``, ``train``, ``observe``."""
-        return getattr(self._agent, method)(*args)
+    def call(self, name: str, method: str, *args: Any) -> Any:
+        """Agent ``name``'s ``method(*args)`` (``timesteps``, ``train``, ``observe``) on its own random state."""
+        _set_random_state(self._random[name])
+        try:
+            return getattr(self._agents[name], method)(*args)
+        finally:
+            self._random[name] = _random_state()
 
 
-def _remote_agent(ray: Any, cfg: SearchConfig, agent: type | None) -> Any:
-    """A new agent process (``AgentProcess``) for ``agent`` (``agents.ppo.PPOAgent`` by default)."""
-    # a whole CPU each when there are enough; else a share, so that every agent starts
-    # (they time-share the cores; measuring never overlaps training in model/hybrid mode)
+def _random_state() -> tuple[Any, Any, Any]:
+    import random
+
+    import numpy as np
+    import torch
+
+    return torch.random.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _set_random_state(state: tuple[Any, Any, Any]) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.random.set_rng_state(state[0])
+    np.random.set_state(state[1])
+    random.setstate(state[2])
+
+
+def processes_for(ray: Any, cfg: SearchConfig) -> int:
+    """Agent processes for ``cfg.agents``: one per core of the cluster, at most one per agent. More would time-share
+    the same cores and each cost its start and imports again (on gpt/small, four agents starting in four processes
+    took about 10 s of two cores)."""
+    return max(1, min(cfg.agents, int(ray.cluster_resources().get("CPU", 1.0))))
+
+
+def _remote_agent(ray: Any, cfg: SearchConfig, agent: type | None, processes: int) -> Any:
+    """A new agent process (``AgentProcess``) for ``agent`` (``agents.ppo.PPOAgent`` by default), one of
+    ``processes``: a whole CPU each when there are enough, else a share."""
     cpus = ray.cluster_resources().get("CPU", 1.0)
     module, name = (agent.__module__, agent.__qualname__) if agent else ("agents.ppo", "PPOAgent")
-    return ray.remote(num_cpus=min(1.0, cpus / max(1, cfg.agents)), max_restarts=0)(AgentProcess).remote(module, name)
+    return ray.remote(num_cpus=min(1.0, cpus / processes), max_restarts=0)(AgentProcess).remote(module, name)
 
 
 def start_processes(cfg: SearchConfig, agent: type | None = None) -> list[Any]:
-    """One agent process per ``cfg.agents``, started now, before the profile they are built from exists: they
-    import while the first Evaluator profiles on one core, instead of beside the rules' measurements (on
-    gpt/small, 4 agents starting took about 10 s of two cores). ``AgentPool(processes=...)`` builds the agents on
-    them; those it does not need (a resumed run's finished agents) it ends."""
+    """The agents' processes (``processes_for``), started now, before the profile they are built from exists: they
+    import while the first Evaluator profiles on one core, instead of beside the rules' measurements.
+    ``AgentPool(processes=...)`` builds the agents on them; one it does not need (a resumed run's finished agents)
+    it ends."""
     import ray
 
-    return [_remote_agent(ray, cfg, agent) for _ in range(cfg.agents)]
+    n = processes_for(ray, cfg)
+    return [_remote_agent(ray, cfg, agent, n) for _ in range(n)]
 
 
 class AgentPool:
@@ -134,8 +175,10 @@ class AgentPool:
             self.slots.append(slot)
             if slot.status == "running":
                 self._spawn(slot)
+        hosting = {id(s.handle) for s in self.slots if s.handle is not None}
         for unused in self._processes:
-            ray_session.discard(unused)
+            if id(unused) not in hosting:
+                ray_session.discard(unused)
         self._processes = []
 
     def start(self, budgets: list[int]) -> None:
@@ -154,8 +197,12 @@ class AgentPool:
             self.feed(self.ledger.points())
 
     def _spawn(self, slot: AgentSlot) -> None:
-        """The slot's agent built on a process started before, or on a new one (a restart)."""
-        slot.handle = self._processes.pop(0) if self._processes else _remote_agent(self.ray, self.cfg, self.agent)
+        """The slot's agent built on a process started before (in turn, as ``spawn`` takes the slots), or on a
+        process of its own (a restart, or no processes given)."""
+        if self._processes:
+            slot.handle = self._processes[slot.name.index % len(self._processes)]
+        else:
+            slot.handle = _remote_agent(self.ray, self.cfg, self.agent, processes_for(self.ray, self.cfg))
         self._built[slot.name] = slot.handle.build.remote(
             slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
             slot.seed + 1000 * slot.restarts, self.cfg.reward, self.measure_for(slot.name) if self.measure_for else None,
@@ -164,7 +211,7 @@ class AgentPool:
     def _catch_up(self, slot: AgentSlot) -> None:
         """A resumed agent counts the steps of the policy it loaded: a run killed after the policy was saved
         but before its progress was recorded would otherwise train them again."""
-        ref = slot.handle.call.remote("timesteps")
+        ref = slot.handle.call.remote(slot.name, "timesteps")
         self._wait({ref: slot}, PROCESS_START + self.deadlines.agent(), "its start")
         ray_session.get(self._built.pop(slot.name))  # an agent that could not be built: its own error, not a later one
         loaded = self.ray.get(ref)
@@ -185,13 +232,14 @@ class AgentPool:
         instead, every agent that finished its timesteps in this run trains none and only clones
         the teacher on the measurements fed since (``PPOAgent.train(0)``)."""
         if answer:
-            futures = {s.handle.call.remote("train", 0): s for s in self.slots
+            futures = {s.handle.call.remote(s.name, "train", 0): s for s in self.slots
                        if s.status == "finished" and s.handle is not None}
         else:
-            futures = {s.handle.call.remote("train", min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
+            futures = {s.handle.call.remote(s.name, "train", min(self.cfg.chunk_timesteps, self.cfg.timesteps - s.timesteps)): s
                        for s in self.running}
         steps = 0 if answer else self.cfg.chunk_timesteps
-        self._wait(futures, self.deadlines.agent(steps, self._may_measure(steps)), f"a round of {steps} PPO steps"
+        per = _sharing(futures.values())  # a process runs its agents' calls one after the other
+        self._wait(futures, per * self.deadlines.agent(steps, self._may_measure(steps)), f"a round of {steps} PPO steps"
                    if steps else "the answer round (the teacher's plans cloned)")
         reports = []
         for fut, slot in futures.items():
@@ -264,14 +312,21 @@ class AgentPool:
             return
         fed = [(list(codec.indices(r.actions)), r.peak_bytes, r.step_seconds) for r in recs]
         teach = [may_demonstrate(r, self.cfg.warm_start) for r in recs]
-        futures = {s.handle.call.remote("observe", fed, teach): s for s in slots or self.slots
+        futures = {s.handle.call.remote(s.name, "observe", fed, teach): s for s in slots or self.slots
                    if s.status in ("running", "finished") and s.handle is not None}
-        self._wait(futures, self.deadlines.agent(), f"taking {len(fed)} measurements in")
+        self._wait(futures, _sharing(futures.values()) * self.deadlines.agent(), f"taking {len(fed)} measurements in")
         for fut, s in futures.items():  # every agent takes them in at once
             try:
                 self.ray.get(fut)
             except self.ray.exceptions.RayActorError as e:
                 self._died(s, e)
+
+
+def _sharing(slots: Iterable[AgentSlot]) -> int:
+    """The most of these agents one process hosts: its calls run one after the other, so a round waits that many
+    agents' calls."""
+    counts = Counter(id(s.handle) for s in slots)
+    return max(counts.values(), default=1)
 
 
 def may_demonstrate(record: MeasuredPlan, warm_start: bool) -> bool:

@@ -68,6 +68,35 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+END_ROUNDS = 10  # rounds of killing the local instance's workers and agents before its GCS and raylet
+
+
+def end_local_processes() -> None:
+    """Kill every process this driver started, and theirs: a local Ray instance's GCS, raylet, workers and
+    agents. The driver leaves without Ray's shutdown (``search.run._exit``); the GCS, the raylet and the
+    workers then end with it, but the raylet's dashboard and runtime-env agents, which start with SIGTERM
+    blocked (``start_ray``), lived on for minutes after each search and took a share of the cores from the next.
+    Call it only when the driver's work is done (the store written): nothing of a cluster joined with
+    ``--address`` is a child of this process."""
+    import psutil
+
+    def kill(processes: list[psutil.Process]) -> None:
+        for p in processes:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(processes, timeout=0.5)
+
+    with contextlib.suppress(psutil.Error):
+        me = psutil.Process()
+        for _ in range(END_ROUNDS):  # the raylet's children first: while it lives, it may start another worker
+            direct = {p.pid for p in me.children()}
+            deeper = [p for p in me.children(recursive=True) if p.pid not in direct]
+            if not deeper:
+                break
+            kill(deeper)
+        kill(me.children(recursive=True))
+
+
 def join_cluster(address: str, env_vars: dict[str, str], seconds: float | None = None) -> None:
     """``ray.init(address)`` within ``seconds`` (``search.engine.deadlines.RAY_JOIN``), saying meanwhile what it
     waits on; past them, ``DeadlineError`` in one line. Ray itself retries a cluster that never answers without
