@@ -173,6 +173,44 @@ def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
 
 
 @pytest.mark.slow
+def test_a_process_hosting_two_agents_dies_and_both_restart_in_what_it_held(tmp_path, ray_session):
+    """Four agents in two processes (two cores): one process killed after the first round takes two agents with
+    it; each restarts in a process of its own, on one agent's share of the cores, so both fit in the share the
+    dead process held, and the run finishes."""
+    from search.engine.agent_pool import start_processes
+    from search.engine.driver import Driver, prepare
+    from search.engine.evaluator_pool import EvaluatorPool
+    from search.engine.ledger import Ledger
+    from search.engine.progress import RoundStatus
+    from search.engine.report import write_outputs
+    from search.records.config import SearchConfig
+
+    cfg = SearchConfig(workload="gpt/tiny", agents=4, timesteps=256, chunk_timesteps=128, max_measurements=12,
+                       repeats=2, progress=False, batch_scaling=False, evaluators=1).validate()
+    processes = start_processes(cfg)
+    assert len(processes) == 2
+    killed = []
+
+    def kill_once(status: RoundStatus) -> None:
+        if not killed:
+            ray_session.kill(processes[1], no_restart=True)  # hosts agent_1 and agent_3
+            killed.append(1)
+
+    run_dir = tmp_path / "hosted"
+    run_dir.mkdir()
+    with RunStore(run_dir / "store.sqlite") as store:
+        store.write(meta.CONFIG, json.loads(cfg.to_json()))
+        pool = EvaluatorPool(cfg)
+        ledger = Ledger(prepare(store, pool), store)
+        Driver(cfg, run_dir, ledger, pool, on_round=kill_once, agent_processes=processes).run()
+        report = write_outputs(cfg, run_dir, ledger)
+    agents = {a["agent"]: a for a in report["agents"]}
+    assert killed and {n: a["restarts"] for n, a in agents.items()} == {
+        "agent_0": 0, "agent_1": 1, "agent_2": 0, "agent_3": 1}
+    assert all(a["status"] == "finished" for a in agents.values())
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("hosted", [False, True], ids=["a-process-each", "one-process"])
 def test_same_seed_same_search_on_a_fixed_profile(tmp_path, ray_session, monkeypatch, hosted):
     """--reward model from a fixed profile (tests/data): the proposals, in order, and the measured

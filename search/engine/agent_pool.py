@@ -201,8 +201,8 @@ class AgentPool:
         process of its own (a restart, or no processes given)."""
         if self._processes:
             slot.handle = self._processes[slot.name.index % len(self._processes)]
-        else:
-            slot.handle = _remote_agent(self.ray, self.cfg, self.agent, processes_for(self.ray, self.cfg))
+        else:  # one agent's share of the cores: the agents of a process that died fit in what it held
+            slot.handle = _remote_agent(self.ray, self.cfg, self.agent, self.cfg.agents)
         self._built[slot.name] = slot.handle.build.remote(
             slot.name, self.ledger.setup.profile.model_dump(mode="json"), slot.share,
             slot.seed + 1000 * slot.restarts, self.cfg.reward, self.measure_for(slot.name) if self.measure_for else None,

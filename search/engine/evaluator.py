@@ -106,8 +106,10 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
 
     def profile(self) -> dict[str, Any]:
         with model_errors("the profile of the decision units"):
-            # its predicted peaks are checked by the search's rules phase, which measures those plans anyway
-            prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats, check=False)
+            # eager, its predicted peaks are checked by the search's rules phase, which measures those plans anyway
+            # (``search.engine.phases.rules``); a compiled search's rules are compiled, so it checks them here
+            prof: ModelProfile = profile(self.workload, self.units, self.actions, repeats=self.repeats,
+                                         check=bool(self.compile))
         return prof.model_dump(mode="json")
 
     def check(self, plans: Sequence[Sequence[str]]) -> list[dict[str, Any]]:

@@ -6,9 +6,10 @@ ranked against (``search.engine.phases.deciding``).
 The same measurements check the profile: the plans whose predicted peaks ``env.measure.profiler.check_profile``
 compares with measured ones (the uniform plans, and where units chain two chained plans) are measured here,
 as rules, on every Evaluator at once, and their peaks checked (``check_profile_peaks``) before anything is
-built on the profile's predictions. The one-device Evaluator's profile leaves the check to this phase: it
-measured those plans once more each on one Evaluator, which the rules measured again (on gpt/small a third of
-the profile's seconds). An FSDP group's ranks each check their own profile."""
+built on the profile's predictions. The one-device Evaluator's eager profile leaves the check to this phase:
+it measured those plans once more each on one Evaluator, which the rules measured again (on gpt/small a third
+of the profile's seconds). An FSDP group's ranks each check their own profile, and so does a compiled search's
+Evaluator (its rules are measured compiled; the profile is eager)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def measure_rules(ctx: RunContext) -> None:
 
 def profile_checks(ctx: RunContext, rules: dict[str, list[int]]) -> dict[str, Indices]:
     """The plans that check the one-device profile (``env.measure.profiler.checked_plans``), each under the name
-    of the rule that is the same plan, else its own (``all chained``: ``all_chained``); none under FSDP."""
-    if ctx.ledger.store.read(meta.FSDP) is not None:
+    of the rule that is the same plan, else its own (``all chained``: ``all_chained``); none under FSDP, and none
+    in a compiled search, whose rules are measured compiled and whose eager profile checked itself."""
+    if ctx.ledger.store.read(meta.FSDP) is not None or ctx.cfg.compile:
         return {}
     codec = ctx.ledger.codec
     named = {tuple(v): k for k, v in reversed(rules.items())}  # the first rule of each plan
