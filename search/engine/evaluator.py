@@ -73,10 +73,13 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
         if build:
             self.build()
 
-    def build(self) -> None:
-        """Build the workload (its factory) and choose the decision units (one instrumented training step)."""
-        (workload_spec, seed, units, actions, repeats, device, threads, name, compile, max_units,
+    def build(self, units: Sequence[str] | None = None) -> None:
+        """Build the workload (its factory) and choose the decision units (one instrumented training step);
+        ``units``: those instead of the constructor's (the first Evaluator's choice, known after this process
+        started)."""
+        (workload_spec, seed, given, actions, repeats, device, threads, name, compile, max_units,
          reference_every) = self._args
+        units = given if units is None else units
         if threads:
             torch.set_num_threads(threads)
         self.device = resolve_device(device)

@@ -106,8 +106,14 @@ class EvaluatorPool(EvaluatorRestarts):
         self.events: list[str] = []  # deaths and restarts, for the store and the report (``on_event`` too)
         self.on_event: Callable[[str], None] | None = None
         self.warm_ups: list[dict[str, Any]] = []  # each Evaluator's warm-up ({evaluator, steps}), for the report
-        for slot in self.slots:
-            self._start(slot)
+        if cfg.fsdp:  # a group builds as it starts, on the units the first one chose
+            for slot in self.slots:
+                self._start(slot)
+        else:  # every process starts (and imports) at once; each is built in turn, on the first one's units
+            for slot in self.slots:
+                self._create(slot)
+            for slot in self.slots:
+                self._build(slot)
         self._check_device_models()
         self._warm_up(self.slots)
 
@@ -135,6 +141,12 @@ class EvaluatorPool(EvaluatorRestarts):
         return NodeAffinitySchedulingStrategy(nodes[self.slots.index(slot) % len(nodes)], soft=False)
 
     def _start(self, slot: EvaluatorSlot) -> None:
+        """The slot's actor started and built (a restart, or an FSDP group)."""
+        self._create(slot)
+        self._build(slot)
+
+    def _create(self, slot: EvaluatorSlot) -> None:
+        """The slot's actor created: its process starts; a one-device Evaluator is built by ``_build``."""
         cfg = self.cfg
         threads = None if slot.gpu else (cfg.measure_threads or None)
         kind = ray_fsdp_group() if cfg.fsdp else ray_evaluator(num_gpus=1 if slot.gpu else 0)
@@ -145,8 +157,14 @@ class EvaluatorPool(EvaluatorRestarts):
         slot.handle = actor.remote(cfg.workload, cfg.seed, units, cfg.actions, cfg.repeats,
                                    "cuda" if slot.gpu else "cpu", threads, slot.name, _compile_options(cfg),
                                    cfg.max_units, cfg.reference_every, *group, **lazy)
+
+    def _build(self, slot: EvaluatorSlot) -> None:
+        """The slot's workload built (one-device: on the units the first Evaluator chose, once it has) and its
+        ``info`` read, each within its deadline."""
+        cfg = self.cfg
+        lazy = not cfg.fsdp
         if lazy:
-            built = slot.handle.build.remote()
+            built = slot.handle.build.remote(self.units or None)
             self.get(where_call(slot.handle), PROCESS_START, f"{slot.name}'s process start", fixed=True)
             self.get(built, self.deadlines.build(),
                      f"{slot.name}: building the workload {cfg.workload} (its factory, then one training step)", slot)
