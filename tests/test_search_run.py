@@ -136,34 +136,42 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
     assert cfg.workload == "gpt/tiny" and cfg.agents == 2
 
 
-@pytest.mark.slow
-def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
+def _killed_once(run_dir: Path, cfg, ray, victim, processes: list | None = None) -> tuple[dict, object]:
+    """Fault injection: a search through the driver (``processes``: its agents' processes, started before) in which
+    the actor process ``victim(status)`` names is killed after the first round; its report and its ledger."""
     from search.engine.driver import Driver, prepare
     from search.engine.evaluator_pool import EvaluatorPool
     from search.engine.ledger import Ledger
     from search.engine.progress import RoundStatus
     from search.engine.report import write_outputs
-    from search.records.config import SearchConfig
 
-    cfg = SearchConfig(workload="gpt/tiny", agents=2, timesteps=384, chunk_timesteps=128, max_measurements=12,
-                       repeats=2, progress=False, batch_scaling=False).validate()
     killed = []
 
     def kill_once(status: RoundStatus) -> None:
-        """Fault injection: kill agent_1's actor process after the first round."""
         if not killed:
-            ray_session.kill(next(s.handle for s in status.agents if s.name == "agent_1"), no_restart=True)  # ray
+            ray.kill(victim(status), no_restart=True)
             killed.append(1)
 
-    run_dir = tmp_path / "killed"
     run_dir.mkdir()
     with RunStore(run_dir / "store.sqlite") as store:
         store.write(meta.CONFIG, json.loads(cfg.to_json()))
         pool = EvaluatorPool(cfg)
         ledger = Ledger(prepare(store, pool), store)
-        Driver(cfg, run_dir, ledger, pool, on_round=kill_once).run()
+        Driver(cfg, run_dir, ledger, pool, on_round=kill_once, agent_processes=processes).run()
         report = write_outputs(cfg, run_dir, ledger)
     assert killed
+    return report, ledger
+
+
+@pytest.mark.slow
+def test_killed_agent_run_finishes_and_says_so(tmp_path, ray_session):
+    from search.records.config import SearchConfig
+
+    cfg = SearchConfig(workload="gpt/tiny", agents=2, timesteps=384, chunk_timesteps=128, max_measurements=12,
+                       repeats=2, progress=False, batch_scaling=False).validate()
+    run_dir = tmp_path / "killed"
+    report, ledger = _killed_once(run_dir, cfg, ray_session,  # agent_1's actor process
+                                  lambda status: next(s.handle for s in status.agents if s.name == "agent_1"))
     assert any("agent_1 died" in e for e in report["events"])
     assert "agent_1 died" in (run_dir / "report.md").read_text()
     agents = {a["agent"]: a for a in report["agents"]}
@@ -178,34 +186,16 @@ def test_a_process_hosting_two_agents_dies_and_both_restart_in_what_it_held(tmp_
     it; each restarts in a process of its own, on one agent's share of the cores, so both fit in the share the
     dead process held, and the run finishes."""
     from search.engine.agent_pool import start_processes
-    from search.engine.driver import Driver, prepare
-    from search.engine.evaluator_pool import EvaluatorPool
-    from search.engine.ledger import Ledger
-    from search.engine.progress import RoundStatus
-    from search.engine.report import write_outputs
     from search.records.config import SearchConfig
 
     cfg = SearchConfig(workload="gpt/tiny", agents=4, timesteps=256, chunk_timesteps=128, max_measurements=12,
                        repeats=2, progress=False, batch_scaling=False, evaluators=1).validate()
     processes = start_processes(cfg)
     assert len(processes) == 2
-    killed = []
-
-    def kill_once(status: RoundStatus) -> None:
-        if not killed:
-            ray_session.kill(processes[1], no_restart=True)  # hosts agent_1 and agent_3
-            killed.append(1)
-
-    run_dir = tmp_path / "hosted"
-    run_dir.mkdir()
-    with RunStore(run_dir / "store.sqlite") as store:
-        store.write(meta.CONFIG, json.loads(cfg.to_json()))
-        pool = EvaluatorPool(cfg)
-        ledger = Ledger(prepare(store, pool), store)
-        Driver(cfg, run_dir, ledger, pool, on_round=kill_once, agent_processes=processes).run()
-        report = write_outputs(cfg, run_dir, ledger)
+    report, _ = _killed_once(tmp_path / "hosted", cfg, ray_session, lambda status: processes[1],  # agents 1 and 3
+                             processes)
     agents = {a["agent"]: a for a in report["agents"]}
-    assert killed and {n: a["restarts"] for n, a in agents.items()} == {
+    assert {n: a["restarts"] for n, a in agents.items()} == {
         "agent_0": 0, "agent_1": 1, "agent_2": 0, "agent_3": 1}
     assert all(a["status"] == "finished" for a in agents.values())
 

@@ -90,6 +90,7 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
         self.first_step_seconds = time.perf_counter() - start
         self._keep_records(workload_spec, seed, repeats, compile, unit_choice, actions, name, reference_every)
         self.at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats, compile)  # --memory-cap
+        self.eager_at_batch = AtMicroBatch(self.workload, self.units, self.actions, repeats) if compile else self.at_batch
 
     def where(self) -> str:
         """Where this process's busy call is now (``search.engine.stuck.where_stuck``): asked by the driver when
@@ -169,15 +170,9 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
 
     def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
                           not_fitting: bool = False) -> dict[str, Any]:
-        """A plan at another micro-batch, eager, measured as the throughput search measures there
-        (``env.measure.micro_batch.AtMicroBatch``), or recorded as not fitting without a step (``not_fitting``, as
-        ``evaluate`` takes it): ``search.records.meta.BatchRecord``."""
-        at = self.at_batch if not self.compile else AtMicroBatch(self.workload, self.units, self.actions, self.repeats)
-        mid = self._next_id()
-        with model_errors(f"the measurement at batch size {batch_size}"):
-            m = (at.not_fitting(actions, batch_size, None, source, mid) if not_fitting
-                 else at.measure(actions, batch_size, None, source, mid))
-        return {"micro_batch": batch_size, "record": m.model_copy(update={"evaluators": [self.label]})}
+        """A plan at another micro-batch, eager, measured as the throughput search measures there (``measure_at``),
+        or recorded as not fitting without a step (``not_fitting``, as ``evaluate`` takes it)."""
+        return self.measure_at(actions, batch_size, None, source, not_fitting=not_fitting, eager=True)
 
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:

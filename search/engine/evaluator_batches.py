@@ -17,6 +17,7 @@ from env.measure.peers import Peer
 
 class EvaluatorBatches:
     at_batch: AtMicroBatch
+    eager_at_batch: AtMicroBatch  # ``at_batch`` where the run is eager, else the same workload measured eagerly
     label: str
     _next_id: Callable[[], str]  # ``MeasuringActor``'s
 
@@ -26,17 +27,18 @@ class EvaluatorBatches:
 
     def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
                    source: str = "", known: MeasuredPlan | None = None,
-                   stop_above: int | None = None, not_fitting: bool = False) -> dict[str, Any]:
+                   stop_above: int | None = None, not_fitting: bool = False, eager: bool = False) -> dict[str, Any]:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:
         ``{"micro_batch": ..., "record": MeasuredPlan}`` (``search.records.meta.BatchRecord``); ``known`` and
-        ``stop_above`` as ``AtMicroBatch.measure`` takes them, ``not_fitting`` as ``evaluate`` does."""
+        ``stop_above`` as ``AtMicroBatch.measure`` takes them, ``not_fitting`` as ``evaluate`` does; ``eager``:
+        uncompiled whatever the run compiles (``eager_at_batch``)."""
+        at = self.eager_at_batch if eager else self.at_batch
         measurement_id = self._next_id()
         with model_errors(f"a measurement at micro-batch {micro_batch}"):
             if not_fitting:
-                m = self.at_batch.not_fitting(item, micro_batch, batch_dim, source,
-                                              measurement_id)
+                m = at.not_fitting(item, micro_batch, batch_dim, source, measurement_id)
             else:
-                m = self.at_batch.measure(item, micro_batch, batch_dim, source, measurement_id, known, stop_above)
+                m = at.measure(item, micro_batch, batch_dim, source, measurement_id, known, stop_above)
         return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def profile_at(self, micro_batch: int, batch_dim: int | None) -> dict[str, Any] | None:

@@ -36,10 +36,10 @@ def measure_rules(ctx: RunContext) -> None:
     for name, idx in checks.items():
         chosen.setdefault(name, list(idx))
     plans = [(tuple(v), PlanSource.rule(k)) for k, v in chosen.items()]
-    measured = ctx.measurer.measure(plans)
-    ledger.store.write(meta.RULES, {k: m.digest for k, m in zip(chosen, measured)})
-    check_profile_peaks(ctx, {name: measured[list(chosen).index(name)] for name in checks})
-    ledger.set_baseline(measured[list(chosen).index("none")].digest)
+    measured = dict(zip(chosen, ctx.measurer.measure(plans)))
+    ledger.store.write(meta.RULES, {k: m.digest for k, m in measured.items()})
+    check_profile_peaks(ctx, {name: measured[name] for name in checks})
+    ledger.set_baseline(measured["none"].digest)
     if ctx.measurer.evaluators > 1:
         each = ctx.measurer.on_each(codec.names(chosen["none"]), PlanSource.rule("none"))
         ledger.store.write(meta.BASELINE_BY_EVALUATOR, {
