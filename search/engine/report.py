@@ -22,7 +22,7 @@ from search.records.config import SearchConfig
 from search.records.frontier_file import COMPILE_HOW, FrontierFile, FrontierPoint, point_from, write_frontier
 from search.records.markdown import table_lines
 from search.records.pareto import fastest_within
-from search.records.peer_verdicts import PeerEstimate, PeerVerdict, peer_verdicts
+from search.records.peer_verdicts import VERDICT_MEASUREMENTS, PeerEstimate, PeerVerdict, peer_verdicts
 from search.records.throughput import ThroughputCurve
 
 
@@ -216,7 +216,8 @@ def to_markdown(rep: dict[str, Any]) -> str:
                   "Each peer and our fastest measured plan at no more memory (the strict frontier: a plan left off "
                   "the table above as within noise still answers a peer at its memory), measured side by side in "
                   "the same deciding and confirming passes and ranked alike; faster or slower only beyond both "
-                  "spreads. A peer that is a plan of ours is measured once, as that plan.", ""] + peers_markdown(rep["peers"])
+                  f"spreads, and only after both were measured {VERDICT_MEASUREMENTS} times side by side. A peer "
+                  "that is a plan of ours is measured once, as that plan.", ""] + peers_markdown(rep["peers"])
         lines += estimates_markdown(rep["peers"], rep["baseline"])
     if rep.get("throughput"):
         lines += [""] + throughput_markdown(ThroughputCurve.model_validate(rep["throughput"]))

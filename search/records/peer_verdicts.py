@@ -20,6 +20,10 @@ from env.data.measured import MeasuredPlan, compare_times
 from env.data.plan import action_summary
 from search.records.pareto import fastest_within
 
+# a peer told apart from its answer is measured beside it this often before the verdict (the rounds of a quote apart;
+# ``search.engine.phases.deciding.confirming_passes``)
+VERDICT_MEASUREMENTS = 5
+
 Verdict = Literal["faster", "slower", "within noise", "the same plan", "no plan of ours this low", "out of memory"]
 
 

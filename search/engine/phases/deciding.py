@@ -20,8 +20,9 @@ times push off the frontier is no longer shown. A plan is confirmed only where i
 than the run's timing noise than the plan kept beside it at less memory, and one the new times let
 back on only where no confirmed plan at no more memory is within that noise as fast
 (``search.engine.shown.confirmable``); the others add nothing a user could tell apart and are not
-shown. docs/measurement.md ("Deciding passes", "Ranking and drift: why") gives the measurements
-behind each of these rules.
+shown. A peer called faster or slower than its answer is measured beside it until both have
+``VERDICT_MEASUREMENTS``. docs/measurement.md ("Deciding passes", "Ranking and drift: why") gives the
+measurements behind each of these rules.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ from typing import Sequence
 from env.data.types import PlanSource, SourceKind
 from env.measure.peers import Peer
 from search.engine.context import RunContext
+from search.engine.ledger import Ledger
 from search.engine.shown import confirmable
 from search.engine.phases.peers import item_key, side_by_side_peers
 from search.records import meta
+from search.records.peer_verdicts import VERDICT_MEASUREMENTS, peer_verdicts
 from search.records.ranking import timing_noise
 
 DECIDING_MEASUREMENTS = 1  # the deciding passes measure each plan that decides a frontier this often, side by side
@@ -76,7 +79,11 @@ def confirming_passes(ctx: RunContext) -> None:
     ``CONFIRMING_STRETCH`` plans each, counted on from one pass into the next, and after the last
     (``close_references``; a throughput search measures on several, and with three plans between references in
     all, each of two measured one or two and then waited): a plan is ranked against the references nearest to
-    it, and the machine's speed moves within a run (docs/measurement.md, "Ranking and drift: why"). Store meta ``confirmed_from`` (where they
+    it, and the machine's speed moves within a run (docs/measurement.md, "Ranking and drift: why"). Then each
+    peer the passes' measurements tell apart from its answer (faster or slower beyond both spreads,
+    ``peers_told_apart``) is measured beside that answer until both have ``VERDICT_MEASUREMENTS``, as many as a
+    quote apart takes: two or three measurements' spreads leave a verdict a quote does not confirm; a pair the
+    new times put within noise is measured no more. Store meta ``confirmed_from`` (where they
     began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
     plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
     and with it, a plan the passes left out within the old noise was shown unconfirmed)."""
@@ -88,20 +95,34 @@ def confirming_passes(ctx: RunContext) -> None:
     done: list[str] = []
     passes = since = 0  # since: plans measured after the last reference, counted on across passes
     stretch = CONFIRMING_STRETCH * ctx.measurer.evaluators  # per Evaluator: they share the plans between
-    while todo := side_by_side_peers(ctx, [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
-                                           if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS],
-                                     done, CONFIRMING_MEASUREMENTS):
-        order = todo[::-1] if passes % 2 else todo
-        while order:
-            take, order = order[:stretch - since], order[stretch - since:]
-            done = _remeasure(ctx, take, done, meta.CONFIRMED)
-            since += len(take)
-            if since >= stretch:
-                close_references(ctx)
-                since = 0
-        passes += 1
+
+    def frontier_plans(done: list[str]) -> list[str | Peer]:
+        return side_by_side_peers(ctx, [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
+                                        if r.digest != base and done.count(r.digest) < CONFIRMING_MEASUREMENTS],
+                                  done, CONFIRMING_MEASUREMENTS)
+
+    def told_apart(done: list[str]) -> list[str | Peer]:
+        return side_by_side_peers(ctx, [], done, VERDICT_MEASUREMENTS, peers_told_apart(ledger))
+
+    for todo_of in (frontier_plans, told_apart):
+        while todo := todo_of(done):
+            order = todo[::-1] if passes % 2 else todo
+            while order:
+                take, order = order[:stretch - since], order[stretch - since:]
+                done = _remeasure(ctx, take, done, meta.CONFIRMED)
+                since += len(take)
+                if since >= stretch:
+                    close_references(ctx)
+                    since = 0
+            passes += 1
     if since:  # the last plans get a reference after them too
         close_references(ctx)
+
+
+def peers_told_apart(ledger: Ledger) -> list[str]:
+    """The peers a report would call faster or slower than the plans that answer them, as ranked now."""
+    verdicts = peer_verdicts(ledger.peers(), ledger.frontier(), ledger.peer_plans())
+    return [v.peer for v in verdicts if v.verdict in ("faster", "slower")]
 
 
 def deciding(ctx: RunContext, noise: float, near: bool = True) -> list[str]:

@@ -9,7 +9,7 @@ Both kinds are measured again in the deciding and confirming passes, right after
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
@@ -47,8 +47,10 @@ def measure_peers(ctx: RunContext) -> None:
     ctx.measurer.measure_peers([p for p in offered if p.name not in mine])
 
 
-def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int) -> list[str | Peer]:
-    """``todo`` (digests of measured plans) with each peer placed right after the plan that answers it (our
+def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int,
+                       only: Collection[str] | None = None) -> list[str | Peer]:
+    """``todo`` (digests of measured plans) with each peer (of ``only``, by name, where given) placed right after
+    the plan that answers it (our
     fastest plan of the strict frontier at no more memory) until the passes so far (``done``) measured both the
     peer and that answer ``limit`` times: a peer measured as itself, and a peer that is a plan of ours as that
     plan (unless it answers itself). The answer is taken as ranked now: where the passes' measurements moved it
@@ -65,7 +67,8 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
     for name, m in sorted(ledger.peers().items(), key=lambda kv: kv[1].peak_bytes):
         entry, answer = entries[name], answer_to(m, front)
         item: str | Peer | None = entry.get("plan") or (Peer.model_validate(entry["spec"]) if entry.get("spec") else None)
-        if item is None or m.oom or answer is None or answer.digest == m.digest or item in out:
+        if (item is None or m.oom or answer is None or answer.digest == m.digest or item in out
+                or (only is not None and name not in only)):
             continue
         item_done = done.count(item_key(item)) >= limit
         if item_done and done.count(answer.digest) >= limit:
