@@ -218,10 +218,10 @@ def steady_numerics(device: torch.device) -> None:
     """On a CPU, flush denormal numbers to zero (``torch.set_flush_denormal``) before timing steps.
 
     A CPU computes on denormal floats many times slower than on normal ones, and how many flow
-    through a step depends on where training stands, not on the plan: on gpt/small (one thread)
-    a fresh model's steps took 250 ms and fell to 100 ms over its first 30 training steps, so a
-    plan measured early in a process looked up to 2.5x slower than the same plan measured later.
-    With flushing, every step took 100 ms from the first. GPUs compute on denormals at full speed;
+    through a step depends on where training stands, not on the plan: without flushing, a fresh
+    model's first steps run slower than its later ones, so a plan measured early in a process
+    looks slower than the same plan measured later; with flushing, the first steps run as fast
+    as the later ones (docs/measurement.md, "Denormals"). GPUs compute on denormals at full speed;
     nothing changes there. Gradient checks (``tests/test_apply.py``) compare plans under the same
     setting, so they are unaffected."""
     if device.type == "cpu":

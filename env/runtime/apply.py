@@ -62,8 +62,8 @@ _MARK = "_ckpt_search_action"
 Compiler = Callable[[Callable[..., Any], bool], Callable[..., Any]]  # (a unit's forward, recomputed?) -> compiled
 # Inductor's options for a recomputed unit compiled on its own: no layout optimization. With it, inductor copies a
 # convolution's input into channels-last order, and the unit's backward graph saves that copy beside the input,
-# which stays alive anyway (the batch, or the unit before's output): on the CNN (batch 16, 96 px) the recomputed
-# stem kept a second copy of the batch (1.7 MiB), and no compiled plan got as low as checkpoint_sequential's.
+# which stays alive anyway (the batch, or the unit before's output), so the unit's peak holds its input twice
+# (docs/measurement.md, "Compiled steps").
 RECOMPUTED_UNIT_OPTIONS: dict[str, Any] = {"layout_optimization": False}
 
 

@@ -35,11 +35,10 @@ def autocast(precision: str, device: torch.device) -> ContextManager[Any]:
 
     The cache keeps each weight's low-precision copy from its first use to the end of the forward, so what a
     unit's forward leaves behind depends on what every other unit did (a recomputed unit's copies go when its
-    forward ends): per-unit costs no longer add up. On ``gpt/small?precision=bf16-mixed`` with the cache on, the
-    profile over-predicted recomputing the blocks by 8.3% (29.43 MiB against 27.18 measured) and was refused;
-    with it off every plan checked was predicted to the byte. The step's peak lies in backward, after the cache
-    is emptied: all keep and recomputed blocks measured the same peaks with the cache on and off (59.74 and
-    27.18 MiB). A weight used once per forward is cast once either way."""
+    forward ends): per-unit costs no longer add up, and the profile, which adds them, cannot predict a plan's
+    peak. The step's peak lies in backward, after the cache is emptied, so turning the cache off does not
+    change it (docs/measurement.md, "Autocast's weight cache"). A weight used once per forward is cast once
+    either way."""
     if precision not in _AUTOCAST:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=_AUTOCAST[precision], cache_enabled=False)

@@ -60,9 +60,9 @@ MEMORY_TOLERANCE = 0.01  # of the baseline's activation bytes: a peak lower by l
 def readable(peaks: Sequence[float], seconds: Sequence[float], memory_tolerance: float, noise: float) -> list[bool]:
     """Which points of a frontier a user is shown: a point is left out where another, at most
     ``memory_tolerance`` bytes higher, is faster by more than the run's timing ``noise`` (a share). Its
-    lower peak is below what a user could use, its slowness is real: on a 48-unit search "keep 24, recompute
-    24" at 47.89 MiB and 304 ms headed the frontier beside "recompute 48" at 47.91 MiB and 260 ms. Decided
-    from the highest peak down against the points kept, so every point left out has a kept one beside it."""
+    lower peak is below what a user could use, its slowness is real (docs/measurement.md, "A frontier a user
+    can read"). Decided from the highest peak down against the points kept, so every point left out has a
+    kept one beside it."""
     order = sorted(range(len(peaks)), key=lambda i: (-peaks[i], seconds[i]))
     keep = [True] * len(peaks)
     kept: list[int] = []

@@ -45,9 +45,9 @@ def solve_exact(ctx: RunContext) -> list[Indices]:
 def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
     """With warm start, up to half the measurements left (at least two) spent on exact plans
     (``warm_start_picks``): first those aimed at the measured peers' peaks, then plans spread over memory.
-    The aim is taken on the cost model corrected by the plans measured so far (the rules): on a 48-unit
-    search (``gpt/small?n_layer=12``, sub-blocks) the profile priced the sqrt(n) rule's chain regions at
-    47.9 MiB where it measured 44.6, and no exact plan was priced within ``checkpoint_sequential``'s 47.0."""
+    The aim is taken on the cost model corrected by the plans measured so far (the rules): the profile alone
+    misprices chain regions by more than the gap between a peer's peak and the plans near it
+    (docs/measurement.md, "Warm start aims at the peers")."""
     if not ctx.cfg.warm_start:
         return
     room = max(0, ctx.max_measurements - ctx.n_measured)
@@ -62,9 +62,8 @@ def measure_warm_start(ctx: RunContext, exact: list[Indices]) -> None:
 def warm_start_picks(predict: Callable[[Indices], tuple[int, float]], exact: list[Indices], peer_peaks: list[int],
                      n: int, measured: set[Indices] = frozenset()) -> list[Indices]:
     """At most ``n`` exact plans to measure: first those ``aimed_picks`` aims at the peers' peaks, then plans
-    spread over memory. Spread picks alone can leave a gap at a peer's memory that the agents' budgets miss (on a
-    48-unit search, ``checkpoint_sequential`` with 2 segments at 81.0 MiB, with nothing measured between 76.8
-    and 83.3 MiB)."""
+    spread over memory. Spread picks alone can leave a gap at a peer's memory that the agents' budgets miss
+    (docs/measurement.md, "Warm start aims at the peers")."""
     aimed = aimed_picks(predict, exact, peer_peaks, measured)[:n]
     return aimed + spread_picks([p for p in exact if p not in aimed], n - len(aimed))
 

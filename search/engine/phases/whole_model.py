@@ -34,9 +34,8 @@ def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     """Measure whole-model the plans of the frontier shown and of the store's, the measured rules and the
     measured plans of the exact frontier, those not measured so yet (a resumed run did some), then the plans
     ``aim_at_peers`` picks, both ways; returns how many. The rules and the exact plans spread over the memory
-    range, because the whole-model compile reorders plans: on the CNN all selective was the fastest plan at
-    14.5 MiB compiled whole and off the regional frontier; on gpt/small "recompute 2, selective 4" (36.2 MiB,
-    122.9 ms compiled whole) and "recompute 1, selective 5" (39.5 MiB, 123.6 ms) were off it too."""
+    range, because the whole-model compile reorders plans: a plan off the regional frontier can be the fastest
+    at its memory compiled whole (docs/measurement.md, "Compiled steps", gives the plans that were)."""
     ledger = ctx.ledger
     done = set(ledger.store.read(meta.WHOLE_MODEL))
     shown = Shown.of(ledger)
@@ -57,9 +56,8 @@ def aim_at_peers(ctx: RunContext, exact: Sequence[Indices]) -> list[Indices]:
     """Exact plans not measured whole-model yet, at most ``AIMED_MOST``: for each peer that no plan measured either
     way answers (``unanswered``), the one priced fastest within its peak (``aimed_picks``) by the cost model
     corrected by the plans measured whole-model. The pass's plans come from a search that ranked them compiled
-    unit by unit, and compiled whole a plan's peak and time move (selective keeps less around a region): on
-    hf/llama the pass measured nothing between 187.3 and 244.8 MiB, and torch.compile's budget 0.5 at 231.4 MiB
-    quoted 0.91x our time at 187.3."""
+    unit by unit, and compiled whole a plan's peak and time move (selective keeps less around a region), so the
+    pass alone can leave a peer's memory with no plan measured near it (docs/measurement.md, "Compiled steps")."""
     ledger, codec = ctx.ledger, ctx.ledger.codec
     whole = ledger.whole_model()
     peaks = unanswered(ledger.peers().values(), [*ledger.points(), *whole])
