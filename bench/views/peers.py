@@ -205,8 +205,10 @@ def default_checked_summary(r: Result) -> list[str]:
     checked = [p for w in runs for p in w["quote"]["peers"] if "contradicted" in p]
     against = [p for p in checked if p["contradicted"]]
     steps = [w["baseline_steps"] for w in runs if w.get("baseline_steps")]
-    return [f"{len(runs)} default searches: {len(checked)} verdicts of \"peer faster\" or \"peer slower\" in their "
-            f"reports, each checked by a quote apart; {len(against)} contradicted"
+    confirmed = [p for p in checked if p["verdict"] == p["search_verdict"]]
+    return [f"{len(runs)} default searches: {len(checked)} verdict{'s' * (len(checked) != 1)} of \"peer faster\" or "
+            f"\"peer slower\" in their reports, each checked by a quote apart; {len(confirmed)} confirmed by it beyond "
+            f"both spreads, {len(against)} contradicted"
             + (f"; each search took {min(steps):.0f}-{max(steps):.0f} baseline steps" if steps else "") + "."]
 
 
