@@ -37,7 +37,8 @@ def test_a_peer_within_the_spreads_is_within_noise_though_its_median_is_lower() 
 def test_a_peer_beyond_both_spreads_is_faster_or_slower() -> None:
     fast, slow = _record("peer:f", 25, [90, 91, 92, 93, 94, 95]), _record("peer:s", 25, [150, 151, 152, 153, 154, 155])
     got = {v.peer: v for v in peer_verdicts({"f": fast, "s": slow}, STRICT, {})}
-    assert got["f"].verdict == "faster" and got["f"].text == f"{got['f'].ratio:.2f}x, peer faster beyond both spreads"
+    assert got["f"].verdict == "faster"
+    assert got["f"].text == f"{got['f'].ratio:.2f}x, peer faster beyond both spreads (1 and 1 measurements side by side)"
     assert got["s"].verdict == "slower" and got["s"].ratio > 1
 
 

@@ -96,7 +96,9 @@ class PeerVerdict(BaseModel):
     def text(self) -> str:
         """The verdict in words, as the report and the dashboard print it."""
         if self.verdict in ("faster", "slower"):
-            return f"{self.ratio:.2f}x, peer {self.verdict} beyond both spreads"
+            counts = (f" ({self.measured.n_measurements} and {self.ours.n_measurements} measurements side by side)"
+                      if self.measured and self.ours else "")
+            return f"{self.ratio:.2f}x, peer {self.verdict} beyond both spreads{counts}"
         if self.verdict == "within noise":
             return f"within noise (±{self.noise:.0%})"
         return self.verdict
