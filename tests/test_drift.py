@@ -16,6 +16,7 @@ from env.data.plan import Action
 from env.data.types import SourceKind
 from search.engine.evaluator import Evaluator
 from search.engine.ledger import Ledger, SearchSetup
+from search.engine.phase_clock import PhaseClock
 from search.records.ranking import (
     REFERENCE_MIN_PLANS,
     REFERENCE_WINDOW,
@@ -326,7 +327,7 @@ class _Passes:
             self.record(p)
         self.led.set_baseline(self.digest["KKK"])
         no_references = SearchConfig(reference_every=0.0)
-        self.ctx = RunContext(no_references, self.led, self, None, 0, None)  # type: ignore[arg-type]
+        self.ctx = RunContext(no_references, self.led, self, None, 0, PhaseClock(self.led.store))  # type: ignore[arg-type]
 
     def record(self, p: str) -> MeasuredPlan:
         source, peak, before, after = self.plans[p]

@@ -60,6 +60,7 @@ class _PeerPasses:
 
     def __init__(self, tmp_path, plan_times, peer_times) -> None:
         from search.engine.context import RunContext
+        from search.engine.phase_clock import PhaseClock
         from search.records.config import SearchConfig
 
         self.setup, (keep, r), (d_keep, self.d_r) = _three_units("KKK", "RKK")
@@ -72,7 +73,8 @@ class _PeerPasses:
         self.counts = {"plan": 0, "peer": 0}
         self._plan()
         self._peer()
-        self.ctx = RunContext(SearchConfig(reference_every=0.0), self.led, self, None, 0, None)  # type: ignore[arg-type]
+        self.ctx = RunContext(SearchConfig(reference_every=0.0), self.led, self, None, 0,  # type: ignore[arg-type]
+                              PhaseClock(self.led.store))
 
     def _samples(self, who: str) -> list[float]:
         t = self.times[who](self.counts[who])
@@ -122,6 +124,7 @@ def test_a_peer_told_apart_from_its_answer_is_measured_beside_it_as_often_as_a_q
     done, verdict = slower.confirm()
     assert done.count(slower.d_r) == done.count("peer:op") == VERDICT_MEASUREMENTS
     assert verdict == "slower"
+    assert set(slower.ctx.clock.seconds) == {"confirming passes", "verdict rounds"}  # the report's phases
 
     alike = _PeerPasses(tmp_path / "alike", lambda k: 1.0, lambda k: 1.005)
     done, verdict = alike.confirm()

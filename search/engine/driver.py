@@ -94,8 +94,7 @@ class Driver:
             answer_rounds(ctx)
         with phase("deciding passes"):
             deciding_passes(ctx)  # the closing references among them
-        with phase("confirming passes"):
-            confirming_passes(ctx)
+        confirming_passes(ctx)  # its own phases: confirming passes, verdict rounds
         if self.cfg.whole_model_pass:
             with phase("whole-model pass"):
                 whole_model_pass(ctx, exact)

@@ -83,7 +83,8 @@ def confirming_passes(ctx: RunContext) -> None:
     peer the passes' measurements tell apart from its answer (faster or slower beyond both spreads,
     ``peers_told_apart``) is measured beside that answer until both have ``VERDICT_MEASUREMENTS``, as many as a
     quote apart takes: two or three measurements' spreads leave a verdict a quote does not confirm; a pair the
-    new times put within noise is measured no more. Store meta ``confirmed_from`` (where they
+    new times put within noise is measured no more. Its phases (``ctx.clock``): confirming passes, verdict rounds.
+    Store meta ``confirmed_from`` (where they
     began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
     plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
     and with it, a plan the passes left out within the old noise was shown unconfirmed)."""
@@ -104,19 +105,20 @@ def confirming_passes(ctx: RunContext) -> None:
     def told_apart(done: list[str]) -> list[str | Peer]:
         return side_by_side_peers(ctx, [], done, VERDICT_MEASUREMENTS, peers_told_apart(ledger))
 
-    for todo_of in (frontier_plans, told_apart):
-        while todo := todo_of(done):
-            order = todo[::-1] if passes % 2 else todo
-            while order:
-                take, order = order[:stretch - since], order[stretch - since:]
-                done = _remeasure(ctx, take, done, meta.CONFIRMED)
-                since += len(take)
-                if since >= stretch:
-                    close_references(ctx)
-                    since = 0
-            passes += 1
-    if since:  # the last plans get a reference after them too
-        close_references(ctx)
+    for name, todo_of in (("confirming passes", frontier_plans), ("verdict rounds", told_apart)):
+        with ctx.clock.phase(name):
+            while todo := todo_of(done):
+                order = todo[::-1] if passes % 2 else todo
+                while order:
+                    take, order = order[:stretch - since], order[stretch - since:]
+                    done = _remeasure(ctx, take, done, meta.CONFIRMED)
+                    since += len(take)
+                    if since >= stretch:
+                        close_references(ctx)
+                        since = 0
+                passes += 1
+            if since and todo_of is told_apart:  # the last plans get a reference after them too
+                close_references(ctx)
 
 
 def peers_told_apart(ledger: Ledger) -> list[str]:
