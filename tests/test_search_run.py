@@ -16,6 +16,7 @@ import pytest
 
 from agents.ppo import AgentConfig
 from search.engine.phases.deciding import CONFIRMING_MEASUREMENTS, DECIDING_MEASUREMENTS
+from search.records.peer_verdicts import VERDICT_MEASUREMENTS
 from search.engine.phases.rounds import ANSWER_ROUNDS
 from search.records import meta
 from search.records.config import parse_config
@@ -104,8 +105,9 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
             late = [n for who, n, _ in measurements_of(m) if n >= since.get(who, 0)]
             if m.digest == base.digest:
                 assert p["n_measurements"] == m.n_measurements
-            else:
-                assert p["n_measurements"] == len(late) == confirmed.count(m.digest) == CONFIRMING_MEASUREMENTS
+            else:  # more where it answers a peer the passes told apart from it (the verdict rounds)
+                assert p["n_measurements"] == len(late) == confirmed.count(m.digest)
+                assert CONFIRMING_MEASUREMENTS <= p["n_measurements"] <= VERDICT_MEASUREMENTS
         # the peers: one that is a plan of ours is that plan, measured as a plan (never as itself); the others are
         # measured as themselves in the deciding and confirming passes, each right after the plan that answers it
         peers, verdicts = s.read(meta.PEERS), {v["peer"]: v for v in front["peers"]}
@@ -118,6 +120,9 @@ def test_tiny_search_writes_a_measured_frontier(tmp_path, ray_session, capsys):
         # the answer its verdict names (as ranked after the passes) was measured in the same confirming passes
         answer = verdicts["torchtitan-op-sac"]["ours"]["digest"]
         assert confirmed.count(answer) >= CONFIRMING_MEASUREMENTS
+        for v in front["peers"]:  # a verdict of faster or slower rests on the verdict rounds' measurements
+            if v["verdict"] in ("faster", "slower"):
+                assert min(v["measured"]["n_measurements"], v["ours"]["n_measurements"]) >= VERDICT_MEASUREMENTS
         # batch scaling: frontier plans at half the batch, each one row of the store at that micro-batch
         scaling = s.measured_at_micro_batches()
         assert scaling and {b for b, _ in scaling} == {1} and s.read(meta.BATCH_SIZE) == 2
