@@ -68,6 +68,7 @@ def start_ray(address: str = "", num_cpus: int | None = None) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+_ENDING = threading.Event()  # set when this driver ends its local instance: the raylet's messages are dropped
 END_ROUNDS = 10  # rounds of killing the local instance's workers and agents before its GCS and raylet
 
 
@@ -77,8 +78,11 @@ def end_local_processes() -> None:
     workers then end with it, but the raylet's dashboard and runtime-env agents, which start with SIGTERM
     blocked (``start_ray``), lived on for minutes after each search and took a share of the cores from the next.
     Call it only when the driver's work is done (the store written): nothing of a cluster joined with
-    ``--address`` is a child of this process."""
+    ``--address`` is a child of this process. From then on the raylet's messages are dropped: it reported the
+    node marked dead and its workers killed, which is what this does."""
     import psutil
+
+    _ENDING.set()
 
     def kill(processes: list[psutil.Process]) -> None:
         for p in processes:
@@ -150,6 +154,8 @@ def raylet_messages_to_stderr() -> None:
         return
 
     def printed(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet" and _ENDING.is_set():
+            return  # the instance is being ended (``end_local_processes``): what its raylet says of it is no news
         if data.get("pid") == "raylet":
             lines = [line.split(". ")[0].rstrip(".") + "." for line in data.get("lines", [])]
             data = {**data, "is_err": True, "lines": lines}
