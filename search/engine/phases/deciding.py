@@ -73,21 +73,20 @@ def deciding_passes(ctx: RunContext) -> None:
 
 
 def confirming_passes(ctx: RunContext) -> None:
-    """The passes, as the module says: every plan on the frontier of all plans but the baseline (whose
-    measurements are the references) measured until it has ``CONFIRMING_MEASUREMENTS`` in them, a pass
-    at a time, alternating peak order and its reverse, with a reference on every Evaluator after every
-    ``CONFIRMING_STRETCH`` plans each, counted on from one pass into the next, and after the last
-    (``close_references``; a throughput search measures on several, and with three plans between references in
-    all, each of two measured one or two and then waited): a plan is ranked against the references nearest to
-    it, and the machine's speed moves within a run (docs/measurement.md, "Ranking and drift: why"). Then each
-    peer the passes' measurements tell apart from its answer (faster or slower beyond both spreads,
-    ``peers_told_apart``) is measured beside that answer until both have ``VERDICT_MEASUREMENTS``, as many as a
-    quote apart takes: two or three measurements' spreads leave a verdict a quote does not confirm; a pair the
-    new times put within noise is measured no more. Its phases (``ctx.clock``): confirming passes, verdict rounds.
-    Store meta ``confirmed_from`` (where they
-    began), ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose
-    plans by, which the frontier shown is chosen by too: the noise the confirming measurements give differs,
-    and with it, a plan the passes left out within the old noise was shown unconfirmed)."""
+    """The passes, as the module says: every plan on the frontier of all plans but the baseline (whose measurements
+    are the references) measured until it has ``CONFIRMING_MEASUREMENTS`` in them, a pass at a time, alternating
+    peak order and its reverse, with a reference on every Evaluator after every ``CONFIRMING_STRETCH`` plans each,
+    counted on from one pass into the next, and after the last (``close_references``; a throughput search measures
+    on several, and with three plans between references in all, each of two measured one or two and then waited): a
+    plan is ranked against the references nearest to it, and the machine's speed moves within a run
+    (docs/measurement.md, "Ranking and drift: why"). Then each peer the passes' measurements tell apart from its
+    answer (faster or slower beyond both spreads, ``peers_told_apart``) is measured beside that answer until both
+    have ``VERDICT_MEASUREMENTS``, as many as a quote apart takes: two or three measurements' spreads leave a
+    verdict a quote does not confirm; a pair the new times put within noise is measured no more. Its phases
+    (``ctx.clock``): confirming passes, verdict rounds. Store meta ``confirmed_from`` (where they began),
+    ``confirmed`` (the digests they measured, in order) and ``confirming_noise`` (the noise they chose plans by,
+    which the frontier shown is chosen by too: the noise the confirming measurements give differs, and with it, a
+    plan the passes left out within the old noise was shown unconfirmed)."""
     ledger = ctx.ledger
     ledger.decide_from_here(meta.CONFIRMED_FROM)
     base = ledger.store.read(meta.BASELINE_DIGEST)

@@ -50,16 +50,15 @@ def measure_peers(ctx: RunContext) -> None:
 def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit: int,
                        only: Collection[str] | None = None) -> list[str | Peer]:
     """``todo`` (digests of measured plans) with each peer (of ``only``, by name, where given) placed right after
-    the plan that answers it (our
-    fastest plan of the strict frontier at no more memory) until the passes so far (``done``) measured both the
-    peer and that answer ``limit`` times: a peer measured as itself, and a peer that is a plan of ours as that
-    plan (unless it answers itself). The answer is taken as ranked now: where the passes' measurements moved it
-    to a plan they measured less than ``limit`` times, that plan is put in, and a peer measured as itself is
-    measured again beside it (a peer that is a plan of ours is measured at most ``limit`` times, as every plan
-    is), so that the answer its verdict names was measured in the same passes (the passes end: an answer is
-    added only while it has fewer than ``limit``). The answer is put in where ``todo`` lacks it and the passes measured it less
-    than ``limit`` times (else the peer goes last: its answer is measured in these passes already). Peers that
-    ran out of memory, and those with no plan of ours as low, are left out."""
+    the plan that answers it (our fastest plan of the strict frontier at no more memory) until the passes so far
+    (``done``) measured both the peer and that answer ``limit`` times: a peer measured as itself, and a peer that is
+    a plan of ours as that plan (unless it answers itself). The answer is taken as ranked now: where the passes'
+    measurements moved it to a plan they measured less than ``limit`` times, that plan is put in, and a peer
+    measured as itself is measured again beside it (a peer that is a plan of ours is measured at most ``limit``
+    times, as every plan is), so that the answer its verdict names was measured in the same passes (the passes end:
+    an answer is added only while it has fewer than ``limit``). The answer is put in where ``todo`` lacks it and the
+    passes measured it less than ``limit`` times (else the peer goes last: its answer is measured in these passes
+    already). Peers that ran out of memory, and those with no plan of ours as low, are left out."""
     ledger = ctx.ledger
     front = ledger.frontier()
     entries = ledger.store.read(meta.PEERS)
