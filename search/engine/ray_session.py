@@ -154,9 +154,9 @@ def raylet_messages_to_stderr() -> None:
         return
 
     def printed(data: dict[str, Any], ignore_prefix: bool) -> None:
-        if data.get("pid") == "raylet" and _ENDING.is_set():
-            return  # the instance is being ended (``end_local_processes``): what its raylet says of it is no news
         if data.get("pid") == "raylet":
+            if _ENDING.is_set():
+                return  # the instance is being ended (``end_local_processes``): what its raylet says of it is no news
             lines = [line.split(". ")[0].rstrip(".") + "." for line in data.get("lines", [])]
             data = {**data, "is_err": True, "lines": lines}
         original(data, ignore_prefix)

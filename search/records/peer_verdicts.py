@@ -104,13 +104,19 @@ class PeerVerdict(BaseModel):
         return self.verdict
 
 
+def answer_to(peer: MeasuredPlan, front: Sequence[MeasuredPlan]) -> MeasuredPlan | None:
+    """Our fastest plan of ``front`` at no more memory than ``peer``: the plan a verdict compares it with; None
+    where none is that low."""
+    k = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], peer.peak_bytes)
+    return None if k is None else front[k]
+
+
 def peer_verdicts(peers: Mapping[str, MeasuredPlan], strict: Sequence[MeasuredPlan],
                   plans: Mapping[str, str | None], notes: Mapping[str, str] = {},
                   labels: Mapping[str, str] = {}, estimates: Mapping[str, PeerEstimate] = {}) -> list[PeerVerdict]:
     """Each of ``peers`` (name -> record as ranked; a peer that is a plan of ours: that plan's record, and
     ``plans[name]`` its digest) against the fastest plan of ``strict`` (the measured frontier as ranked) at no
-    more memory, by peak; ``estimates``: what a peer predicted of itself, shown beside it."""
-    peaks, times = [r.peak_bytes for r in strict], [r.step_seconds for r in strict]
+    more memory, by peak (``answer_to``); ``estimates``: what a peer predicted of itself, shown beside it."""
     out = []
     for name, m in sorted(peers.items(), key=lambda kv: (kv[1].oom, kv[1].peak_bytes)):
         common = {"peer": name, "label": labels.get(name, ""), "note": notes.get(name, ""), "plan": plans.get(name),
@@ -119,11 +125,10 @@ def peer_verdicts(peers: Mapping[str, MeasuredPlan], strict: Sequence[MeasuredPl
         if m.oom:
             out.append(PeerVerdict(**common, verdict="out of memory"))
             continue
-        k = fastest_within(peaks, times, m.peak_bytes)
-        if k is None:
+        ours = answer_to(m, strict)
+        if ours is None:
             out.append(PeerVerdict(**common, measured=Timed.of(m), verdict="no plan of ours this low"))
             continue
-        ours = strict[k]
         answer = OurPlan(**Timed.of(ours).model_dump(), digest=ours.digest, actions=list(ours.actions),
                          plan=action_summary(ours.actions))
         if ours.digest == m.digest:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Collection
 
-from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from env.measure.peers import Peer, kinds_selected, measurable
 from search.engine import ray_session
 from search.engine.context import RunContext
 from search.records import meta
-from search.records.pareto import fastest_within
+from search.records.peer_verdicts import answer_to
 
 
 def measure_peers(ctx: RunContext) -> None:
@@ -77,12 +76,6 @@ def side_by_side_peers(ctx: RunContext, todo: list[str], done: list[str], limit:
         if not item_done or isinstance(item, Peer):  # a plan is measured at most ``limit`` times in the passes
             out.insert(out.index(answer.digest) + 1 if answer.digest in out else len(out), item)
     return out
-
-
-def answer_to(peer: MeasuredPlan, front: list[MeasuredPlan]) -> MeasuredPlan | None:
-    """Our fastest plan of ``front`` at no more memory than ``peer``; None where none is that low."""
-    k = fastest_within([r.peak_bytes for r in front], [r.step_seconds for r in front], peer.peak_bytes)
-    return None if k is None else front[k]
 
 
 def item_key(item: Any) -> str:
