@@ -106,17 +106,22 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
     """Above 8 samples a step of the model fails its allocation, or kills its process: asked for 64, 16, 4 and 32
     samples, the search measures 4, finds 16 not fitting (after two deaths where it kills) and records 32 and 64
     as not fitting without trying them: no more deaths, and no allocation asked for there."""
+    from search.engine.batch_book import BatchJob, BatchTerms
     from search.engine.evaluator_pool import EvaluatorPool
-    from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
+    from search.engine.ledger import Ledger
+    from search.engine.measurer import Measurer
+    from search.engine.phases.prepare import prepare
 
     cfg = SearchConfig(workload=f"{MODELS}:{factory}?fits=8", units=UNITS, actions=["keep", "recompute"], repeats=1,
                        device="cpu", evaluators=1).validate()  # one Evaluator: the deaths counted are its
     pool = EvaluatorPool(cfg)
-    digests = {KEEP: _digest(KEEP), _recompute(0): _digest(_recompute(0))}
     with RunStore(tmp_path / STORE_NAME) as store:
-        measurer = BatchMeasurer(pool, BatchBook(store), None, lambda names: digests[tuple(names)], base=4)
+        measurer = Measurer(Ledger(prepare(store, pool), store), pool, overlap=False)
+        measurer.batch_terms = BatchTerms(base=4)
+        assert {measurer.digest_at(BatchJob(p, 4)) for p in (KEEP, _recompute(0))} == {_digest(KEEP),
+                                                                                      _digest(_recompute(0))}
         sizes = [64, 16, 4, 32]
-        got = dict(zip(sizes, measurer.measure([BatchJob(KEEP, b, "x") for b in sizes])))
+        got = dict(zip(sizes, measurer.measure_at([BatchJob(KEEP, b, "x") for b in sizes])))
         assert not got[4].oom and got[4].step_seconds_samples
         assert got[16].oom and got[16].requested_bytes == asked
         for b in (32, 64):
@@ -126,7 +131,7 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
         assert all("micro-batch 16" in e for e in pool.events if "died" in e)
         # another plan's sizes are its own: recompute at 16 is tried (and does not fit), not skipped for keep's
         assert measurer.smaller_not_fitting(BatchJob(_recompute(0), 16, "x")) is None
-        (other,) = measurer.measure([BatchJob(_recompute(0), 16, "x")])
+        (other,) = measurer.measure_at([BatchJob(_recompute(0), 16, "x")])
         assert other.oom and other.requested_bytes == asked
     assert len([e for e in pool.events if "died" in e]) == 2 * deaths
 

@@ -64,17 +64,21 @@ def test_an_evaluator_killed_on_a_micro_batch_is_restarted_and_the_size_recorded
     """The kernel's out-of-memory killer, as a forward that SIGKILLs its own process above 8 samples: the
     Evaluator is restarted after each death, the micro-batch it died on twice is recorded as not fitting, the
     events say so, and a size that fits is measured as usual meanwhile."""
+    from search.engine.batch_book import BatchJob, BatchTerms
     from search.engine.evaluator_pool import EvaluatorPool
-    from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
+    from search.engine.ledger import Ledger
+    from search.engine.measurer import Measurer
+    from search.engine.phases.prepare import prepare
     from search.records.config import SearchConfig
 
     cfg = SearchConfig(workload=f"{MODELS}:killed_above?fits=8", units=UNITS, actions=["keep", "recompute"],
                        repeats=1, device="cpu", evaluators=1).validate()  # one Evaluator: the deaths counted are its
     pool = EvaluatorPool(cfg)
     with RunStore(tmp_path / STORE_NAME) as store:
-        measurer = BatchMeasurer(pool, BatchBook(store), None, lambda names: "", base=4)
+        measurer = Measurer(Ledger(prepare(store, pool), store), pool, overlap=False)
+        measurer.batch_terms = BatchTerms(base=4)
         keep = ("keep",) * 4
-        fits, killed = measurer.fresh([BatchJob(keep, 4, "x"), BatchJob(keep, 16, "x")])
+        fits, killed = measurer.fresh_at([BatchJob(keep, 4, "x"), BatchJob(keep, 16, "x")])
     assert not fits.oom and fits.step_seconds_samples and killed.oom and killed.step_seconds_samples == []
     kills = [e for e in pool.events if "at micro-batch 16" in e]
     assert len(kills) == 2 and kills[-1].endswith("recorded as not fitting, as an out-of-memory kill"), pool.events
@@ -105,7 +109,7 @@ def test_a_throughput_search_whose_ladder_climbs_past_what_the_allocator_gives_f
     failed = {r["micro_batch"] for r in book if r["record"].oom}
     assert failed and min(failed) > 12
     # a size tried asked the allocator for what it cannot give; one above a size of its plan that did not fit is
-    # recorded as not fitting without a step (search.engine.throughput.batch_book.BatchMeasurer.smaller_not_fitting),
+    # recorded as not fitting without a step (search.engine.measurer.Measurer.smaller_not_fitting),
     # unless another Evaluator took it before that size's record came back
     short = {(r["micro_batch"], r["record"].digest) for r in book if r["record"].oom}
     for r in (r for r in book if r["record"].oom):

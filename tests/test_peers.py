@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ from env.measure.auto_sac import missing
 from env.runtime.apply import apply_actions, plan_for
 from env.units.find import find_units
 from env.workloads.workload import Workload, load_workload
+from search.records.config import SearchConfig
 from search.training.integrations import hf_available
 from tests.test_workloads import one_line_error
 
@@ -114,6 +116,7 @@ def test_peers_of_a_transformers_model_are_its_own_checkpointing_every_n_layers(
 
 def test_the_registry_says_of_each_kind_its_peers_group_and_whether_it_compiles() -> None:
     assert set(KINDS) == set(PeerKind) and PEER_GROUPS == ("none", "eager", "all")
+    assert typing.get_args(typing.get_type_hints(SearchConfig)["peers"]) == PEER_GROUPS  # the --peers choices
     assert kinds_selected("none") == ()
     assert set(kinds_selected("eager")) == {"hf_checkpointing", "checkpoint_sequential", "torchtitan_op_sac",
                                             "torchtitan_layer_sac"}

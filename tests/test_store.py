@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from env.data.measured import MeasuredPlan
-from search.engine.throughput.batch_book import BatchBook
+from search.engine.batch_book import BatchBook
 from search.records import meta
 from search.records.store import STORE_NAME, RunStore, StoreError
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -515,12 +516,22 @@ def test_the_answer_weighs_every_near_rule_at_its_largest_fitting_micro_batch():
     assert near_rules([peer], model) == [] and near_rules([], model) == []
 
 
+def _measurer(store: Any, kind: type | None = None) -> Any:
+    """The run's measurer over a ledger of a synthetic profile and ``store``, with no Evaluator: what the
+    throughput phases read and record, without measuring (``kind``: a ``Measurer`` subclass that scripts it)."""
+    from search.engine.ledger import Ledger, SearchSetup
+    from search.engine.measurer import Measurer
+    from tests.profiles import synthetic_profile
+
+    ledger = Ledger(SearchSetup.from_profile(synthetic_profile(4, 2, seed=0)), store)
+    return (kind or Measurer)(ledger, None, overlap=False)  # type: ignore[arg-type]
+
+
 def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_near_rules(tmp_path: Path):
     """The book's samples were taken minutes apart: besides its DECIDING best, every (plan, micro-batch) within
     NEAR of the best's samples per second is measured again side by side (DECIDING_MOST in all), and the near
     rules at their largest fitting micro-batch; what does not fit the cap, peers and out-of-memory records never."""
     from search.engine.phases.throughput import DECIDING, DECIDING_MOST, NEAR, ThroughputRun, finalists, near_rules
-    from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
     from search.engine.throughput.caps import ThroughputSetup
     from search.records.store import RunStore
 
@@ -528,9 +539,8 @@ def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_near_ru
     cap = 100 * MIB
     setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
     with RunStore(tmp_path / "store.sqlite") as store:
-        book = BatchBook(store)
-        measurer = BatchMeasurer(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
-        run = ThroughputRun(setup, measurer)
+        run = ThroughputRun(setup, _measurer(store))
+        book = run.book
 
         def measured(digest: str, micro_batch: int, rate: float, peak_mib: float = 50.0, oom: bool = False) -> None:
             book.record({"micro_batch": micro_batch, "record": _record(peak_mib, micro_batch / rate, digest, oom)})
@@ -581,8 +591,8 @@ def test_where_the_run_off_cannot_tell_two_apart_the_fit_decides():
 def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
     """The first of the deciding rounds is the finalist whose measurements read luckiest: the first two are
     measured again, in RUNOFF_ROUNDS rounds of their own, and the answer is the faster on those alone."""
+    from search.engine.measurer import Measurer
     from search.engine.phases.throughput import DECIDING_ROUNDS, RUNOFF_ROUNDS, ThroughputRun, decide, finalists
-    from search.engine.throughput.batch_book import BatchBook, BatchMeasurer
     from search.engine.throughput.caps import ThroughputSetup
     from search.records.store import RunStore
 
@@ -593,18 +603,18 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
     def record(digest: str, rate: float) -> MeasuredPlan:
         return _record(50.0, 4 / rate, digest).model_copy(update={"actions": [digest]})
 
-    class Scripted(BatchMeasurer):  # the Evaluators' part: each round's measurements as scripted
+    class Scripted(Measurer):  # the Evaluators' part: each round's measurements as scripted
         rounds: list[list[str]] = []
 
-        def fresh(self, jobs):
+        def fresh_at(self, jobs):
             self.rounds.append([job.item[0] for job in jobs])
             late = 1 if len(self.rounds) <= DECIDING_ROUNDS else 2
             return [record(job.item[0], rates[job.item[0]][late]) for job in jobs]
 
     setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
     with RunStore(tmp_path / "store.sqlite") as store:
-        book = BatchBook(store)
-        measurer = Scripted(None, book, None, lambda names: "".join(names))  # type: ignore[arg-type]
+        measurer = _measurer(store, Scripted)
+        book = measurer.ledger.batches
         for digest, (rate, _, _) in rates.items():
             book.record({"micro_batch": 4, "record": record(digest, rate)})
         run, model = ThroughputRun(setup, measurer), _model(setup)
@@ -619,7 +629,7 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
 def test_a_plan_the_probe_measured_first_is_credited_to_whoever_proposed_it(tmp_path: Path) -> None:
     """On hf/llama the ladder's probe measured all keep at micro-batch 2 before the agent and the exact solver
     proposed it: the lowest cap's row showed neither proposer's best. Credited, it stands for both, in the store."""
-    from search.engine.throughput.batch_book import BatchBook
+    from search.engine.batch_book import BatchBook
     from search.engine.throughput.quote import proposed_by
     from search.records.store import RunStore
 

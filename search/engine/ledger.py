@@ -4,7 +4,9 @@ It owns the run's ``ParetoArchive`` (what the driver reasons with), the ``RunSto
 survives the process) and the ``PlanCodec`` (plan forms), and keeps them in step: a proposal
 goes to both, a measurement is merged by the store (``MeasuredPlan.merged``, never twice) and
 the archive gets the merged record back. The driver decides what to do; the ledger only
-records and answers; the peers' records are kept by ``search.engine.peer_records.PeerRecords``.
+records and answers; the peers' records are kept by ``search.engine.peer_records.PeerRecords``, and what was
+measured at other micro-batches (a throughput search, the price page's batch scaling) by its ``batches``
+(``search.engine.batch_book.BatchBook``), rows of the same store table.
 
 The store keeps every sample as measured; the archive keeps each record as the search ranks it
 (``search.records.ranking.Ranking``): paired with the reference plan measured beside it, in the baseline's
@@ -27,6 +29,7 @@ from env.data.plan import Action
 from env.data.plan_check import PlanCheck
 from env.data.types import Indices, PlanSource, SourceKind
 from search.engine.archive import Kinds, ParetoArchive, hypervolume_of
+from search.engine.batch_book import BatchBook
 from search.engine.peer_records import PeerRecords
 from search.records import meta
 from search.records.ranking import Ranking, decided_from
@@ -58,6 +61,7 @@ class Ledger(PeerRecords):
 
     def __post_init__(self) -> None:
         self.baseline_digest: str | None = self.store.read(meta.BASELINE_DIGEST)
+        self.batches = BatchBook(self.store)  # the rows at other micro-batches
         self.events[:0] = self.store.read(meta.EVENTS)  # a resumed run's
         self._rank = Ranking(None)  # from the baseline as the store has it, once measured
         self._condemned: set[str] = set()  # units a failed correctness check named (``record_check``)

@@ -1,7 +1,8 @@
 """Measurer: how the search gets plans measured, and every measurement into the ledger.
 
-Plans go to whichever Evaluator is free (``EvaluatorPool``) and each result is recorded the
-moment it arrives (``Ledger.record``), so the store has it at once. Every Evaluator's journal (all it
+Plans and peers go to whichever Evaluator is free (``EvaluatorPool``) and each result is recorded the
+moment it arrives (``Ledger.record``; at another micro-batch, ``measure_at``, its ``Ledger.batches``), so the
+store has it at once. Every Evaluator's journal (all it
 measured: the driver's jobs, its reference plan, the agents' own plans in measured mode, what finished
 at Ctrl-C) is drained into the ledger after each batch: at least once, and written once, as the store
 skips a measurement it has (docs/measurement.md#how-a-measurement-reaches-the-store). With ``overlap`` (GPU
@@ -16,7 +17,9 @@ from typing import Any, Callable, Sequence
 
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices, PlanSource
+from env.measure.peers import Peer
 from search.engine.agent_pool import MeasureFn
+from search.engine.batch_book import BatchJob, BatchTerms
 from search.engine.evaluator_pool import EvaluatorPool, Job
 from search.engine.ledger import Ledger
 from search.records import meta
@@ -31,6 +34,7 @@ class Measurer:
     def __init__(self, ledger: Ledger, pool: EvaluatorPool, overlap: bool) -> None:
         self.ledger, self.pool, self.overlap = ledger, pool, overlap
         self._pending: tuple[threading.Thread, list[MeasuredPlan]] | None = None
+        self.batch_terms = BatchTerms()  # how ``measure_at`` measures: a throughput search sets its own
 
     @property
     def mode(self) -> str:
@@ -117,6 +121,64 @@ class Measurer:
         self.pool.run_jobs(queue, call, record)
         self.drain()
         self._pool_state()
+
+    # -- at other micro-batches ----------------------------------------------------------------------------------
+    def measure_at(self, jobs: Sequence[BatchJob], again: bool = False, timed: bool = True) -> list[MeasuredPlan]:
+        """Each job's record at its micro-batch (``Ledger.batches``), after measuring those it lacks (all of them,
+        once, with ``again``); ``timed=False``: the peaks only, no step timed (where a record holds only a peak that
+        fits a cap, a timed measurement adds the times)."""
+        unique = list({(self.digest_at(j), j.micro_batch): j for j in jobs}.values())
+        todo = sorted((j for j in unique if again or self.lacks_at(j, timed)), key=lambda j: j.micro_batch)
+        stop = (lambda job: -1) if not timed else self._ceiling  # -1: every peak is above it
+        self.pool.run_jobs(todo, lambda handle, job, killed: self._call_at(handle, job, stop(job), killed),
+                           self.ledger.batches.record, self._deadline_at)
+        return [self.known_at(j) for j in jobs]  # type: ignore[misc]
+
+    def fresh_at(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
+        """A new measurement of each job, in the jobs' order, not recorded."""
+        return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed),
+                                  lambda got: got["record"], self._deadline_at)
+
+    def digest_at(self, job: BatchJob) -> str:
+        return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(
+            self.ledger.codec.indices(job.item))
+
+    def known_at(self, job: BatchJob) -> MeasuredPlan | None:
+        return self.ledger.batches.get(job.micro_batch, self.digest_at(job))
+
+    def lacks_at(self, job: BatchJob, timed: bool = True) -> bool:
+        """Whether ``measure_at`` would measure the job: the ledger lacks it there, or (``timed``) holds only its
+        peak and that peak fits a cap, so that its steps are worth timing."""
+        known = self.known_at(job)
+        if known is None:
+            return True
+        ceiling = self._ceiling(job)
+        return (timed and not known.oom and not known.step_seconds_samples
+                and (ceiling is None or known.peak_bytes <= ceiling))
+
+    def smaller_not_fitting(self, job: BatchJob) -> int | None:
+        """The smallest micro-batch below the job's where the ledger holds its plan (or peer) as not fitting, or
+        None. ``measure_at`` asks for the smaller sizes first, so that one Evaluator learns this before it tries a
+        larger size; on ``tests/data/memory_models.py:killed_above`` each size tried above the limit cost two
+        Evaluator deaths and restarts."""
+        failed = [b for b, m in self.ledger.batches.of(self.digest_at(job)).items()
+                  if m.oom and b < job.micro_batch]
+        return min(failed, default=None)
+
+    def _ceiling(self, job: BatchJob) -> int | None:
+        ceiling = self.batch_terms.ceiling
+        return ceiling(job.micro_batch) if ceiling else None
+
+    def _deadline_at(self, job: BatchJob) -> float:
+        return self.pool.measurement_seconds(job, self.batch_terms.base)
+
+    def _call_at(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool) -> Any:
+        """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
+        ``KILLS_NOT_FITTING`` Evaluators (``not_fitting``) or a smaller micro-batch of it did not fit."""
+        known = self.known_at(job)  # its peak is lent on CPU
+        not_fitting = not_fitting or self.smaller_not_fitting(job) is not None
+        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_terms.batch_dim, job.source, known,
+                                        stop_above, not_fitting)
 
     def _jobs(self, plans: Sequence[PlanJob], again: bool) -> list[Job]:
         for idx, source in plans:

@@ -1,8 +1,8 @@
 """Frontier plans measured at half the batch, for pricing memory (the largest micro-batch that fits).
 
 Each is a job of the Evaluator pool, on whichever Evaluator is free, and each measurement a row of the run
-store at its micro-batch (``search.engine.throughput.batch_book.BatchBook``), as a throughput search's are;
-the dashboard prices a plan from those rows and the plan's own at the workload's batch.
+store at its micro-batch, in the ledger's ``batches`` (``search.engine.batch_book.BatchBook``) as a throughput
+search's are; the dashboard prices a plan from those rows and the plan's own at the workload's batch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from env.workloads.spec import WorkloadSpec, builtin_options
 from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import Ledger
 from search.engine.shown import Shown
-from search.engine.throughput.batch_book import BatchBook
 from search.records import meta
 
 MAX_PLANS = 6
@@ -34,7 +33,7 @@ def measure_batch_scaling(workload: str, ledger: Ledger, pool: EvaluatorPool) ->
     ledger.store.write(meta.BATCH_SIZE, batch)
     front = Shown.of(ledger).front
     picks = sorted({round(i * (len(front) - 1) / (MAX_PLANS - 1)) for i in range(MAX_PLANS)}) if front else []
-    book, half = BatchBook(ledger.store), batch // 2
+    book, half = ledger.batches, batch // 2
     todo = [tuple(front[i].actions) for i in picks if book.get(half, front[i].digest) is None]
 
     def call(handle: Any, actions: tuple[str, ...], killed: bool) -> Any:

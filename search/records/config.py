@@ -90,9 +90,9 @@ class SearchConfig:
     """reward source: measured (every new plan measured), model (cost model only), hybrid (cost model corrected by
     measurements; every frontier point measured)"""
     peers: Literal["none", "eager", "all"] = "eager"
-    """peers measured beside the search by the same Evaluator: none; eager (HF models' own checkpointing every 1-4
-    layers, checkpoint_sequential, torchtitan's op and layer SAC); all (also torch.compile's memory budgets and
-    PyTorch's auto-SAC, where PuLP is installed)"""
+    """peers measured beside the search by the same Evaluator: none; eager (every peer that runs the model's own eager
+    step, as applies to the model); all (also those that compile the step or solve an ILP, where their libraries are
+    installed). Each peer kind's group is its entry in env/measure/peers.py: KINDS; the report lists those measured"""
     peer_budgets: list[float] = field(default_factory=lambda: [round(0.1 * i, 1) for i in range(11)])
     """budgets (fractions) of torch.compile's activation_memory_budget and auto-SAC with --peers all"""
     compile: bool = False

@@ -48,9 +48,10 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
+from search.engine.batch_book import BatchBook, BatchJob, BatchTerms
 from search.engine.context import RunContext
+from search.engine.measurer import Measurer
 from search.engine.phases.gate import check_plans
-from search.engine.throughput.batch_book import BatchBook, BatchJob, BatchMeasurer
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
                                           no_plan_fits, resolve_caps)
 from search.engine.throughput.peers import FitSearch
@@ -76,14 +77,16 @@ PlanAgent = tuple[MicroBatchConditionedAgent, dict[int, list[int]]]  # the agent
 
 @dataclass(frozen=True)
 class ThroughputRun:
-    """A throughput search's fixed setup and how it measures at micro-batches."""
+    """A throughput search's fixed setup, and the run's measurer (which measures at micro-batches by the setup's
+    ``BatchTerms``)."""
 
     setup: ThroughputSetup
-    measurer: BatchMeasurer
+    measurer: Measurer
 
     @property
     def book(self) -> BatchBook:
-        return self.measurer.book
+        """What the run measured at other micro-batches (``Ledger.batches``)."""
+        return self.measurer.ledger.batches
 
 
 def probe_throughput(ctx: RunContext) -> ThroughputRun:
@@ -98,15 +101,15 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     caps = resolve_caps(cfg.memory_cap, facts["device_memory_bytes"])
     codec = ledger.codec
     setup = ThroughputSetup.of(facts, caps, [], cfg.global_batch, ())
-    measurer = BatchMeasurer(pool, BatchBook(ledger.store), batch_dim, lambda names: codec.digest(codec.indices(names)),
-                             lambda b: max(caps) - setup.counted(0, b), setup.base)
+    measurer = ctx.measurer
+    measurer.batch_terms = BatchTerms(batch_dim, lambda b: max(caps) - setup.counted(0, b), setup.base)
     limit = min(cfg.global_batch or MAX_MICRO_BATCH, MAX_MICRO_BATCH)
     smallest = min(cfg.micro_batches) if cfg.micro_batches else 1
     lowest = lowest_per_sample(ctx, measurer, setup, smallest, limit)
     what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
 
     def measure_lowest(b: int) -> MeasuredPlan:
-        return measurer.measure([BatchJob(codec.names(lowest), b, "throughput:lowest")], timed=False)[0]
+        return measurer.measure_at([BatchJob(codec.names(lowest), b, "throughput:lowest")], timed=False)[0]
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
@@ -125,7 +128,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
                          measurer)
 
 
-def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: ThroughputSetup, smallest: int,
+def lowest_per_sample(ctx: RunContext, measurer: Measurer, setup: ThroughputSetup, smallest: int,
                       limit: int) -> Indices:
     """Of the exact solver's lowest-memory plan at the workload's own batch and recompute everything, the one
     whose measured peak grows least per sample from ``smallest`` to ``SLOPE_SPAN`` samples more: the plan that
@@ -138,7 +141,7 @@ def lowest_per_sample(ctx: RunContext, measurer: BatchMeasurer, setup: Throughpu
     plans = list(dict.fromkeys(plans))
     sizes = sizes_of_lowest(ctx.cfg, smallest, limit)
     jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
-    got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure(jobs, timed=False)))
+    got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure_at(jobs, timed=False)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
     fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]
     if not fitting:
@@ -183,9 +186,9 @@ def fitted(ctx: RunContext, run: ThroughputRun) -> BatchFit:
     if not profiles:  # else the probe took it, and measured along the ladder (``probe_ladder`` completes that)
         jobs = ladder_jobs(ctx.ledger.codec, run.setup.ladder, run.setup.lowest)
         keep, lowest = jobs[0::2], jobs[1::2]
-        kept = run.measurer.measure(keep)
+        kept = run.measurer.measure_at(keep)
         far = fit_batch([j.micro_batch for j, m in zip(keep, kept) if not m.oom and j.micro_batch != base], base)
-        _, profiles = profile_beside(ctx, far, run.measurer.batch_dim,
+        _, profiles = profile_beside(ctx, far, run.measurer.batch_terms.batch_dim,
                                      lambda: measure_ladder(run.measurer, lowest, max(base, far)), base)
         if profiles is None:
             raise ThroughputError(f"the profile at micro-batch {far} ran out of memory where all keep did not; "
@@ -220,15 +223,15 @@ def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[Ba
     return [BatchJob(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
 
 
-def measure_ladder(measurer: BatchMeasurer, jobs: list[BatchJob], timed_to: int) -> list[MeasuredPlan]:
+def measure_ladder(measurer: Measurer, jobs: list[BatchJob], timed_to: int) -> list[MeasuredPlan]:
     """``jobs`` measured, steps timed up to micro-batch ``timed_to`` (the largest the fit was made from) and
     the peaks alone above it. A step's time above the fit checks an extrapolation the quote checks too, where
     it measures all keep or the lowest-memory plan there (``check_where_quoted``), and the lowest plan's steps at
     the ladder's top are the slowest of a search (docs/throughput.md, "Why the steps are as they are"). Where
     such a configuration is an answer, the fit prices it first and the candidates' step times it."""
-    measurer.measure([j for j in jobs if j.micro_batch > timed_to], timed=False)
-    measurer.measure([j for j in jobs if j.micro_batch <= timed_to])
-    return [measurer.known(j) for j in jobs]  # type: ignore[misc]
+    measurer.measure_at([j for j in jobs if j.micro_batch > timed_to], timed=False)
+    measurer.measure_at([j for j in jobs if j.micro_batch <= timed_to])
+    return [measurer.known_at(j) for j in jobs]  # type: ignore[misc]
 
 
 def fit_batch(runs: list[int], base: int) -> int:
@@ -328,14 +331,14 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
         return [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan]) for c in model.candidates(list(pool), cap)]
 
     def measure(jobs: list[BatchJob]) -> None:
-        for job, m in zip(jobs, run.measurer.measure(jobs)):
+        for job, m in zip(jobs, run.measurer.measure_at(jobs)):
             if not m.oom:
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
     for _ in range(CANDIDATE_ROUNDS):
         jobs: list[BatchJob] = []
         for cap in run.setup.caps:
-            jobs += [j for j in ranked(cap) if run.measurer.lacks(j)][:CANDIDATES]
+            jobs += [j for j in ranked(cap) if run.measurer.lacks_at(j)][:CANDIDATES]
         if not jobs:
             break
         measure(jobs)
@@ -344,7 +347,7 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
         jobs = ranked(cap)  # once per cap: it ranks every plan of the pool at every micro-batch
         for who in PROPOSERS:
             first = next((j for j in jobs if names_proposer(j.source, who)), None)
-            if first is not None and run.measurer.lacks(first):
+            if first is not None and run.measurer.lacks_at(first):
                 firsts.append(first)
     measure(firsts)
     by_digest = {codec.digest(p): source for p, source in pool.items()}  # timed first under another name (the probe's)

@@ -29,7 +29,7 @@ from env.cost.line_fit import fit_line
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from env.measure.peers import Peer
-from search.engine.throughput.batch_book import BatchJob
+from search.engine.batch_book import BatchJob
 
 MAX_TRIES = 5  # micro-batches measured per contender and cap, at most
 

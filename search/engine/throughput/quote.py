@@ -23,7 +23,8 @@ from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from env.measure.peers import PeerKind, kinds_selected, measurable
 from search.engine import ray_session
-from search.engine.throughput.batch_book import BatchJob, BatchMeasurer
+from search.engine.batch_book import BatchJob
+from search.engine.measurer import Measurer
 from search.engine.context import RunContext
 from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
 from search.engine.throughput.plans import ThroughputModel, ladder_plans
@@ -92,7 +93,7 @@ def peers_at_caps(ctx: RunContext, run: "ThroughputRun", model: ThroughputModel,
         return None if c.plan is None else (lambda b: model.predicted_peak(c.plan, b))  # type: ignore[arg-type]
 
     largest_fitting([s for group in searches.values() for s in group],
-                    lambda jobs: run.measurer.measure(jobs, timed=False), codec.names, setup.counted, prior_of,
+                    lambda jobs: run.measurer.measure_at(jobs, timed=False), codec.names, setup.counted, prior_of,
                     setup.sizes(), anchors)
     return searches
 
@@ -118,7 +119,7 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
     return out
 
 
-def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], BatchJob],
+def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], BatchJob],
                        rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
     """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
     measurements merged (none of the book's: these are compared with each other only). The order puts the
@@ -127,7 +128,7 @@ def interleaved_rounds(measurer: BatchMeasurer, jobs: dict[tuple[str, int], Batc
     keys, got = middle_out(list(jobs), key=lambda k: jobs[k].micro_batch), {}
     for r in range(rounds):
         order = keys if r % 2 == 0 else keys[::-1]
-        for key, m in zip(order, measurer.fresh([jobs[k] for k in order])):
+        for key, m in zip(order, measurer.fresh_at([jobs[k] for k in order])):
             got[key] = got[key].merged(m) if key in got else m
     return got
 

@@ -1,0 +1,81 @@
+"""What a run measured at micro-batches other than the workload's own, and what it asks to measure there.
+
+``BatchBook`` keeps every plan and peer measured at a micro-batch, merged per (micro-batch, digest),
+each one row of the run store's ``evaluations`` at its micro-batch, written as it arrives (a repeat updates
+that row), so a resumed run measures nothing again. It is the ``Ledger``'s (``Ledger.batches``): the rows at
+the workload's own batch (micro-batch 0) of the same table are the ledger's records. A ``BatchJob`` is a plan
+or peer to measure at a micro-batch, which ``search.engine.measurer.Measurer.measure_at`` measures on the run's
+Evaluators; ``BatchTerms`` say how a throughput search measures there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from env.data.measured import MeasuredPlan
+from search.records.meta import BatchRecord
+from search.records.store import RunStore
+
+if TYPE_CHECKING:  # the ledger reads the book torch-free (tests/test_lint.py)
+    from env.measure.peers import Peer
+
+
+class BatchBook:
+    """Measurements per (micro-batch, digest), every repeat merged; each one row of the run store."""
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self.records: dict[tuple[int, str], MeasuredPlan] = {
+            (b, m.digest): m for b, m in store.measured_at_micro_batches()}
+
+    def get(self, micro_batch: int, digest: str) -> MeasuredPlan | None:
+        return self.records.get((micro_batch, digest))
+
+    def record(self, got: BatchRecord) -> MeasuredPlan:
+        """A measurement into the book and its row of the store (merged there with the earlier ones of its plan at
+        its micro-batch, ``RunStore.record``)."""
+        b, m = got["micro_batch"], got["record"]
+        if b < 1:
+            raise ValueError(f"a throughput measurement's micro-batch must be 1 or more, not {b}: 0 names the "
+                             "workload's own batch in the run store; record it through the Ledger")
+        self.records[(b, m.digest)] = self.store.record(m, micro_batch=b)
+        return self.records[(b, m.digest)]
+
+    def credit(self, sources: dict[tuple[int, str], str]) -> None:
+        """Each ``source`` named among those who proposed the plan the book holds at its (micro-batch, digest),
+        (it may have been measured there before under another name, so that the configuration's row would name
+        neither proposer); only the rows that gain a proposer are written."""
+        for (b, digest), source in sources.items():
+            m = self.records[(b, digest)]
+            if source and source not in m.sources:
+                self.records[(b, digest)] = m.model_copy(update={"sources": [*m.sources, source]})
+                self.store.propose(digest, m.actions, source, micro_batch=b)
+
+    def at(self, micro_batch: int) -> list[MeasuredPlan]:
+        return [r for (b, _), r in self.records.items() if b == micro_batch]
+
+    def of(self, digest: str) -> dict[int, MeasuredPlan]:
+        """One plan's or peer's measurements, by micro-batch."""
+        return {b: r for (b, d), r in sorted(self.records.items()) if d == digest}
+
+
+@dataclass(frozen=True, eq=False)
+class BatchJob:
+    """A plan (action names per unit) or a peer to measure at a micro-batch, and who proposed it."""
+
+    item: tuple[str, ...] | Peer
+    micro_batch: int
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class BatchTerms:
+    """How a throughput search measures at micro-batches: the inputs' batch dimension (``batch_dim``, None where the
+    Evaluator finds it), ``ceiling(micro_batch)`` the peak bytes above which a configuration fits no cap there, so
+    that no step of it is timed (``env.measure.measurement.measure_prepared``: ``stop_above``), and the workload's
+    own micro-batch (``base``: a measurement's deadline grows with the micro-batch)."""
+
+    batch_dim: int | None = None
+    ceiling: Callable[[int], int] | None = None
+    base: int = 0
