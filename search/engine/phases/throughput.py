@@ -54,11 +54,10 @@ from search.engine.measurer import Measurer
 from search.engine.phases.gate import check_plans
 from search.engine.throughput.caps import (MAX_MICRO_BATCH, ThroughputError, ThroughputSetup, find_ladder,
                                           no_plan_fits, resolve_caps)
-from search.engine.throughput.peers import FitSearch
+from search.engine.throughput.peers import FitSearch, contenders_for, peers_at_caps
 from search.engine.throughput.plans import ThroughputModel, ladder_plans, solver_relative
-from search.engine.throughput.quote import (AGENT, BOTH, PROPOSERS, Answer, contenders_for, interleaved_rounds,
-                                            measured_under, names_proposer, peers_at_caps, quote_and_curve,
-                                            samples_per_second)
+from search.engine.throughput.quote import (AGENT, BOTH, PROPOSERS, Answer, interleaved_rounds, measured_under,
+                                            names_proposer, quote_and_curve, samples_per_second)
 from search.records import meta
 from search.records.config import SearchConfig
 

@@ -15,21 +15,32 @@ largest micro-batch whose measured peak fits, which ``largest_fitting`` finds by
    smallest measured not to is left that the estimate puts under the cap, or ``MAX_TRIES`` guesses.
    Every search goes in rounds, all contenders and caps at once, so that several Evaluators measure
    side by side.
+
+``contenders_for`` makes the run's contenders (the rules users pick and, with ``--peers``, the peers that apply
+to the workload), and ``peers_at_caps`` finds each at the largest micro-batch it fits under each cap (their peaks
+measured; no step is timed there: the quote times them).
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
+from agents.baselines import baseline_rules
 from env.cost.line_fit import fit_line
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from env.measure.peers import Peer
+from env.measure.peers import Peer, PeerKind, kinds_selected, measurable
+from search.engine import ray_session
 from search.engine.batch_book import BatchJob
+from search.engine.context import RunContext
+
+if TYPE_CHECKING:
+    from search.engine.phases.throughput import ThroughputRun
+    from search.engine.throughput.plans import ThroughputModel
 
 MAX_TRIES = 5  # micro-batches measured per contender and cap, at most
 
@@ -143,3 +154,44 @@ def largest_fitting(searches: Sequence[FitSearch], measure: Callable[[list[Batch
             return
         for (s, b), m in zip(todo, measure([s.contender.job(names, b) for s, b in todo])):
             advance(s, m, b, counted)
+
+
+def contenders_for(ctx: RunContext) -> list[Contender]:
+    """The rules of ``RULE_LABELS`` the run's actions allow and the peers of ``--peers`` that apply;
+    ``checkpoint_sequential`` itself replaces its plan-space version where the model has a chain."""
+    codec = ctx.ledger.codec
+    rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed)
+    out = [Contender(f"rule:{k}", label, tuple(rules[k])) for k, label in RULE_LABELS.items() if k in rules]
+    kinds = kinds_selected(ctx.cfg.peers)
+    if kinds:
+        offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
+        peers, lines = measurable(ray_session.get(offered))
+        for line in lines:
+            ctx.ledger.note(line)
+        if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
+            out = [c for c in out if c.name != "rule:segments_2"]
+        out += [Contender(p.digest, p.label, None, p) for p in peers]
+    return out
+
+
+def peers_at_caps(ctx: RunContext, run: "ThroughputRun", model: "ThroughputModel",
+                  contenders: list[Contender]) -> dict[int, list[FitSearch]]:
+    """Each contender's largest micro-batch that fits each cap (``largest_fitting``), by cap: by their peaks
+    alone. On gpt/small the steps these measurements timed were 40% of the throughput search's peers phase, and
+    the quote times every contender at its fit again, apart from them."""
+    setup, codec = run.setup, ctx.ledger.codec
+    searches = {cap: [FitSearch(c, cap) for c in contenders] for cap in setup.caps}
+    top = max(setup.ladder)
+    low = min(setup.base, top)
+    if setup.fixed:
+        anchors = sorted({setup.ladder[0], setup.ladder[-1]})
+    else:  # small: a peer's peak is a line in the micro-batch; on gpt/small anchors at the top (40) took 16 s
+        anchors = sorted({low, min(2 * low, top)}) if low != top else sorted({max(1, top // 2), top})
+
+    def prior_of(c: Contender) -> Callable[[int], int] | None:
+        return None if c.plan is None else (lambda b: model.predicted_peak(c.plan, b))  # type: ignore[arg-type]
+
+    largest_fitting([s for group in searches.values() for s in group],
+                    lambda jobs: run.measurer.measure_at(jobs, timed=False), codec.names, setup.counted, prior_of,
+                    setup.sizes(), anchors)
+    return searches

@@ -1,8 +1,5 @@
-"""The throughput search's peers, answers and quote, and the curve made of them.
+"""The throughput search's answers and quote, and the curve made of them (its peers: ``peers``).
 
-- ``contenders_for``: the rules users pick and, with ``--peers``, the peers that apply to the workload.
-- ``peers_at_caps``: each of them at the largest micro-batch it fits under each cap (their peaks measured;
-  no step is timed there: the quote times them).
 - ``measured_under``: the measured (plan, micro-batch)s that fit a cap, most samples per second first, from
   which the search takes its finalists.
 - ``quote_and_curve``: every cap's answer and peers measured again, alike, in ``QUOTE_ROUNDS``
@@ -17,16 +14,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from agents.baselines import baseline_rules
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from env.measure.peers import PeerKind, kinds_selected, measurable
-from search.engine import ray_session
 from search.engine.batch_book import BatchJob
 from search.engine.measurer import Measurer
 from search.engine.context import RunContext
-from search.engine.throughput.peers import RULE_LABELS, Contender, FitSearch, largest_fitting
+from search.engine.throughput.peers import FitSearch
 from search.engine.throughput.plans import ThroughputModel, ladder_plans
 from search.records import meta
 from search.records.pareto import nondominated
@@ -55,47 +49,6 @@ def names_proposer(source: str, prefix: str) -> bool:
 def samples_per_second(answer: Answer) -> float:
     """A (micro-batch, record)'s samples per second at its median step."""
     return answer[0] / answer[1].step_seconds
-
-
-def contenders_for(ctx: RunContext) -> list[Contender]:
-    """The rules of ``RULE_LABELS`` the run's actions allow and the peers of ``--peers`` that apply;
-    ``checkpoint_sequential`` itself replaces its plan-space version where the model has a chain."""
-    codec = ctx.ledger.codec
-    rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed)
-    out = [Contender(f"rule:{k}", label, tuple(rules[k])) for k, label in RULE_LABELS.items() if k in rules]
-    kinds = kinds_selected(ctx.cfg.peers)
-    if kinds:
-        offered = ctx.measurer.pool.first.peers.remote(list(kinds), list(ctx.cfg.peer_budgets))
-        peers, lines = measurable(ray_session.get(offered))
-        for line in lines:
-            ctx.ledger.note(line)
-        if any(p.kind is PeerKind.CHECKPOINT_SEQUENTIAL for p in peers):
-            out = [c for c in out if c.name != "rule:segments_2"]
-        out += [Contender(p.digest, p.label, None, p) for p in peers]
-    return out
-
-
-def peers_at_caps(ctx: RunContext, run: "ThroughputRun", model: ThroughputModel,
-                  contenders: list[Contender]) -> dict[int, list[FitSearch]]:
-    """Each contender's largest micro-batch that fits each cap (``largest_fitting``), by cap: by their peaks
-    alone. On gpt/small the steps these measurements timed were 40% of the throughput search's peers phase, and
-    the quote times every contender at its fit again, apart from them."""
-    setup, codec = run.setup, ctx.ledger.codec
-    searches = {cap: [FitSearch(c, cap) for c in contenders] for cap in setup.caps}
-    top = max(setup.ladder)
-    low = min(setup.base, top)
-    if setup.fixed:
-        anchors = sorted({setup.ladder[0], setup.ladder[-1]})
-    else:  # small: a peer's peak is a line in the micro-batch; on gpt/small anchors at the top (40) took 16 s
-        anchors = sorted({low, min(2 * low, top)}) if low != top else sorted({max(1, top // 2), top})
-
-    def prior_of(c: Contender) -> Callable[[int], int] | None:
-        return None if c.plan is None else (lambda b: model.predicted_peak(c.plan, b))  # type: ignore[arg-type]
-
-    largest_fitting([s for group in searches.values() for s in group],
-                    lambda jobs: run.measurer.measure_at(jobs, timed=False), codec.names, setup.counted, prior_of,
-                    setup.sizes(), anchors)
-    return searches
 
 
 def measured_under(run: "ThroughputRun", cap: int) -> list[Answer]:
