@@ -208,7 +208,7 @@ def _search(cfg: Any, run_dir: Path, signals: Signals) -> int:
             from search.engine.scaling import measure_batch_scaling
 
             with clock.phase("batch scaling"):
-                measure_batch_scaling(cfg.workload, ledger, pool)
+                measure_batch_scaling(cfg.workload, driver.measurer)
         with clock.phase("report"):
             report = write_outputs(cfg, run_dir, ledger)
         store.write(meta.STATUS, "finished")

@@ -150,6 +150,29 @@ def test_the_gate_under_fsdp2_passes_sound_plans_and_names_a_broken_unit_alike_o
             assert check["passed"] and check["error"] <= check["tolerance"], (case, check)
 
 
+@pytest.mark.slow
+def test_a_group_measures_a_plan_at_another_micro_batch_on_every_rank_and_refuses_a_peer(ray_session) -> None:
+    """The price page's batch scaling asks a group as it asks an Evaluator (``measure_at``): the plan on every rank
+    at that batch size, merged (the slowest rank's steps); a peer, which FSDP never measures, is one line."""
+    from env.measure.peers import checkpoint_sequential_peer
+    from search.engine import ray_session as rs
+    from search.engine.evaluator_pool import EvaluatorPool
+    from search.records.config import SearchConfig
+
+    cfg = SearchConfig(workload="gpt/tiny", actions=["keep", "recompute"], repeats=1, device="cpu",
+                       fsdp=2).validate()
+    pool = EvaluatorPool(cfg)
+    keep = ["keep"] * len(pool.units)
+    got = rs.get(pool.first.measure_at.remote(keep, 1, source="batch-scaling"))
+    m = got["record"]
+    assert got["micro_batch"] == 1 and not m.oom and m.step_seconds_samples and m.sources == ["batch-scaling"]
+    assert m.clock == "thread-cpu, slowest of 2 ranks" and m.batch_shape == "0:1x16,1:1x16"  # both ranks' inputs
+    assert len(m.measurement_ids) == 1 and m.workload == "gpt/tiny?batch_size=1"
+    with pytest.raises(CkptSearchError) as e:
+        rs.get(pool.first.measure_at.remote(checkpoint_sequential_peer(2, "blocks"), 1))
+    assert "no peer is measured under FSDP" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_search_under_fsdp_does_not_search_chain():
     from search.records.config import parse_config
 

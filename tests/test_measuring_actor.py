@@ -10,7 +10,7 @@ from search.engine.fsdp.group import FsdpGroup
 from search.engine.measuring_actor import MeasuringActor
 
 # what the pool and every phase ask of any measuring actor (search/engine/evaluator_pool.py, phases/, scaling.py)
-ASKED_OF_EVERY = {"info", "profile", "warm_up", "check", "peers", "preload", "evaluate", "evaluate_at_batch",
+ASKED_OF_EVERY = {"info", "profile", "warm_up", "check", "peers", "preload", "evaluate", "measure_at",
                   "seconds", "drain"}
 
 

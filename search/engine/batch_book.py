@@ -71,11 +71,14 @@ class BatchJob:
 
 @dataclass(frozen=True)
 class BatchTerms:
-    """How a throughput search measures at micro-batches: the inputs' batch dimension (``batch_dim``, None where the
-    Evaluator finds it), ``ceiling(micro_batch)`` the peak bytes above which a configuration fits no cap there, so
-    that no step of it is timed (``env.measure.measurement.measure_prepared``: ``stop_above``), and the workload's
-    own micro-batch (``base``: a measurement's deadline grows with the micro-batch)."""
+    """How a run measures at micro-batches: the inputs' batch dimension (``batch_dim``, None where the Evaluator
+    finds it), ``ceiling(micro_batch)`` the peak bytes above which a configuration fits no cap there, so that no
+    step of it is timed (``env.measure.measurement.measure_prepared``: ``stop_above``), the workload's own
+    micro-batch (``base``: a measurement's deadline grows with the micro-batch; 0: as at the own batch), and
+    ``eager``: uncompiled whatever the run compiles. A throughput search sets its own (``Measurer.batch_terms``);
+    the price page's batch scaling measures eager steps with no cap."""
 
     batch_dim: int | None = None
     ceiling: Callable[[int], int] | None = None
     base: int = 0
+    eager: bool = False

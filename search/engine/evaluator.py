@@ -168,12 +168,6 @@ class Evaluator(EvaluatorPeers, EvaluatorBatches, MeasuringActor):
         return self._measure(self._plan(actions), source, is_reference=False,
                              whole_model=dataclasses.replace(options, scope="model"))
 
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
-                          not_fitting: bool = False) -> dict[str, Any]:
-        """A plan at another micro-batch, eager, measured as the throughput search measures there (``measure_at``),
-        or recorded as not fitting without a step (``not_fitting``, as ``evaluate`` takes it)."""
-        return self.measure_at(actions, batch_size, None, source, not_fitting=not_fitting, eager=True)
-
 
 def with_batch_size(spec: str, batch_size: int) -> WorkloadSpec:
     """The workload spec with its ``batch_size`` option set (built-in workloads)."""

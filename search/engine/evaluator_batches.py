@@ -25,7 +25,7 @@ class EvaluatorBatches:
         """The workload's own micro-batch and how it changes (``env.measure.micro_batch.AtMicroBatch.facts``)."""
         return self.at_batch.facts(batch_dim)
 
-    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None,
+    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None = None,
                    source: str = "", known: MeasuredPlan | None = None,
                    stop_above: int | None = None, not_fitting: bool = False, eager: bool = False) -> dict[str, Any]:
         """A plan (action names per unit) or a peer measured at ``micro_batch``, a new measurement each call:

@@ -123,21 +123,24 @@ class Measurer:
         self._pool_state()
 
     # -- at other micro-batches ----------------------------------------------------------------------------------
-    def measure_at(self, jobs: Sequence[BatchJob], again: bool = False, timed: bool = True) -> list[MeasuredPlan]:
+    def measure_at(self, jobs: Sequence[BatchJob], again: bool = False, timed: bool = True,
+                   terms: BatchTerms | None = None) -> list[MeasuredPlan]:
         """Each job's record at its micro-batch (``Ledger.batches``), after measuring those it lacks (all of them,
         once, with ``again``); ``timed=False``: the peaks only, no step timed (where a record holds only a peak that
-        fits a cap, a timed measurement adds the times)."""
+        fits a cap, a timed measurement adds the times); ``terms``: these instead of the run's ``batch_terms``."""
+        t = terms or self.batch_terms
         unique = list({(self.digest_at(j), j.micro_batch): j for j in jobs}.values())
-        todo = sorted((j for j in unique if again or self.lacks_at(j, timed)), key=lambda j: j.micro_batch)
-        stop = (lambda job: -1) if not timed else self._ceiling  # -1: every peak is above it
-        self.pool.run_jobs(todo, lambda handle, job, killed: self._call_at(handle, job, stop(job), killed),
-                           self.ledger.batches.record, self._deadline_at)
+        todo = sorted((j for j in unique if again or self.lacks_at(j, timed, t)), key=lambda j: j.micro_batch)
+        stop = (lambda job: -1) if not timed else (lambda job: _ceiling(t, job))  # -1: every peak is above it
+        self.pool.run_jobs(todo, lambda handle, job, killed: self._call_at(handle, job, stop(job), killed, t),
+                           self.ledger.batches.record, lambda job: self.pool.measurement_seconds(job, t.base))
         return [self.known_at(j) for j in jobs]  # type: ignore[misc]
 
     def fresh_at(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
-        """A new measurement of each job, in the jobs' order, not recorded."""
-        return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed),
-                                  lambda got: got["record"], self._deadline_at)
+        """A new measurement of each job, in the jobs' order, not recorded (the run's ``batch_terms``)."""
+        t = self.batch_terms
+        return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed, t),
+                                  lambda got: got["record"], lambda job: self.pool.measurement_seconds(job, t.base))
 
     def digest_at(self, job: BatchJob) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(
@@ -146,13 +149,13 @@ class Measurer:
     def known_at(self, job: BatchJob) -> MeasuredPlan | None:
         return self.ledger.batches.get(job.micro_batch, self.digest_at(job))
 
-    def lacks_at(self, job: BatchJob, timed: bool = True) -> bool:
+    def lacks_at(self, job: BatchJob, timed: bool = True, terms: BatchTerms | None = None) -> bool:
         """Whether ``measure_at`` would measure the job: the ledger lacks it there, or (``timed``) holds only its
         peak and that peak fits a cap, so that its steps are worth timing."""
         known = self.known_at(job)
         if known is None:
             return True
-        ceiling = self._ceiling(job)
+        ceiling = _ceiling(terms or self.batch_terms, job)
         return (timed and not known.oom and not known.step_seconds_samples
                 and (ceiling is None or known.peak_bytes <= ceiling))
 
@@ -165,20 +168,14 @@ class Measurer:
                   if m.oom and b < job.micro_batch]
         return min(failed, default=None)
 
-    def _ceiling(self, job: BatchJob) -> int | None:
-        ceiling = self.batch_terms.ceiling
-        return ceiling(job.micro_batch) if ceiling else None
-
-    def _deadline_at(self, job: BatchJob) -> float:
-        return self.pool.measurement_seconds(job, self.batch_terms.base)
-
-    def _call_at(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool) -> Any:
+    def _call_at(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool,
+                 terms: BatchTerms) -> Any:
         """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
         ``KILLS_NOT_FITTING`` Evaluators (``not_fitting``) or a smaller micro-batch of it did not fit."""
         known = self.known_at(job)  # its peak is lent on CPU
         not_fitting = not_fitting or self.smaller_not_fitting(job) is not None
-        return handle.measure_at.remote(job.item, job.micro_batch, self.batch_terms.batch_dim, job.source, known,
-                                        stop_above, not_fitting)
+        return handle.measure_at.remote(job.item, job.micro_batch, terms.batch_dim, job.source, known, stop_above,
+                                        not_fitting, terms.eager)
 
     def _jobs(self, plans: Sequence[PlanJob], again: bool) -> list[Job]:
         for idx, source in plans:
@@ -210,3 +207,8 @@ def _remote_measure(evaluator: Any, action_names: list[str], source: PlanSource,
         return m.peak_bytes, paired(m, scale).step_seconds
 
     return measure
+
+
+def _ceiling(terms: BatchTerms, job: BatchJob) -> int | None:
+    """The peak bytes above which ``terms`` time no step of ``job`` (None: every step is timed)."""
+    return terms.ceiling(job.micro_batch) if terms.ceiling else None

@@ -9,7 +9,7 @@ actors, restarts and resumed runs (``<name>-<uuid>:<n>``), the cache of known pl
 plan's last measurements (drift) and the seconds spent measuring.
 
 What it answers: ``info``, ``profile``, ``warm_up``, ``check`` (the correctness gate), ``peers`` (those it
-measures beside its plans), ``evaluate`` a plan (or answer it from the cache), ``evaluate_at_batch``,
+measures beside its plans), ``evaluate`` a plan (or answer it from the cache), ``measure_at`` another micro-batch,
 ``preload``, ``seconds`` and ``drain``. A kind says how it measures through ``_plan``, ``_measure``,
 ``_killed`` and ``_described``.
 
@@ -89,11 +89,14 @@ class MeasuringActor(ABC):
         """The peers of the given kinds (compile ``budgets``) this actor measures beside its plans."""
 
     @abstractmethod
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
-                          not_fitting: bool = False) -> dict[str, Any]:
-        """A plan measured at another batch size (built-in workloads), or recorded as not fitting without a step
-        (``not_fitting``), as ``search.records.meta.BatchRecord``: the run store keeps it as a row at that
-        micro-batch."""
+    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None = None,
+                   source: str = "", known: MeasuredPlan | None = None, stop_above: int | None = None,
+                   not_fitting: bool = False, eager: bool = False) -> dict[str, Any]:
+        """A plan (action names per unit) or a peer measured at another micro-batch, a new measurement each call, or
+        recorded as not fitting without a step (``not_fitting``), as ``search.records.meta.BatchRecord``: the run
+        store keeps it as a row at that micro-batch. ``known`` (its record there, whose peak a CPU measurement
+        reuses), ``stop_above`` (bytes: above them no step is timed) and ``eager`` (uncompiled whatever the run
+        compiles) as ``search.engine.measurer.Measurer.measure_at`` asks."""
 
     @abstractmethod
     def _plan(self, actions: Sequence[str]) -> Plan:

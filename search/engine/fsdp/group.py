@@ -2,7 +2,7 @@
 
 The group is one Ray actor that the ``EvaluatorPool`` starts, restarts and calls as it does an
 ``Evaluator``: both implement ``search.engine.measuring_actor.MeasuringActor`` whole (info, warm_up, profile,
-check, peers, evaluate, evaluate_at_batch, drain, ...), so no phase of the search knows about FSDP. It starts ``N`` ``FsdpRank`` actors on its own node (one GPU each on GPUs), which form one
+check, peers, evaluate, measure_at, drain, ...), so no phase of the search knows about FSDP. It starts ``N`` ``FsdpRank`` actors on its own node (one GPU each on GPUs), which form one
 torch process group (gloo on CPU, NCCL on GPU; they meet on loopback at a port rank 0 picks) and
 hold the workload sharded with ``fully_shard`` (``env.measure.fsdp``); rank 0 chooses the units.
 Every request goes to all ranks at once:
@@ -97,17 +97,23 @@ class FsdpGroup(MeasuringActor):
         """None of any kind: under FSDP no peer is measured (``PEERS_NOTE``)."""
         return []
 
-    def evaluate_at_batch(self, actions: Sequence[str], batch_size: int, source: str = "",
-                          not_fitting: bool = False) -> dict[str, Any]:
-        """On every rank, on a sharded copy of the workload built at ``batch_size``; ``not_fitting``: each rank's
-        record made without a step."""
+    def measure_at(self, item: Sequence[str] | Peer, micro_batch: int, batch_dim: int | None = None,
+                   source: str = "", known: MeasuredPlan | None = None, stop_above: int | None = None,
+                   not_fitting: bool = False, eager: bool = False) -> dict[str, Any]:
+        """A plan on every rank, on a sharded copy of the workload built at batch size ``micro_batch`` (built-in
+        workloads: the price page's batch scaling); ``not_fitting``: each rank's record made without a step. A
+        group measures plans only (no peer under FSDP), eagerly, profiling each rank's peak and timing every step:
+        ``batch_dim``, ``known`` and ``stop_above`` serve a throughput search, which ``--fsdp`` refuses."""
+        if isinstance(item, Peer):
+            raise CkptSearchError(f"peer '{item.name}' under --fsdp: no peer is measured under FSDP; drop --fsdp "
+                                  "to measure it")
+        actions, mid = list(item), self._next_id()
         if not_fitting:
-            mid = self._next_id()
-            m = merge_ranks(self._on_ranks(lambda h: h.not_fitting.remote(list(actions), source, mid)))
+            m = merge_ranks(self._on_ranks(lambda h: h.not_fitting.remote(actions, source, mid)))
         else:
-            m = merge_ranks(self._on_ranks(lambda h: h.measure_at_batch.remote(list(actions), batch_size,
-                                                                               self.repeats, source)))
-        return {"micro_batch": batch_size, "record": m.model_copy(update={"evaluators": [self.label]})}
+            m = merge_ranks(self._on_ranks(lambda h: h.measure_at_batch.remote(actions, micro_batch, self.repeats,
+                                                                               source, mid)))
+        return {"micro_batch": micro_batch, "record": m.model_copy(update={"evaluators": [self.label]})}
 
     def stop(self) -> None:
         """End every rank now (one may be waiting in a collective for a rank that will never come)."""

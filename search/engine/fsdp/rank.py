@@ -86,7 +86,8 @@ class FsdpRank:
         plan = plan_for(self.workload.model, self.units, [Action(a) for a in actions])
         return not_fitting(self.workload, record_fields(self.workload, plan.digest, actions, source, measurement_id))
 
-    def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int, source: str = "") -> MeasuredPlan:
+    def measure_at_batch(self, actions: Sequence[str], batch_size: int, repeats: int, source: str = "",
+                         measurement_id: str = "") -> MeasuredPlan:
         """A plan at another batch size, on a second sharded copy of the workload built at that size."""
         other = with_batch_size(self.spec, batch_size)
         if self._other_batch is None or self._other_batch.spec != str(other):
@@ -95,4 +96,4 @@ class FsdpRank:
         w = self._other_batch
         with model_errors(f"the measurement at batch size {batch_size}"):
             return measure(w, plan_for(w.model, self.units, [Action(a) for a in actions]), self.units, repeats=repeats,
-                           source=source)
+                           source=source, measurement_id=measurement_id)
