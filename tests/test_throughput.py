@@ -516,15 +516,15 @@ def test_the_answer_weighs_every_near_rule_at_its_largest_fitting_micro_batch():
     assert near_rules([peer], model) == [] and near_rules([], model) == []
 
 
-def _measurer(store: Any, kind: type | None = None) -> Any:
-    """The run's measurer over a ledger of a synthetic profile and ``store``, with no Evaluator: what the
-    throughput phases read and record, without measuring (``kind``: a ``Measurer`` subclass that scripts it)."""
+def _measurer(store: Any, pool: Any = None) -> Any:
+    """The run's measurer over a ledger of a synthetic profile and ``store``: what the throughput phases read and
+    record; ``pool``: what stands in for the Evaluators (none: nothing is measured)."""
     from search.engine.ledger import Ledger, SearchSetup
     from search.engine.measurer import Measurer
     from tests.profiles import synthetic_profile
 
     ledger = Ledger(SearchSetup.from_profile(synthetic_profile(4, 2, seed=0)), store)
-    return (kind or Measurer)(ledger, None, overlap=False)  # type: ignore[arg-type]
+    return Measurer(ledger, pool, overlap=False)
 
 
 def test_the_finalists_are_the_best_measured_and_every_near_one_with_the_near_rules(tmp_path: Path):
@@ -591,7 +591,6 @@ def test_where_the_run_off_cannot_tell_two_apart_the_fit_decides():
 def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(tmp_path: Path):
     """The first of the deciding rounds is the finalist whose measurements read luckiest: the first two are
     measured again, in RUNOFF_ROUNDS rounds of their own, and the answer is the faster on those alone."""
-    from search.engine.measurer import Measurer
     from search.engine.phases.throughput import DECIDING_ROUNDS, RUNOFF_ROUNDS, ThroughputRun, decide, finalists
     from search.engine.throughput.caps import ThroughputSetup
     from search.records.store import RunStore
@@ -603,27 +602,38 @@ def test_the_answer_is_the_faster_of_the_deciding_rounds_first_two_in_a_run_off(
     def record(digest: str, rate: float) -> MeasuredPlan:
         return _record(50.0, 4 / rate, digest).model_copy(update={"actions": [digest]})
 
-    class Scripted(Measurer):  # the Evaluators' part: each round's measurements as scripted
+    class Scripted:  # the Evaluators' part (``EvaluatorPool.run_jobs``): each round's measurements as scripted
         rounds: list[list[str]] = []
 
-        def fresh_at(self, jobs):
+        def run_jobs(self, jobs, call, on_result, deadline=None):
             self.rounds.append([job.item[0] for job in jobs])
             late = 1 if len(self.rounds) <= DECIDING_ROUNDS else 2
-            return [record(job.item[0], rates[job.item[0]][late]) for job in jobs]
+            return [on_result({"micro_batch": job.micro_batch, "record": record(job.item[0], rates[job.item[0]][late])
+                               .model_copy(update={"measurement_ids": [f"evaluator_0-s:{len(self.rounds)}{k}"]})})
+                    for k, job in enumerate(jobs)]
 
     setup = ThroughputSetup([cap], [1, 2, 4, 8], 4, "x", None, 0, None, (1,))
+    pool = Scripted()
     with RunStore(tmp_path / "store.sqlite") as store:
-        measurer = _measurer(store, Scripted)
+        measurer = _measurer(store, pool=pool)
         book = measurer.ledger.batches
         for digest, (rate, _, _) in rates.items():
             book.record({"micro_batch": 4, "record": record(digest, rate)})
         run, model = ThroughputRun(setup, measurer), _model(setup)
         answers = decide(run, {cap: finalists(run, cap, [], model)}, model)
-    assert len(measurer.rounds) == DECIDING_ROUNDS + RUNOFF_ROUNDS
-    assert all(sorted(r) == ["lucky", "steady", "third"] for r in measurer.rounds[:DECIDING_ROUNDS])
-    assert all(sorted(r) == ["lucky", "steady"] for r in measurer.rounds[DECIDING_ROUNDS:])
+        # every measurement of the rounds went into the book as it arrived, and from there into the store
+        stored = {m.digest: m for b, m in store.measured_at_micro_batches() if b == 4}
+    assert len(pool.rounds) == DECIDING_ROUNDS + RUNOFF_ROUNDS
+    assert all(sorted(r) == ["lucky", "steady", "third"] for r in pool.rounds[:DECIDING_ROUNDS])
+    assert all(sorted(r) == ["lucky", "steady"] for r in pool.rounds[DECIDING_ROUNDS:])
     b, m = answers[cap]
     assert (b, m.digest) == (4, "steady") and 4 / m.step_seconds == pytest.approx(44.0)
+    assert len(m.measurement_ids) == RUNOFF_ROUNDS  # ranked on the run-off's measurements alone
+    assert {d: len(r.measurement_ids) for d, r in stored.items()} == {
+        "lucky": DECIDING_ROUNDS + RUNOFF_ROUNDS, "steady": DECIDING_ROUNDS + RUNOFF_ROUNDS, "third": DECIDING_ROUNDS}
+    assert {d: len(r.step_seconds_samples) for d, r in stored.items()} == {
+        "lucky": 1 + DECIDING_ROUNDS + RUNOFF_ROUNDS, "steady": 1 + DECIDING_ROUNDS + RUNOFF_ROUNDS,
+        "third": 1 + DECIDING_ROUNDS}
 
 
 def test_a_plan_the_probe_measured_first_is_credited_to_whoever_proposed_it(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from search.engine.batch_book import BatchJob, BatchTerms
 from search.engine.evaluator_pool import EvaluatorPool, Job
 from search.engine.ledger import Ledger
 from search.records import meta
+from search.records.meta import BatchRecord
 from search.records.ranking import paired
 
 PlanJob = tuple[Indices, PlanSource]  # a plan to measure, and who proposed it
@@ -136,11 +137,18 @@ class Measurer:
                            self.ledger.batches.record, lambda job: self.pool.measurement_seconds(job, t.base))
         return [self.known_at(j) for j in jobs]  # type: ignore[misc]
 
-    def fresh_at(self, jobs: Sequence[BatchJob]) -> list[MeasuredPlan]:
-        """A new measurement of each job, in the jobs' order, not recorded (the run's ``batch_terms``)."""
+    def fresh_at(self, jobs: Sequence[BatchJob], record: bool = False) -> list[MeasuredPlan]:
+        """A new measurement of each job, every step timed, in the jobs' order (the run's ``batch_terms``); the
+        measurements themselves, each also into ``Ledger.batches`` as it arrives with ``record``."""
         t = self.batch_terms
+
+        def arrived(got: BatchRecord) -> MeasuredPlan:
+            if record:
+                self.ledger.batches.record(got)
+            return got["record"]
+
         return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed, t),
-                                  lambda got: got["record"], lambda job: self.pool.measurement_seconds(job, t.base))
+                                  arrived, lambda job: self.pool.measurement_seconds(job, t.base))
 
     def digest_at(self, job: BatchJob) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(

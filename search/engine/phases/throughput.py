@@ -426,13 +426,11 @@ def the_faster(answers: list[Answer], model: ThroughputModel) -> Answer:
 
 
 def _measured_again(run: ThroughputRun, answers: list[Answer], rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
-    """Each distinct (micro-batch, plan) of ``answers`` measured afresh in ``rounds`` interleaved rounds, into the
-    book; by (digest, micro-batch), on those measurements alone."""
+    """Each distinct (micro-batch, plan) of ``answers`` measured afresh in ``rounds`` interleaved rounds, each
+    measurement recorded in the book as it arrives (``interleaved_rounds``); by (digest, micro-batch), on those
+    measurements alone."""
     jobs = {(m.digest, b): BatchJob(tuple(m.actions), b, m.source) for b, m in answers}
-    got = interleaved_rounds(run.measurer, jobs, rounds) if jobs else {}
-    for (_, b), m in got.items():
-        run.book.record({"micro_batch": b, "record": m})
-    return got
+    return interleaved_rounds(run.measurer, jobs, rounds, record=True) if jobs else {}
 
 
 def _fitting(run: ThroughputRun, cap: int, answers: list[Answer]) -> list[Answer]:

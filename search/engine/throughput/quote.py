@@ -72,16 +72,17 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
     return out
 
 
-def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], BatchJob],
-                       rounds: int) -> dict[tuple[str, int], MeasuredPlan]:
+def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], BatchJob], rounds: int,
+                       record: bool = False) -> dict[tuple[str, int], MeasuredPlan]:
     """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
     measurements merged (none of the book's: these are compared with each other only). The order puts the
     largest micro-batches in the middle (``middle_out``), so that neither round ends on its longest steps
-    while the other Evaluators wait for the next round."""
+    while the other Evaluators wait for the next round. ``record``: each measurement also into the book as it
+    arrives (the deciding rounds; a quote's are shown only in the curve)."""
     keys, got = middle_out(list(jobs), key=lambda k: jobs[k].micro_batch), {}
     for r in range(rounds):
         order = keys if r % 2 == 0 else keys[::-1]
-        for key, m in zip(order, measurer.fresh_at([jobs[k] for k in order])):
+        for key, m in zip(order, measurer.fresh_at([jobs[k] for k in order], record=record)):
             got[key] = got[key].merged(m) if key in got else m
     return got
 
