@@ -542,3 +542,15 @@ def test_chains_quick(tmp_path: Path) -> None:
     assert peaks["chain where units chain"] <= peaks["recompute every unit"] < peaks["keep every unit"]
     by = {(s["chain"], s["relative"]): s for s in w["solver"]}
     assert by[(True, 0.0)]["lowest_predicted_peak_bytes"] <= by[(False, 0.0)]["lowest_predicted_peak_bytes"]
+
+
+@pytest.mark.slow
+def test_store_writes_study_quick(tmp_path: Path) -> None:
+    """The study counts what a throughput search writes: every measurement is a row of ``evaluations`` (inserted,
+    then updated as repeats merge into it), and no result blob is rewritten into ``meta``."""
+    out = tmp_path / "writes.json"
+    run_bench("studies/store_writes.py", "--quick", "--out", str(out))
+    got = json.loads(out.read_text())
+    assert got["exit_code"] == 0 and got["write_statements"] > 0 and got["rows_changed"] >= got["write_statements"] // 2
+    assert got["sql_bytes_written"] > 0 and got["store_bytes"] > 0
+    assert {"INSERT evaluations", "UPDATE evaluations"} <= set(got["by_table"]), got["by_table"]
