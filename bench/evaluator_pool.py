@@ -49,6 +49,7 @@ def named_plans(n_units: int, count: int, seed: int) -> list[list[str]]:
 
 def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) -> list[dict[str, Any]]:
     """Measurements per minute through pools of 1 and 2 Evaluators, alternating."""
+    from search.engine.batch_book import Job
     from search.engine.evaluator_pool import EvaluatorPool
 
     rows = []
@@ -59,7 +60,7 @@ def throughput(workload: str, count: int, repeats: int, rounds: int, seed: int) 
             n_units = len(pool.slots[0].info["units"])
             plans = named_plans(n_units, count, seed + r)
             t0 = time.perf_counter()
-            done = pool.measure([(p, "bench", False) for p in plans], on_result=lambda m: m)
+            done = pool.measure([Job(tuple(p), source="bench") for p in plans], on_result=lambda m: m)
             wall = time.perf_counter() - t0
             per_evaluator = {e: sum(label == e for m in done for label in m.evaluators)
                              for e in {label for m in done for label in m.evaluators}}

@@ -216,7 +216,8 @@ def test_the_whole_model_pass_sends_the_aimed_plans_as_whole_model_jobs_an_evalu
 
     codec = PlanCodec(["a", "b", "c"], ["keep", "recompute", "chain"], "fp")
     jobs = aimed_jobs(codec, [(0, 1, 2), (1, 1, 0)])
-    assert jobs == [(["keep", "recompute", "chain"], "exact"), (["recompute", "recompute", "keep"], "exact")]
-    for names, source in jobs:  # as Evaluator.evaluate_whole_model reads them: a plan of the codec, a known source
-        assert codec.indices(names) in {(0, 1, 2), (1, 1, 0)}
-        assert PlanSource(source).kind == PlanSource.EXACT.kind
+    assert [(j.item, j.source, j.micro_batch) for j in jobs] == [
+        (("keep", "recompute", "chain"), "exact", 0), (("recompute", "recompute", "keep"), "exact", 0)]
+    for job in jobs:  # as Evaluator.evaluate_whole_model reads them: a plan of the codec, a known source
+        assert codec.indices(job.item) in {(0, 1, 2), (1, 1, 0)}
+        assert PlanSource(job.source).kind == PlanSource.EXACT.kind

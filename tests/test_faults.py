@@ -52,13 +52,15 @@ def test_an_fsdp_group_killed_twice_by_a_plan_records_it_as_not_fitting_and_a_ra
     """Two gloo ranks of ``recompute_fails``: block 1 recomputed fails its allocation on both ranks (the group's
     record is not fitting, no death), block 2 recomputed kills a rank's process (the group is restarted, and
     after its second death the plan is recorded as not fitting); the group measures on after both."""
+    from search.engine.batch_book import Job
     from search.engine.evaluator_pool import EvaluatorPool
 
     cfg = SearchConfig(workload=f"{MODELS}:recompute_fails", units=UNITS, actions=["keep", "recompute"], repeats=1,
                        device="cpu", fsdp=2).validate()
     pool = EvaluatorPool(cfg)
     source = PlanSource.rule("test")
-    jobs = [(KEEP, source, False), (_recompute(1), source, False), (_recompute(2), source, False), (KEEP, source, True)]
+    jobs = [Job(KEEP, source=source), Job(_recompute(1), source=source), Job(_recompute(2), source=source),
+            Job(KEEP, source=source, again=True)]
     kept, short, killed, again = pool.measure(jobs, lambda m: m)
     assert not kept.oom and kept.step_seconds_samples and kept.clock == "thread-cpu, slowest of 2 ranks"
     assert short.oom and short.requested_bytes == 1 << 52 and short.step_seconds_samples == []
@@ -77,15 +79,16 @@ def test_a_rank_out_of_memory_that_leaves_the_other_waiting_stops_the_group_and_
     """Block 1 recomputed fails its allocation on rank 1 alone, while rank 0 waits for it in a collective: the
     group stops its ranks after its grace (``rank_grace_s``: the test session sets it short) instead of waiting for gloo's timeout, is restarted as after a
     death, and after the second time the plan is recorded as not fitting."""
-    from search.engine.evaluator_pool import EvaluatorPool
     from env.measure.fsdp import GROUP_TIMEOUT_S
+    from search.engine.batch_book import Job
+    from search.engine.evaluator_pool import EvaluatorPool
     from search.engine.fsdp.group import rank_grace_s
 
     cfg = SearchConfig(workload=f"{MODELS}:recompute_fails_on_one_rank", units=UNITS, actions=["keep", "recompute"],
                        repeats=1, device="cpu", fsdp=2).validate()
     pool = EvaluatorPool(cfg)
     start = time.monotonic()
-    (short,) = pool.measure([(_recompute(1), PlanSource.rule("test"), False)], lambda m: m)
+    (short,) = pool.measure([Job(_recompute(1), source=PlanSource.rule("test"))], lambda m: m)
     assert 2 * rank_grace_s() <= time.monotonic() - start < GROUP_TIMEOUT_S  # gloo's own timeout was never waited
     assert short.oom and short.requested_bytes is None and short.step_seconds_samples == []
     deaths = [e for e in pool.events if "died" in e]
@@ -106,7 +109,7 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
     """Above 8 samples a step of the model fails its allocation, or kills its process: asked for 64, 16, 4 and 32
     samples, the search measures 4, finds 16 not fitting (after two deaths where it kills) and records 32 and 64
     as not fitting without trying them: no more deaths, and no allocation asked for there."""
-    from search.engine.batch_book import BatchJob, BatchTerms
+    from search.engine.batch_book import BatchTerms, Job
     from search.engine.evaluator_pool import EvaluatorPool
     from search.engine.ledger import Ledger
     from search.engine.measurer import Measurer
@@ -118,20 +121,20 @@ def test_micro_batches_above_one_that_did_not_fit_are_recorded_as_not_fitting_wi
     with RunStore(tmp_path / STORE_NAME) as store:
         measurer = Measurer(Ledger(prepare(store, pool), store), pool, overlap=False)
         measurer.batch_terms = BatchTerms(base=4)
-        assert {measurer.digest_at(BatchJob(p, 4)) for p in (KEEP, _recompute(0))} == {_digest(KEEP),
+        assert {measurer.digest_at(Job(p, 4)) for p in (KEEP, _recompute(0))} == {_digest(KEEP),
                                                                                       _digest(_recompute(0))}
         sizes = [64, 16, 4, 32]
-        got = dict(zip(sizes, measurer.measure_at([BatchJob(KEEP, b, "x") for b in sizes])))
+        got = dict(zip(sizes, measurer.measure_at([Job(KEEP, b, "x") for b in sizes])))
         assert not got[4].oom and got[4].step_seconds_samples
         assert got[16].oom and got[16].requested_bytes == asked
         for b in (32, 64):
             assert got[b].oom and got[b].requested_bytes is None and got[b].step_seconds_samples == []
-            assert measurer.smaller_not_fitting(BatchJob(KEEP, b, "x")) == 16
+            assert measurer.smaller_not_fitting(Job(KEEP, b, "x")) == 16
         assert len([e for e in pool.events if "died" in e]) == deaths, pool.events
         assert all("micro-batch 16" in e for e in pool.events if "died" in e)
         # another plan's sizes are its own: recompute at 16 is tried (and does not fit), not skipped for keep's
-        assert measurer.smaller_not_fitting(BatchJob(_recompute(0), 16, "x")) is None
-        (other,) = measurer.measure_at([BatchJob(_recompute(0), 16, "x")])
+        assert measurer.smaller_not_fitting(Job(_recompute(0), 16, "x")) is None
+        (other,) = measurer.measure_at([Job(_recompute(0), 16, "x")])
         assert other.oom and other.requested_bytes == asked
     assert len([e for e in pool.events if "died" in e]) == 2 * deaths
 

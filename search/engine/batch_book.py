@@ -1,11 +1,11 @@
-"""What a run measured at micro-batches other than the workload's own, and what it asks to measure there.
+"""What a run measured at micro-batches other than the workload's own, and what it asks the Evaluators to measure.
 
 ``BatchBook`` keeps every plan and peer measured at a micro-batch, merged per (micro-batch, digest),
 each one row of the run store's ``evaluations`` at its micro-batch, written as it arrives (a repeat updates
 that row), so a resumed run measures nothing again. It is the ``Ledger``'s (``Ledger.batches``): the rows at
-the workload's own batch (micro-batch 0) of the same table are the ledger's records. A ``BatchJob`` is a plan
-or peer to measure at a micro-batch, which ``search.engine.measurer.Measurer.measure_at`` measures on the run's
-Evaluators; ``BatchTerms`` say how a throughput search measures there.
+the workload's own batch (micro-batch 0) of the same table are the ledger's records. A ``Job`` is a plan or
+peer to measure at a micro-batch, the one kind of job the Evaluator pool runs (``search.engine.measurer.Measurer``);
+``BatchTerms`` say how a run measures at another micro-batch.
 """
 
 from __future__ import annotations
@@ -61,12 +61,15 @@ class BatchBook:
 
 
 @dataclass(frozen=True, eq=False)
-class BatchJob:
-    """A plan (action names per unit) or a peer to measure at a micro-batch, and who proposed it."""
+class Job:
+    """What the Evaluator pool is asked to measure: a plan (action names per unit) or a peer, at a micro-batch (0:
+    the workload's own, the search's frontier), who proposed it, and at the own batch whether to measure it
+    ``again`` where the Evaluator has it already (else its cache answers)."""
 
     item: tuple[str, ...] | Peer
-    micro_batch: int
+    micro_batch: int = 0
     source: str = ""
+    again: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,13 @@ from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from env.measure.compiled import CompileOptions
 from search.engine import ray_session
+from search.engine.batch_book import Job
 from search.engine.deadlines import PROCESS_START, WARM_UP_STEPS, Deadlines, ask_where, where_call
 from search.engine.evaluator import ray_evaluator, resolve_device
 from search.engine.evaluator_restarts import EvaluatorRestarts, EvaluatorSlot, describe_job
 from search.engine.fsdp.group import group_count, group_nodes, ray_fsdp_group
 from search.records.config import SearchConfig
 
-Job = tuple[Sequence[str], PlanSource, bool]  # (action names, source, again)
 
 
 def _compile_options(cfg: SearchConfig) -> CompileOptions | bool:
@@ -238,13 +238,13 @@ class EvaluatorPool(EvaluatorRestarts):
         """Measure every job on whichever Evaluator is free; ``on_result`` gets each as it arrives.
         Returns what ``on_result`` returned, in the jobs' order."""
         return self._dispatch(jobs, lambda handle, job, killed: handle.evaluate.remote(
-            list(job[0]), job[1], job[2], not_fitting=killed), on_result)
+            list(job.item), job.source, job.again, not_fitting=killed), on_result)
 
     def measurement_seconds(self, job: Any = None, base: int = 0) -> float:
-        """A measurement's deadline (``search.engine.deadlines``): at a ``BatchJob``'s micro-batch over the
+        """A measurement's deadline (``search.engine.deadlines``): at a ``Job``'s micro-batch over the
         workload's own batch ``base`` where given; a compile's time too where the run compiles, or the job is a peer
         that compiles whatever the run measures (``Peer.compiled``: a compile budget)."""
-        scale = job.micro_batch / base if base and hasattr(job, "micro_batch") else 1.0
+        scale = job.micro_batch / base if base and getattr(job, "micro_batch", 0) else 1.0
         compiled = bool(self.cfg.compile) or getattr(job, "compiled", False) is True
         return self.deadlines.measurement(scale, compiled=compiled)
 
@@ -274,7 +274,7 @@ class EvaluatorPool(EvaluatorRestarts):
             for _ in range(2):  # a restarted Evaluator measures it too
                 try:
                     out.append(self.get(ref, self.measurement_seconds(), f"{slot.name}: the measurement of "
-                                        f"{describe_job((names,))}", slot))
+                                        f"{describe_job(names)}", slot))
                     break
                 except ray_session.actor_gone() as e:
                     self._died(slot, e)

@@ -46,13 +46,11 @@ KILLS_NOT_FITTING = 2  # Evaluators a configuration killed (their processes) bef
 
 
 def describe_job(job: Any) -> str:
-    """A job in words for the run's events: a plan (action names and who proposed it), a ``BatchJob`` at its
-    micro-batch, a peer."""
-    item, micro_batch = getattr(job, "item", job), getattr(job, "micro_batch", None)
-    if isinstance(item, tuple) and item and isinstance(item[0], (list, tuple)):  # (action names, source, ...)
-        item = item[0]
+    """A job in words for the run's events: a plan (action names and who proposed it) or a peer, at its micro-batch
+    where that is not the workload's own (``search.engine.batch_book.Job``); a bare list of action names too."""
+    item, micro_batch = getattr(job, "item", job), getattr(job, "micro_batch", 0)
     name = f"peer {item.name}" if hasattr(item, "name") else f"plan ({action_summary(item)})"
-    return name + (f" at micro-batch {micro_batch}" if micro_batch is not None else "")
+    return name + (f" at micro-batch {micro_batch}" if micro_batch else "")
 
 
 class EvaluatorRestarts:

@@ -19,8 +19,8 @@ from env.data.measured import MeasuredPlan
 from env.data.types import Indices, PlanSource
 from env.measure.peers import Peer
 from search.engine.agent_pool import MeasureFn
-from search.engine.batch_book import BatchJob, BatchTerms
-from search.engine.evaluator_pool import EvaluatorPool, Job
+from search.engine.batch_book import BatchTerms, Job
+from search.engine.evaluator_pool import EvaluatorPool
 from search.engine.ledger import Ledger
 from search.records import meta
 from search.records.meta import BatchRecord
@@ -106,12 +106,12 @@ class Measurer:
         peers = {p.digest: p for p in items if not isinstance(p, tuple)}
         plans = [p for p in items if isinstance(p, tuple)]
         jobs = iter(self._jobs(plans, again))
-        queue = [p if not isinstance(p, tuple) else next(jobs) for p in items]
+        queue = [Job(p) if not isinstance(p, tuple) else next(jobs) for p in items]
 
-        def call(handle: Any, item: Any, killed: bool) -> Any:
-            if isinstance(item, tuple):
-                return handle.evaluate.remote(list(item[0]), item[1], item[2], not_fitting=killed)
-            return handle.evaluate_peer.remote(item, killed)
+        def call(handle: Any, job: Job, killed: bool) -> Any:
+            if isinstance(job.item, Peer):
+                return handle.evaluate_peer.remote(job.item, killed)
+            return handle.evaluate.remote(list(job.item), job.source, job.again, not_fitting=killed)
 
         def record(m: MeasuredPlan) -> MeasuredPlan:
             peer = peers.get(m.digest)
@@ -124,7 +124,7 @@ class Measurer:
         self._pool_state()
 
     # -- at other micro-batches ----------------------------------------------------------------------------------
-    def measure_at(self, jobs: Sequence[BatchJob], again: bool = False, timed: bool = True,
+    def measure_at(self, jobs: Sequence[Job], again: bool = False, timed: bool = True,
                    terms: BatchTerms | None = None) -> list[MeasuredPlan]:
         """Each job's record at its micro-batch (``Ledger.batches``), after measuring those it lacks (all of them,
         once, with ``again``); ``timed=False``: the peaks only, no step timed (where a record holds only a peak that
@@ -137,7 +137,7 @@ class Measurer:
                            self.ledger.batches.record, lambda job: self.pool.measurement_seconds(job, t.base))
         return [self.known_at(j) for j in jobs]  # type: ignore[misc]
 
-    def fresh_at(self, jobs: Sequence[BatchJob], record: bool = False) -> list[MeasuredPlan]:
+    def fresh_at(self, jobs: Sequence[Job], record: bool = False) -> list[MeasuredPlan]:
         """A new measurement of each job, every step timed, in the jobs' order (the run's ``batch_terms``); the
         measurements themselves, each also into ``Ledger.batches`` as it arrives with ``record``."""
         t = self.batch_terms
@@ -150,14 +150,14 @@ class Measurer:
         return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed, t),
                                   arrived, lambda job: self.pool.measurement_seconds(job, t.base))
 
-    def digest_at(self, job: BatchJob) -> str:
+    def digest_at(self, job: Job) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(
             self.ledger.codec.indices(job.item))
 
-    def known_at(self, job: BatchJob) -> MeasuredPlan | None:
+    def known_at(self, job: Job) -> MeasuredPlan | None:
         return self.ledger.batches.get(job.micro_batch, self.digest_at(job))
 
-    def lacks_at(self, job: BatchJob, timed: bool = True, terms: BatchTerms | None = None) -> bool:
+    def lacks_at(self, job: Job, timed: bool = True, terms: BatchTerms | None = None) -> bool:
         """Whether ``measure_at`` would measure the job: the ledger lacks it there, or (``timed``) holds only its
         peak and that peak fits a cap, so that its steps are worth timing."""
         known = self.known_at(job)
@@ -167,7 +167,7 @@ class Measurer:
         return (timed and not known.oom and not known.step_seconds_samples
                 and (ceiling is None or known.peak_bytes <= ceiling))
 
-    def smaller_not_fitting(self, job: BatchJob) -> int | None:
+    def smaller_not_fitting(self, job: Job) -> int | None:
         """The smallest micro-batch below the job's where the ledger holds its plan (or peer) as not fitting, or
         None. ``measure_at`` asks for the smaller sizes first, so that one Evaluator learns this before it tries a
         larger size; on ``tests/data/memory_models.py:killed_above`` each size tried above the limit cost two
@@ -176,7 +176,7 @@ class Measurer:
                   if m.oom and b < job.micro_batch]
         return min(failed, default=None)
 
-    def _call_at(self, handle: Any, job: BatchJob, stop_above: int | None, not_fitting: bool,
+    def _call_at(self, handle: Any, job: Job, stop_above: int | None, not_fitting: bool,
                  terms: BatchTerms) -> Any:
         """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
         ``KILLS_NOT_FITTING`` Evaluators (``not_fitting``) or a smaller micro-batch of it did not fit."""
@@ -188,7 +188,7 @@ class Measurer:
     def _jobs(self, plans: Sequence[PlanJob], again: bool) -> list[Job]:
         for idx, source in plans:
             self.ledger.propose(idx, source)
-        return [(self.ledger.codec.names(idx), source, again) for idx, source in plans]
+        return [Job(tuple(self.ledger.codec.names(idx)), source=source, again=again) for idx, source in plans]
 
     def _pool_state(self) -> None:
         """The Evaluators, with their deaths and restarts, into the store (their events went there as they
@@ -217,6 +217,6 @@ def _remote_measure(evaluator: Any, action_names: list[str], source: PlanSource,
     return measure
 
 
-def _ceiling(terms: BatchTerms, job: BatchJob) -> int | None:
+def _ceiling(terms: BatchTerms, job: Job) -> int | None:
     """The peak bytes above which ``terms`` time no step of ``job`` (None: every step is timed)."""
     return terms.ceiling(job.micro_batch) if terms.ceiling else None

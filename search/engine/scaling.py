@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from env.data.measured import MeasuredPlan
 from env.workloads.spec import WorkloadSpec, builtin_options
-from search.engine.batch_book import BatchJob, BatchTerms
+from search.engine.batch_book import BatchTerms, Job
 from search.engine.measurer import Measurer
 from search.engine.shown import Shown
 from search.records import meta
@@ -33,5 +33,5 @@ def measure_batch_scaling(workload: str, measurer: Measurer) -> list[MeasuredPla
     ledger.store.write(meta.BATCH_SIZE, batch)
     front = Shown.of(ledger).front
     picks = sorted({round(i * (len(front) - 1) / (MAX_PLANS - 1)) for i in range(MAX_PLANS)}) if front else []
-    jobs = [BatchJob(tuple(front[i].actions), batch // 2, SOURCE) for i in picks]
+    jobs = [Job(tuple(front[i].actions), batch // 2, SOURCE) for i in picks]
     return measurer.measure_at(jobs, terms=BatchTerms(eager=True))

@@ -48,7 +48,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.data.types import Indices
 from search.engine import ray_session
-from search.engine.batch_book import BatchBook, BatchJob, BatchTerms
+from search.engine.batch_book import BatchBook, BatchTerms, Job
 from search.engine.context import RunContext
 from search.engine.measurer import Measurer
 from search.engine.phases.gate import check_plans
@@ -108,7 +108,7 @@ def probe_throughput(ctx: RunContext) -> ThroughputRun:
     what = f"the lowest-memory plan ({codec.plan(lowest).summary()})"
 
     def measure_lowest(b: int) -> MeasuredPlan:
-        return measurer.measure_at([BatchJob(codec.names(lowest), b, "throughput:lowest")], timed=False)[0]
+        return measurer.measure_at([Job(codec.names(lowest), b, "throughput:lowest")], timed=False)[0]
 
     if cfg.micro_batches:
         ladder = sorted({b for b in cfg.micro_batches if b <= limit}) or [smallest]
@@ -139,7 +139,7 @@ def lowest_per_sample(ctx: RunContext, measurer: Measurer, setup: ThroughputSetu
         plans.append(codec.uniform(Action.RECOMPUTE))
     plans = list(dict.fromkeys(plans))
     sizes = sizes_of_lowest(ctx.cfg, smallest, limit)
-    jobs = [BatchJob(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
+    jobs = [Job(codec.names(p), b, "throughput:lowest") for p in plans for b in sizes]
     got = dict(zip([(p, b) for p in plans for b in sizes], measurer.measure_at(jobs, timed=False)))
     peak = {k: (m.peak_bytes if m.oom else setup.counted(m.peak_bytes, k[1])) for k, m in got.items()}
     fitting = [p for p in plans if not got[(p, smallest)].oom and peak[(p, smallest)] <= setup.caps[0]]
@@ -215,14 +215,14 @@ def profile_beside(ctx: RunContext, far: int, batch_dim: int | None, work: Calla
     return done, profiles
 
 
-def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[BatchJob]:
+def ladder_jobs(codec: PlanCodec, ladder: list[int], lowest: Indices) -> list[Job]:
     """All keep and the lowest-memory plan at every ladder size, in turn, largest first (no Evaluator left
     waiting on a long step at the end): what ``probe_ladder`` checks the fit against."""
     plans = [codec.names(p) for p in ladder_plans(codec, lowest).values()]
-    return [BatchJob(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
+    return [Job(p, b, "throughput:probe") for b in sorted(ladder, reverse=True) for p in plans]
 
 
-def measure_ladder(measurer: Measurer, jobs: list[BatchJob], timed_to: int) -> list[MeasuredPlan]:
+def measure_ladder(measurer: Measurer, jobs: list[Job], timed_to: int) -> list[MeasuredPlan]:
     """``jobs`` measured, steps timed up to micro-batch ``timed_to`` (the largest the fit was made from) and
     the peaks alone above it. A step's time above the fit checks an extrapolation the quote checks too, where
     it measures all keep or the lowest-memory plan there (``check_where_quoted``), and the lowest plan's steps at
@@ -248,7 +248,7 @@ def fit_batch(runs: list[int], base: int) -> int:
 def probe_ladder(ctx: RunContext, run: ThroughputRun, model: ThroughputModel) -> None:
     """All keep and the lowest-memory plan at every ladder size (``measure_ladder``), each checked against the
     fit."""
-    jobs = [(label, p, BatchJob(ctx.ledger.codec.names(p), b, "throughput:probe")) for b in run.setup.ladder
+    jobs = [(label, p, Job(ctx.ledger.codec.names(p), b, "throughput:probe")) for b in run.setup.ladder
             for label, p in ladder_plans(ctx.ledger.codec, run.setup.lowest).items()]
     for (label, p, job), m in zip(jobs, measure_ladder(run.measurer, [j for *_, j in jobs], max(model.fit.batches))):
         if not m.oom:
@@ -326,22 +326,22 @@ def measure_candidates(ctx: RunContext, run: ThroughputRun, model: ThroughputMod
     (``BatchBook.credit``)."""
     codec = ctx.ledger.codec
 
-    def ranked(cap: int) -> list[BatchJob]:
-        return [BatchJob(codec.names(c.plan), c.micro_batch, pool[c.plan]) for c in model.candidates(list(pool), cap)]
+    def ranked(cap: int) -> list[Job]:
+        return [Job(codec.names(c.plan), c.micro_batch, pool[c.plan]) for c in model.candidates(list(pool), cap)]
 
-    def measure(jobs: list[BatchJob]) -> None:
+    def measure(jobs: list[Job]) -> None:
         for job, m in zip(jobs, run.measurer.measure_at(jobs)):
             if not m.oom:
                 model.check(job.micro_batch, codec.indices(job.item), "candidate", m)  # type: ignore[arg-type]
 
     for _ in range(CANDIDATE_ROUNDS):
-        jobs: list[BatchJob] = []
+        jobs: list[Job] = []
         for cap in run.setup.caps:
             jobs += [j for j in ranked(cap) if run.measurer.lacks_at(j)][:CANDIDATES]
         if not jobs:
             break
         measure(jobs)
-    firsts: list[BatchJob] = []
+    firsts: list[Job] = []
     for cap in run.setup.caps:
         jobs = ranked(cap)  # once per cap: it ranks every plan of the pool at every micro-batch
         for who in PROPOSERS:
@@ -429,7 +429,7 @@ def _measured_again(run: ThroughputRun, answers: list[Answer], rounds: int) -> d
     """Each distinct (micro-batch, plan) of ``answers`` measured afresh in ``rounds`` interleaved rounds, each
     measurement recorded in the book as it arrives (``interleaved_rounds``); by (digest, micro-batch), on those
     measurements alone."""
-    jobs = {(m.digest, b): BatchJob(tuple(m.actions), b, m.source) for b, m in answers}
+    jobs = {(m.digest, b): Job(tuple(m.actions), b, m.source) for b, m in answers}
     return interleaved_rounds(run.measurer, jobs, rounds, record=True) if jobs else {}
 
 

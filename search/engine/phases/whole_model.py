@@ -21,6 +21,7 @@ from env.cost.correction import MeasuredCorrection
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices, PlanSource
+from search.engine.batch_book import Job
 from search.engine.context import RunContext
 from search.engine.shown import Shown
 from search.engine.phases.exact import aimed_picks
@@ -44,7 +45,7 @@ def whole_model_pass(ctx: RunContext, exact: Sequence[Indices] = ()) -> int:
     plans = ([r for r, scope in zip(shown.front, shown.scopes) if scope != "model"] + ledger.frontier()
              + [measured[d] for d in spread if d in measured])
     todo = list({r.digest: r for r in plans if r.digest not in done and not r.oom}.values())
-    _measure_whole(ctx, [(list(r.actions), r.source) for r in todo])
+    _measure_whole(ctx, [Job(tuple(r.actions), source=r.source) for r in todo])
     aimed = aim_at_peers(ctx, exact)
     if aimed:  # measured unit by unit too: every plan measured whole is a plan of the search
         ctx.measurer.measure([(p, PlanSource.EXACT) for p in aimed])
@@ -70,9 +71,9 @@ def aim_at_peers(ctx: RunContext, exact: Sequence[Indices]) -> list[Indices]:
     return aimed_picks(correction.predict, list(exact), peaks, done)[:AIMED_MOST]
 
 
-def aimed_jobs(codec: PlanCodec, aimed: Sequence[Indices]) -> list[tuple[list[str], str]]:
+def aimed_jobs(codec: PlanCodec, aimed: Sequence[Indices]) -> list[Job]:
     """The whole-model jobs of the aimed plans: each plan's action names and its source (the exact solver's)."""
-    return [(list(codec.names(p)), PlanSource.EXACT) for p in aimed]
+    return [Job(tuple(codec.names(p)), source=PlanSource.EXACT) for p in aimed]
 
 
 def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> list[int]:
@@ -90,8 +91,9 @@ def unanswered(peers: Iterable[MeasuredPlan], ours: Sequence[MeasuredPlan]) -> l
     return out
 
 
-def _measure_whole(ctx: RunContext, jobs: list[tuple[list[str], str]]) -> None:
+def _measure_whole(ctx: RunContext, jobs: list[Job]) -> None:
     if jobs:
-        ctx.measurer.pool.run_jobs(jobs, lambda handle, job, killed: handle.evaluate_whole_model.remote(*job, killed),
+        ctx.measurer.pool.run_jobs(jobs, lambda handle, job, killed: handle.evaluate_whole_model.remote(
+                                       list(job.item), job.source, killed),
                                    on_result=ctx.ledger.record_whole_model)
         ctx.measurer.drain()  # the references measured between them

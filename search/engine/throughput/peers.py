@@ -35,7 +35,7 @@ from env.data.measured import MeasuredPlan
 from env.data.types import Indices
 from env.measure.peers import Peer, PeerKind, kinds_selected, measurable
 from search.engine import ray_session
-from search.engine.batch_book import BatchJob
+from search.engine.batch_book import Job
 from search.engine.context import RunContext
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ class Contender:
     plan: Indices | None = None
     peer: Peer | None = None
 
-    def job(self, names: Callable[[Indices], tuple[str, ...]], micro_batch: int) -> BatchJob:
-        return BatchJob(self.peer if self.peer is not None else names(self.plan or ()), micro_batch, self.name)
+    def job(self, names: Callable[[Indices], tuple[str, ...]], micro_batch: int) -> Job:
+        return Job(self.peer if self.peer is not None else names(self.plan or ()), micro_batch, self.name)
 
 
 @dataclass
@@ -130,7 +130,7 @@ def advance(search: FitSearch, m: MeasuredPlan, micro_batch: int, counted: Calla
         search.too_big = micro_batch
 
 
-def largest_fitting(searches: Sequence[FitSearch], measure: Callable[[list[BatchJob]], list[MeasuredPlan]],
+def largest_fitting(searches: Sequence[FitSearch], measure: Callable[[list[Job]], list[MeasuredPlan]],
                     names: Callable[[Indices], tuple[str, ...]], counted: Callable[[int, int], int],
                     prior_of: Callable[[Contender], Callable[[int], int] | None], sizes: Sequence[int],
                     anchors: Sequence[int]) -> None:

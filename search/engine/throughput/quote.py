@@ -17,7 +17,7 @@ import numpy as np
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
-from search.engine.batch_book import BatchJob
+from search.engine.batch_book import Job
 from search.engine.measurer import Measurer
 from search.engine.context import RunContext
 from search.engine.throughput.peers import FitSearch
@@ -72,7 +72,7 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
     return out
 
 
-def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], BatchJob], rounds: int,
+def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], Job], rounds: int,
                        record: bool = False) -> dict[tuple[str, int], MeasuredPlan]:
     """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
     measurements merged (none of the book's: these are compared with each other only). The order puts the
@@ -104,11 +104,11 @@ def quote_and_curve(ctx: RunContext, run: "ThroughputRun", model: ThroughputMode
                     searches: dict[int, list[FitSearch]]) -> ThroughputCurve:
     """The quote (module docstring) and the curve; written to the store and returned."""
     codec, units = ctx.ledger.codec, list(ctx.ledger.codec.units)
-    jobs: dict[tuple[str, int], BatchJob] = {}
+    jobs: dict[tuple[str, int], Job] = {}
     proposed = {cap: best_by_proposer(run, cap) for cap in answers}
     for cap, answer in answers.items():
         for b, m in [*([answer] if answer is not None else []), *proposed[cap].values()]:
-            jobs.setdefault((m.digest, b), BatchJob(tuple(m.actions), b, "ours"))
+            jobs.setdefault((m.digest, b), Job(tuple(m.actions), b, "ours"))
         for s in searches[cap]:
             if s.fits is not None:
                 jobs[(s.fits[1].digest, s.fits[0])] = s.contender.job(codec.names, s.fits[0])
