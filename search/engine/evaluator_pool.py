@@ -28,6 +28,7 @@ from env.data.errors import CkptSearchError
 from env.data.measured import MeasuredPlan
 from env.data.types import PlanSource
 from env.measure.compiled import CompileOptions
+from env.measure.peers import Peer
 from search.engine import ray_session
 from search.engine.batch_book import Job
 from search.engine.deadlines import PROCESS_START, WARM_UP_STEPS, Deadlines, ask_where, where_call
@@ -235,10 +236,14 @@ class EvaluatorPool(EvaluatorRestarts):
         ray_session.get([s.handle.preload.remote(list(records)) for s in self.live])
 
     def measure(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
-        """Measure every job on whichever Evaluator is free; ``on_result`` gets each as it arrives.
-        Returns what ``on_result`` returned, in the jobs' order."""
-        return self._dispatch(jobs, lambda handle, job, killed: handle.evaluate.remote(
-            list(job.item), job.source, job.again, not_fitting=killed), on_result)
+        """Measure every job (a plan or a peer, at the workload's own batch) on whichever Evaluator is free;
+        ``on_result`` gets each as it arrives. Returns what ``on_result`` returned, in the jobs' order."""
+        def call(handle: Any, job: Job, killed: bool) -> Any:
+            if isinstance(job.item, Peer):
+                return handle.evaluate_peer.remote(job.item, killed)
+            return handle.evaluate.remote(list(job.item), job.source, job.again, not_fitting=killed)
+
+        return self._dispatch(jobs, call, on_result)
 
     def measurement_seconds(self, job: Any = None, base: int = 0) -> float:
         """A measurement's deadline (``search.engine.deadlines``): at a ``Job``'s micro-batch over the

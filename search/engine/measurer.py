@@ -108,18 +108,13 @@ class Measurer:
         jobs = iter(self._jobs(plans, again))
         queue = [Job(p) if not isinstance(p, tuple) else next(jobs) for p in items]
 
-        def call(handle: Any, job: Job, killed: bool) -> Any:
-            if isinstance(job.item, Peer):
-                return handle.evaluate_peer.remote(job.item, killed)
-            return handle.evaluate.remote(list(job.item), job.source, job.again, not_fitting=killed)
-
         def record(m: MeasuredPlan) -> MeasuredPlan:
             peer = peers.get(m.digest)
             if peer is None:
                 return self.ledger.record(m)
             return self.ledger.record_peer(peer.name, m, peer.note, peer.model_dump(mode="json"), peer.label)
 
-        self.pool.run_jobs(queue, call, record)
+        self.pool.measure(queue, record)
         self.drain()
         self._pool_state()
 
