@@ -128,22 +128,18 @@ class Measurer:
         unique = list({(self.digest_at(j), j.micro_batch): j for j in jobs}.values())
         todo = sorted((j for j in unique if again or self.lacks_at(j, timed, t)), key=lambda j: j.micro_batch)
         stop = (lambda job: -1) if not timed else (lambda job: _ceiling(t, job))  # -1: every peak is above it
-        self.pool.run_jobs(todo, lambda handle, job, killed: self._call_at(handle, job, stop(job), killed, t),
-                           self.ledger.batches.record, lambda job: self.pool.measurement_seconds(job, t.base))
+        self._run_at(todo, stop, self.ledger.batches.record, t)
         return [self.known_at(j) for j in jobs]  # type: ignore[misc]
 
     def fresh_at(self, jobs: Sequence[Job], record: bool = False) -> list[MeasuredPlan]:
         """A new measurement of each job, every step timed, in the jobs' order (the run's ``batch_terms``); the
         measurements themselves, each also into ``Ledger.batches`` as it arrives with ``record``."""
-        t = self.batch_terms
-
         def arrived(got: BatchRecord) -> MeasuredPlan:
             if record:
                 self.ledger.batches.record(got)
             return got["record"]
 
-        return self.pool.run_jobs(list(jobs), lambda handle, job, killed: self._call_at(handle, job, None, killed, t),
-                                  arrived, lambda job: self.pool.measurement_seconds(job, t.base))
+        return self._run_at(list(jobs), lambda job: None, arrived, self.batch_terms)
 
     def digest_at(self, job: Job) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(
@@ -171,14 +167,19 @@ class Measurer:
                   if m.oom and b < job.micro_batch]
         return min(failed, default=None)
 
-    def _call_at(self, handle: Any, job: Job, stop_above: int | None, not_fitting: bool,
-                 terms: BatchTerms) -> Any:
-        """The job measured by the Evaluator ``handle``, or recorded as not fitting without a step: where it killed
-        ``KILLS_NOT_FITTING`` Evaluators (``not_fitting``) or a smaller micro-batch of it did not fit."""
-        known = self.known_at(job)  # its peak is lent on CPU
-        not_fitting = not_fitting or self.smaller_not_fitting(job) is not None
-        return handle.measure_at.remote(job.item, job.micro_batch, terms.batch_dim, job.source, known, stop_above,
-                                        not_fitting, terms.eager)
+    def _run_at(self, jobs: list[Job], stop_above: Callable[[Job], int | None], on_result: Callable[[Any], Any],
+                terms: BatchTerms) -> list[Any]:
+        """Each job measured at its micro-batch on whichever Evaluator is free, within a deadline grown with the
+        micro-batch (``terms.base``), or recorded as not fitting without a step: where it killed
+        ``KILLS_NOT_FITTING`` Evaluators or a smaller micro-batch of it did not fit. ``stop_above(job)``: bytes above
+        which no step is timed; ``on_result`` gets each answer as it arrives, and what it returns is returned."""
+        def call(handle: Any, job: Job, killed: bool) -> Any:
+            known = self.known_at(job)  # its peak is lent on CPU
+            not_fitting = killed or self.smaller_not_fitting(job) is not None
+            return handle.measure_at.remote(job.item, job.micro_batch, terms.batch_dim, job.source, known,
+                                            stop_above(job), not_fitting, terms.eager)
+
+        return self.pool.run_jobs(jobs, call, on_result, lambda job: self.pool.measurement_seconds(job, terms.base))
 
     def _jobs(self, plans: Sequence[PlanJob], again: bool) -> list[Job]:
         for idx, source in plans:
