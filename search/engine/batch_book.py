@@ -37,8 +37,9 @@ class BatchBook:
         its micro-batch, ``RunStore.record``)."""
         b, m = got["micro_batch"], got["record"]
         if b < 1:
-            raise ValueError(f"a throughput measurement's micro-batch must be 1 or more, not {b}: 0 names the "
-                             "workload's own batch in the run store; record it through the Ledger")
+            raise ValueError(f"a measurement at another micro-batch (a throughput search's, batch scaling's): its "
+                             f"micro-batch must be 1 or more, not {b}: 0 names the workload's own batch in the run "
+                             "store; record it through the Ledger")
         self.records[(b, m.digest)] = self.store.record(m, micro_batch=b)
         return self.records[(b, m.digest)]
 
