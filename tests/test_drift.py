@@ -292,10 +292,9 @@ def test_the_first_deciding_pass_takes_the_frontiers_near_misses_and_later_passe
     led.set_baseline(digest["KKK"])
 
     class Timed:  # the Measurer's part the passes use: each plan measured once more, at its time in the passes
-        def side_by_side(self, items, again: bool = False) -> None:
-            assert again and all(isinstance(item, tuple) for item in items)  # no peers in this search
-            for idx, _ in items:
-                record(plan_of[setup.codec.digest(idx)], passes=True)
+        def side_by_side(self, jobs, record_at: bool = True) -> list[MeasuredPlan]:
+            assert all(job.again and not job.micro_batch for job in jobs)  # plans measured again, no peers here
+            return [record(plan_of[setup.codec.digest(setup.codec.indices(job.item))], passes=True) for job in jobs]
 
     no_references = SearchConfig(reference_every=0.0)  # nothing closes the passes: the test's times are raw
     deciding_passes(RunContext(no_references, led, Timed(), None, 0, None))  # type: ignore[arg-type]
@@ -336,10 +335,9 @@ class _Passes:
 
     evaluators = 1
 
-    def side_by_side(self, items, again: bool = False) -> None:
-        assert again and all(isinstance(item, tuple) for item in items)  # no peers in these searches
-        for idx, _ in items:
-            self.record(self.plan_of[self.setup.codec.digest(idx)])
+    def side_by_side(self, jobs, record: bool = True) -> list[MeasuredPlan]:
+        assert all(job.again and not job.micro_batch for job in jobs)  # plans measured again, no peers here
+        return [self.record(self.plan_of[self.setup.codec.digest(self.setup.codec.indices(job.item))]) for job in jobs]
 
     def names(self, records) -> list[str]:
         return [self.plan_of[r.digest] for r in records]

@@ -78,7 +78,7 @@ def test_an_evaluator_killed_on_a_micro_batch_is_restarted_and_the_size_recorded
         measurer = Measurer(Ledger(prepare(store, pool), store), pool, overlap=False)
         measurer.batch_terms = BatchTerms(base=4)
         keep = ("keep",) * 4
-        fits, killed = measurer.fresh_at([Job(keep, 4, "x"), Job(keep, 16, "x")])
+        fits, killed = measurer.side_by_side([Job(keep, 4, "x"), Job(keep, 16, "x")], record=False)
     assert not fits.oom and fits.step_seconds_samples and killed.oom and killed.step_seconds_samples == []
     kills = [e for e in pool.events if "at micro-batch 16" in e]
     assert len(kills) == 2 and kills[-1].endswith("recorded as not fitting, as an out-of-memory kill"), pool.events

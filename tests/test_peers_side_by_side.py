@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from env.data.measured import MeasuredPlan
 from env.measure.peers import Peer, PeerKind
 from search.engine.ledger import Ledger
 from search.engine.phases.peers import side_by_side_peers
@@ -81,16 +82,15 @@ class _PeerPasses:
         self.counts[who] += 1
         return [t * 0.99, t, t * 1.01]
 
-    def _plan(self) -> None:
-        self.led.record(_m(self.d_r, self.r, self._samples("plan"), [], f"e:{next(self.ids)}", peak=80))
+    def _plan(self) -> MeasuredPlan:
+        return self.led.record(_m(self.d_r, self.r, self._samples("plan"), [], f"e:{next(self.ids)}", peak=80))
 
-    def _peer(self) -> None:
-        self.led.record_peer("op", _m("peer:op", self.keep, self._samples("peer"), [], f"e:{next(self.ids)}",
+    def _peer(self) -> MeasuredPlan:
+        return self.led.record_peer("op", _m("peer:op", self.keep, self._samples("peer"), [], f"e:{next(self.ids)}",
                                       peak=90), spec=self.peer.model_dump(mode="json"))
 
-    def side_by_side(self, items, again: bool = False) -> None:
-        for item in items:
-            self._peer() if isinstance(item, Peer) else self._plan()
+    def side_by_side(self, jobs, record: bool = True) -> list:
+        return [self._peer() if isinstance(job.item, Peer) else self._plan() for job in jobs]
 
     def confirm(self) -> tuple[list[str], str]:
         """The confirming passes run: what they measured, in order, and the verdict on the peer."""

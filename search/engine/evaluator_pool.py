@@ -238,19 +238,23 @@ class EvaluatorPool(EvaluatorRestarts):
     def measure(self, jobs: Sequence[Job], on_result: Callable[[MeasuredPlan], MeasuredPlan]) -> list[MeasuredPlan]:
         """Measure every job (a plan or a peer, at the workload's own batch) on whichever Evaluator is free;
         ``on_result`` gets each as it arrives. Returns what ``on_result`` returned, in the jobs' order."""
-        def call(handle: Any, job: Job, killed: bool) -> Any:
-            if isinstance(job.item, Peer):
-                return handle.evaluate_peer.remote(job.item, killed)
-            return handle.evaluate.remote(list(job.item), job.source, job.again, not_fitting=killed)
+        return self._dispatch(jobs, self.evaluate, on_result)
 
-        return self._dispatch(jobs, call, on_result)
+    @staticmethod
+    def evaluate(handle: Any, job: Job, killed: bool) -> Any:
+        """The remote call that measures ``job`` (at the workload's own batch) on the Evaluator ``handle``;
+        ``killed``: record it as not fitting, measured by no step."""
+        if isinstance(job.item, Peer):
+            return handle.evaluate_peer.remote(job.item, killed)
+        return handle.evaluate.remote(list(job.item), job.source, job.again, not_fitting=killed)
 
     def measurement_seconds(self, job: Any = None, base: int = 0) -> float:
         """A measurement's deadline (``search.engine.deadlines``): at a ``Job``'s micro-batch over the
         workload's own batch ``base`` where given; a compile's time too where the run compiles, or the job is a peer
         that compiles whatever the run measures (``Peer.compiled``: a compile budget)."""
         scale = job.micro_batch / base if base and getattr(job, "micro_batch", 0) else 1.0
-        compiled = bool(self.cfg.compile) or getattr(job, "compiled", False) is True
+        item = getattr(job, "item", None)
+        compiled = bool(self.cfg.compile) or (isinstance(item, Peer) and item.compiled)
         return self.deadlines.measurement(scale, compiled=compiled)
 
     def run_jobs(self, jobs: Sequence[Any], call: Callable[[Any, Any, bool], Any],

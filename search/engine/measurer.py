@@ -1,8 +1,10 @@
 """Measurer: how the search gets plans measured, and every measurement into the ledger.
 
 Plans and peers go to whichever Evaluator is free (``EvaluatorPool``) and each result is recorded the
-moment it arrives (``Ledger.record``; at another micro-batch, ``measure_at``, its ``Ledger.batches``), so the
-store has it at once. Every Evaluator's journal (all it
+moment it arrives (``Ledger.record``; at another micro-batch, its ``Ledger.batches``), so the store has it at
+once: ``measure`` (a round's candidates), ``side_by_side`` (jobs at any micro-batch measured afresh, for the
+passes that decide, ``search.engine.passes``), ``measure_at`` (what the ledger lacks at other micro-batches).
+Every Evaluator's journal (all it
 measured: the driver's jobs, its reference plan, the agents' own plans in measured mode, what finished
 at Ctrl-C) is drained into the ledger after each batch: at least once, and written once, as the store
 skips a measurement it has (docs/measurement.md#how-a-measurement-reaches-the-store). With ``overlap`` (GPU
@@ -94,29 +96,42 @@ class Measurer:
             self.ledger.record(m)
         return each
 
-    def measure_peers(self, peers: Sequence[Any]) -> None:
+    def measure_peers(self, peers: Sequence[Peer]) -> None:
         """``env.measure.peers.Peer``s measured as plans are, each kept beside the plans (``Ledger.record_peer``)."""
-        self.side_by_side(list(peers))
+        self.side_by_side([Job(p) for p in peers])
 
-    def side_by_side(self, items: Sequence[PlanJob | Any], again: bool = False) -> None:
-        """Plans (indices, source) and ``env.measure.peers.Peer``s measured in this order, on whichever
-        Evaluator is free, as one queue (peers and the plans they are ranked against, side by side); each
-        recorded as it arrives (a peer by ``Ledger.record_peer``). ``again``: plans measured before are
-        measured once more."""
-        peers = {p.digest: p for p in items if not isinstance(p, tuple)}
-        plans = [p for p in items if isinstance(p, tuple)]
-        jobs = iter(self._jobs(plans, again))
-        queue = [Job(p) if not isinstance(p, tuple) else next(jobs) for p in items]
+    def side_by_side(self, jobs: Sequence[Job], record: bool = True) -> list[MeasuredPlan]:
+        """Every job (a plan or a peer, at the workload's own batch or at another micro-batch) measured in this
+        order, as one queue on whichever Evaluator is free; each recorded as it arrives: at the own batch by the
+        ledger (a peer by ``Ledger.record_peer``; always, as the Evaluator's journal holds it), at another
+        micro-batch in ``Ledger.batches`` where ``record`` (a quote's measurements are not). A plan at the own batch
+        is measured again where the job says ``again``, else the Evaluator's cache may answer; at another
+        micro-batch every job is measured afresh, every step timed, by the run's ``batch_terms``. Returns the
+        measurements themselves, in the jobs' order: the passes (``search.engine.passes``) rank on them."""
+        terms = self.batch_terms
+        own = [j for j in jobs if not j.micro_batch]
+        for job in own:
+            if not isinstance(job.item, Peer):
+                self.ledger.propose(self.ledger.codec.indices(job.item), PlanSource(job.source))
+        peers = {j.item.digest: j.item for j in own if isinstance(j.item, Peer)}
 
-        def record(m: MeasuredPlan) -> MeasuredPlan:
-            peer = peers.get(m.digest)
+        def arrived(got: MeasuredPlan | BatchRecord) -> MeasuredPlan:
+            if not isinstance(got, MeasuredPlan):  # at another micro-batch
+                if record:
+                    self.ledger.batches.record(got)
+                return got["record"]
+            peer = peers.get(got.digest)
             if peer is None:
-                return self.ledger.record(m)
-            return self.ledger.record_peer(peer.name, m, peer.note, peer.model_dump(mode="json"), peer.label)
+                self.ledger.record(got)
+            else:
+                self.ledger.record_peer(peer.name, got, peer.note, peer.model_dump(mode="json"), peer.label)
+            return got
 
-        self.pool.measure(queue, record)
-        self.drain()
-        self._pool_state()
+        done = self._run(list(jobs), lambda job: None, arrived, terms)
+        if own:
+            self.drain()
+            self._pool_state()
+        return done
 
     # -- at other micro-batches ----------------------------------------------------------------------------------
     def measure_at(self, jobs: Sequence[Job], again: bool = False, timed: bool = True,
@@ -128,18 +143,8 @@ class Measurer:
         unique = list({(self.digest_at(j), j.micro_batch): j for j in jobs}.values())
         todo = sorted((j for j in unique if again or self.lacks_at(j, timed, t)), key=lambda j: j.micro_batch)
         stop = (lambda job: -1) if not timed else (lambda job: _ceiling(t, job))  # -1: every peak is above it
-        self._run_at(todo, stop, self.ledger.batches.record, t)
+        self._run(todo, stop, self.ledger.batches.record, t)
         return [self.known_at(j) for j in jobs]  # type: ignore[misc]
-
-    def fresh_at(self, jobs: Sequence[Job], record: bool = False) -> list[MeasuredPlan]:
-        """A new measurement of each job, every step timed, in the jobs' order (the run's ``batch_terms``); the
-        measurements themselves, each also into ``Ledger.batches`` as it arrives with ``record``."""
-        def arrived(got: BatchRecord) -> MeasuredPlan:
-            if record:
-                self.ledger.batches.record(got)
-            return got["record"]
-
-        return self._run_at(list(jobs), lambda job: None, arrived, self.batch_terms)
 
     def digest_at(self, job: Job) -> str:
         return job.item.digest if isinstance(job.item, Peer) else self.ledger.codec.digest(
@@ -167,13 +172,16 @@ class Measurer:
                   if m.oom and b < job.micro_batch]
         return min(failed, default=None)
 
-    def _run_at(self, jobs: list[Job], stop_above: Callable[[Job], int | None], on_result: Callable[[Any], Any],
-                terms: BatchTerms) -> list[Any]:
-        """Each job measured at its micro-batch on whichever Evaluator is free, within a deadline grown with the
-        micro-batch (``terms.base``), or recorded as not fitting without a step: where it killed
-        ``KILLS_NOT_FITTING`` Evaluators or a smaller micro-batch of it did not fit. ``stop_above(job)``: bytes above
-        which no step is timed; ``on_result`` gets each answer as it arrives, and what it returns is returned."""
+    def _run(self, jobs: list[Job], stop_above: Callable[[Job], int | None], on_result: Callable[[Any], Any],
+             terms: BatchTerms) -> list[Any]:
+        """Each job measured on whichever Evaluator is free: at the own batch as ``EvaluatorPool.evaluate`` asks;
+        at another micro-batch within a deadline grown with it (``terms.base``), or recorded as not fitting without
+        a step where it killed ``KILLS_NOT_FITTING`` Evaluators or a smaller micro-batch of it did not fit, no step
+        timed above ``stop_above(job)`` bytes. ``on_result`` gets each answer as it arrives (a ``MeasuredPlan``, at
+        another micro-batch a ``BatchRecord``), and what it returns is returned, in the jobs' order."""
         def call(handle: Any, job: Job, killed: bool) -> Any:
+            if not job.micro_batch:
+                return self.pool.evaluate(handle, job, killed)
             known = self.known_at(job)  # its peak is lent on CPU
             not_fitting = killed or self.smaller_not_fitting(job) is not None
             return handle.measure_at.remote(job.item, job.micro_batch, terms.batch_dim, job.source, known,

@@ -31,8 +31,10 @@ from typing import Sequence
 
 from env.data.types import PlanSource, SourceKind
 from env.measure.peers import Peer
+from search.engine.batch_book import Job
 from search.engine.context import RunContext
 from search.engine.ledger import Ledger
+from search.engine.passes import Passes
 from search.engine.shown import confirmable
 from search.engine.phases.peers import item_key, side_by_side_peers
 from search.records import meta
@@ -52,12 +54,11 @@ def deciding_passes(ctx: RunContext) -> None:
     for key in (meta.CONFIRMED_FROM, meta.CONFIRMED, meta.CONFIRMING_NOISE):  # a resumed run confirms again
         ctx.ledger.store.write(key, None)
     ctx.ledger.decide_from_here()
-    done: list[str] = []
-    passes: list[list[str]] = []
+    passes = Passes(ctx.measurer, journal=lambda keys: ctx.ledger.store.write(meta.REMEASURED, keys))
     closed = False
     while True:  # ends: each pass measures a measured plan that the passes measured less than DECIDING_MEASUREMENTS
-        known = ctx.ledger.archive.measured
-        todo = side_by_side_peers(ctx, [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=not passes)])
+        known, done = ctx.ledger.archive.measured, passes.done
+        todo = side_by_side_peers(ctx, [d for d in dict.fromkeys([*done, *deciding(ctx, noise, near=not passes.passes)])
                                         if d in known and done.count(d) < DECIDING_MEASUREMENTS],
                                   done, DECIDING_MEASUREMENTS)
         if not todo:
@@ -66,10 +67,8 @@ def deciding_passes(ctx: RunContext) -> None:
             closed = True
             continue
         closed = False
-        before = len(done)
-        done = _remeasure(ctx, todo[::-1] if len(passes) % 2 else todo, done)
-        passes.append(done[before:])
-        ctx.ledger.store.write(meta.DECIDING_PASSES, passes)
+        passes.run(jobs_of(ctx, todo))
+        ctx.ledger.store.write(meta.DECIDING_PASSES, passes.passes)
 
 
 def confirming_passes(ctx: RunContext) -> None:
@@ -92,9 +91,9 @@ def confirming_passes(ctx: RunContext) -> None:
     base = ledger.store.read(meta.BASELINE_DIGEST)
     noise = timing_noise(ledger.points())
     ledger.store.write(meta.CONFIRMING_NOISE, noise)
-    done: list[str] = []
-    passes = since = 0  # since: plans measured after the last reference, counted on across passes
-    stretch = CONFIRMING_STRETCH * ctx.measurer.evaluators  # per Evaluator: they share the plans between
+    passes: Passes[str] = Passes(ctx.measurer, stretch=CONFIRMING_STRETCH * ctx.measurer.evaluators,
+                                 between=lambda: close_references(ctx),  # per Evaluator: they share the plans
+                                 journal=lambda keys: ledger.store.write(meta.CONFIRMED, keys))
 
     def frontier_plans(done: list[str]) -> list[str | Peer]:
         return side_by_side_peers(ctx, [r.digest for r in confirmable(ledger.points(), set(done), noise, base)
@@ -106,17 +105,8 @@ def confirming_passes(ctx: RunContext) -> None:
 
     for name, todo_of in (("confirming passes", frontier_plans), ("verdict rounds", told_apart)):
         with ctx.clock.phase(name):
-            while todo := todo_of(done):
-                order = todo[::-1] if passes % 2 else todo
-                while order:
-                    take, order = order[:stretch - since], order[stretch - since:]
-                    done = _remeasure(ctx, take, done, meta.CONFIRMED)
-                    since += len(take)
-                    if since >= stretch:
-                        close_references(ctx)
-                        since = 0
-                passes += 1
-            if since and todo_of is told_apart:  # the last plans get a reference after them too
+            passes.until(lambda done: jobs_of(ctx, todo_of(done)))
+            if passes.since and todo_of is told_apart:  # the last plans get a reference after them too
                 close_references(ctx)
 
 
@@ -150,13 +140,9 @@ def close_references(ctx: RunContext) -> bool:
     return True
 
 
-def _remeasure(ctx: RunContext, todo: Sequence[str | Peer], done: list[str],
-               key: meta.MetaKey[list[str] | None] = meta.REMEASURED) -> list[str]:
-    """``todo`` (digests of measured plans, and peers measured as themselves) measured once more each, in that
-    order; ``done`` with them, a peer as ``peer:<name>`` (written to store meta ``key`` first)."""
+def jobs_of(ctx: RunContext, todo: Sequence[str | Peer]) -> list[tuple[str, Job]]:
+    """The passes' jobs for ``todo`` (digests of measured plans, each measured again, and peers measured as
+    themselves), keyed as ``side_by_side_peers`` counts them (``item_key``)."""
     known = ctx.ledger.archive.measured
-    keys = [item_key(d) for d in todo]
-    ctx.ledger.store.write(key, [*done, *keys])
-    ctx.measurer.side_by_side([d if isinstance(d, Peer) else (ctx.ledger.codec.indices(known[d].actions),
-                                                               PlanSource(known[d].source)) for d in todo], again=True)
-    return [*done, *keys]
+    return [(item_key(d), Job(d) if isinstance(d, Peer) else Job(tuple(known[d].actions), source=known[d].source,
+                                                                   again=True)) for d in todo]

@@ -17,6 +17,7 @@ import numpy as np
 from env.data.codec import PlanCodec
 from env.data.measured import MeasuredPlan
 from env.data.types import Indices
+from search.engine import passes
 from search.engine.batch_book import Job
 from search.engine.measurer import Measurer
 from search.engine.context import RunContext
@@ -74,17 +75,13 @@ def best_by_proposer(run: "ThroughputRun", cap: int) -> dict[str, Answer]:
 
 def interleaved_rounds(measurer: Measurer, jobs: dict[tuple[str, int], Job], rounds: int,
                        record: bool = False) -> dict[tuple[str, int], MeasuredPlan]:
-    """Every job measured afresh once a round, in order and then reversed, turn by turn; each one's
-    measurements merged (none of the book's: these are compared with each other only). The order puts the
-    largest micro-batches in the middle (``middle_out``), so that neither round ends on its longest steps
+    """Every job measured afresh once a round, in order and then reversed, turn by turn (``search.engine.passes``);
+    each one's measurements merged (none of the book's: these are compared with each other only). The order puts
+    the largest micro-batches in the middle (``middle_out``), so that neither round ends on its longest steps
     while the other Evaluators wait for the next round. ``record``: each measurement also into the book as it
     arrives (the deciding rounds; a quote's are shown only in the curve)."""
-    keys, got = middle_out(list(jobs), key=lambda k: jobs[k].micro_batch), {}
-    for r in range(rounds):
-        order = keys if r % 2 == 0 else keys[::-1]
-        for key, m in zip(order, measurer.fresh_at([jobs[k] for k in order], record=record)):
-            got[key] = got[key].merged(m) if key in got else m
-    return got
+    return passes.rounds(measurer, {k: jobs[k] for k in middle_out(list(jobs), key=lambda k: jobs[k].micro_batch)},
+                         rounds, record)
 
 
 def middle_out(items: list[Any], key: Callable[[Any], int]) -> list[Any]:
