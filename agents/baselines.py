@@ -18,10 +18,13 @@ only its input (``env.data.plan``), cut where two units do not chain (``links``)
 |                 | ``n // k`` units from the start; the first k - 1 each one region, the rest  |
 |                 | (the last segment, with any remainder) runs without checkpointing, as      |
 |                 | torch's does (k = 2 .. n_units). Without chains: their units recompute     |
+| ``blocks_n``    | torchtitan's layer policy where units are a parent's (``spans``): every     |
+|                 | n-th span from the first all ``block``, its parent recomputed whole         |
+|                 | (n = 1 .. number of spans)                                                  |
 | ``all_selective`` | every unit ``selective``                                                  |
 | ``random_j``    | each unit's action uniform over ``actions``, seeded (j = 0 .. n_random-1);  |
-|                 | a ``chain`` drawn where it cannot continue a region is drawn again among    |
-|                 | the other actions                                                           |
+|                 | a ``chain`` drawn where it cannot continue a region, and a ``block``, are   |
+|                 | drawn again among the other actions                                         |
 
 "Without chains": ``actions`` lacks ``chain``, or no unit chains (``links`` all false or
 None). Rules needing an action that is not in ``actions`` are left out.
@@ -61,26 +64,30 @@ def sqrt_n_plan(n_units: int, keep: int, recompute: int) -> list[int]:
 
 def _random_plan(rng: np.random.Generator, n_units: int, actions: Sequence[Action], links: Sequence[bool],
                  loss_units: Sequence[bool]) -> list[int]:
-    """Uniform actions per unit; a chain that cannot continue a region, or 'chunked' off a loss unit, drawn
-    again among the others."""
+    """Uniform actions per unit; a chain that cannot continue a region, 'chunked' off a loss unit, or a block
+    (which takes a whole span), drawn again among the others."""
     chain = actions.index(Action.CHAIN) if Action.CHAIN in actions else None
     chunked = actions.index(Action.CHUNKED) if Action.CHUNKED in actions else None
+    block = actions.index(Action.BLOCK) if Action.BLOCK in actions else None
     rec = actions.index(Action.RECOMPUTE) if Action.RECOMPUTE in actions else None
-    others = [k for k in range(len(actions)) if k not in (chain, chunked)]
+    others = [k for k in range(len(actions)) if k not in (chain, chunked, block)]
     plan: list[int] = []
     for i, k in enumerate(rng.integers(0, len(actions), size=n_units).tolist()):
-        if (k == chain and not (i > 0 and links[i] and plan[-1] in (chain, rec))) or (k == chunked and not loss_units[i]):
+        if ((k == chain and not (i > 0 and links[i] and plan[-1] in (chain, rec))) or (k == chunked and not loss_units[i])
+                or k == block):
             k = others[int(rng.integers(0, len(others)))]
         plan.append(k)
     return plan
 
 
 def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_random: int = 3,
-                   links: Sequence[bool] | None = None, loss_units: Sequence[bool] | None = None) -> dict[str, list[int]]:
+                   links: Sequence[bool] | None = None, loss_units: Sequence[bool] | None = None,
+                   spans: Sequence[Sequence[int]] = ()) -> dict[str, list[int]]:
     """Rule name -> plan (indices into ``actions``), in a stable order. ``links[i]``: unit i can
     continue the region of unit i - 1 (``ModelProfile.chain_links``); None: no unit chains.
     ``loss_units[i]``: unit i is a loss unit (``ModelProfile.chunk_units``), which ``all_chunked`` (every
-    unit recomputed, the loss chunked) chunks; None: none is."""
+    unit recomputed, the loss chunked) chunks; None: none is. ``spans``: (start, stop) of the runs of units that are
+    a parent's (``ModelProfile.block_spans``), which ``blocks_n`` recompute as their parents."""
     if n_units < 1:
         raise ValueError(f"n_units={n_units}: a plan needs at least one unit")
     links = list(links) if links else [False] * n_units
@@ -108,6 +115,12 @@ def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_ran
     loss_units = list(loss_units) if loss_units else [False] * n_units
     if rec is not None and Action.CHUNKED in idx and any(loss_units):
         rules["all_chunked"] = [idx[Action.CHUNKED] if loss else rec for loss in loss_units]
+    if keep is not None and Action.BLOCK in idx and spans:
+        for n in range(1, len(spans) + 1):
+            plan = [keep] * n_units
+            for start, stop in spans[::n]:
+                plan[start:stop] = [idx[Action.BLOCK]] * (stop - start)
+            rules[f"blocks_{n}"] = plan
     if Action.SELECTIVE in idx:
         rules["all_selective"] = [idx[Action.SELECTIVE]] * n_units
     rng = np.random.default_rng(seed)

@@ -11,7 +11,8 @@ and every entry can be dropped without losing a frontier point. ``P`` is first r
 lower bound of the peak every completion gives (each entry plus its smallest coefficient), which
 changes no plan's peak and lets more labels dominate. A ``recompute`` makes two labels (a region
 of one, closed; a region opened), a ``chain`` continues only open labels and makes two (closed
-at it, still open); only closed labels finish. The last units' labels give exact (peak, time)
+at it, still open); a ``block`` on a span's first unit takes a closed label over the whole span, to the stage
+after it; only closed labels finish. The last units' labels give exact (peak, time)
 pairs; their non-dominated set is the frontier. This is rotor's idea (Beaumont et al. 2019: a
 dynamic program over a chain carrying memory state) for a profile of per-unit decisions and
 chain regions rather than a budget.
@@ -105,6 +106,7 @@ def exact_frontier(cost_model: CostModel, actions: Sequence[int] | None = None,
     closed.add_all([(0.0, *initial_state(prof), ())])
     opened = _Labels(resolution_bytes)
     lows_c, lows_o = _lowest_coefficients(walk.closed_fs), _lowest_coefficients(walk.open_fs)
+    spans: dict[int, list[tuple]] = {}  # closed labels that a block span starting earlier brings to a stage
     for i in range(cost_model.n_units):
         ref = advance(ref, keep_terms[i][0])
         (lc_l, lc_m), low_o = lows_c[i + 1], lows_o[i + 1]
@@ -113,8 +115,13 @@ def exact_frontier(cost_model: CostModel, actions: Sequence[int] | None = None,
         o_cands: list[tuple] = []
         opens = walk.k_rec is not None and walk.may_chain[i + 1]
         for (t, p, level, m), plan in zip(closed.rows, closed.plans):
+            if i in walk.span_end:
+                stop, a = walk.span_end[i], acts[walk.k_block]  # type: ignore[index]
+                p2, l2, m2 = walk.macro(i, (p, level, m))
+                spans.setdefault(stop, []).append((t + sum(secs[j][a] for j in range(i, stop)), p2, l2, m2,
+                                                   plan + (a,) * (stop - i)))
             for k, a in enumerate(acts):
-                if k == walk.k_chain or not walk.allowed[i][k]:
+                if k in (walk.k_chain, walk.k_block) or not walk.allowed[i][k]:
                     continue
                 p2, l2, m2 = advance((p, level, m), terms[k])
                 c_cands.append((t + sec[a], max(p2, l2 + lc_l, m2 + lc_m), l2, m2, plan + (a,)))
@@ -124,11 +131,12 @@ def exact_frontier(cost_model: CostModel, actions: Sequence[int] | None = None,
         if walk.may_chain[i]:
             k, a = walk.k_chain, acts[walk.k_chain]  # type: ignore[index]
             for (t, *state), plan in zip(opened.rows, opened.plans):
-                c, o = walk.step(i, k, (None, tuple(state)))  # type: ignore[arg-type]
+                c, o, _ = walk.step(i, k, (None, tuple(state), 0))  # type: ignore[arg-type]
                 if c is not None:
                     c_cands.append((t + sec[a], max(c[0], c[1] + lc_l, c[2] + lc_m), c[1], c[2], plan + (a,)))
                 if o is not None:
                     o_cands.append((t + sec[a], _raised(o, low_o), *o[1:], plan + (a,)))
+        c_cands += [(t, max(p, level + lc_l, m + lc_m), level, m, plan) for t, p, level, m, plan in spans.pop(i + 1, [])]
         p_ref = max(ref[0], ref[1] + lc_l, ref[2] + lc_m)
         closed = _Labels(resolution_bytes, relative, (p_ref, *ref[1:]))
         closed.add_all(c_cands)

@@ -24,7 +24,7 @@ from env.data.types import MIB
 from search.records.pareto import nondominated
 
 ACTION_COLOURS = {"keep": "#4c78a8", "recompute": "#f58518", "selective": "#54a24b", "offload": "#b279a2",
-                  "chain": "#c45a00", "light": "#9cd08f"}
+                  "chain": "#c45a00", "light": "#9cd08f", "block": "#7f3c8d"}
 FRONTIER_TRACE = "measured frontier"
 EVALUATED_TRACE = "evaluated plans"
 PREDICTED_TRACE = "predicted only"

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
+from env.data.model_profile import ModelProfile, Segment, UnitCost, block_costs, chain_costs
 from env.data.plan import ACTIONS, Action
 
 
@@ -46,3 +46,18 @@ def with_chains(profile: ModelProfile) -> ModelProfile:
     costs = {**profile.costs, Action.CHAIN: chain_costs(profile.costs[Action.RECOMPUTE])}
     return profile.model_copy(update={"actions": list(profile.actions) + [Action.CHAIN], "costs": costs,
                                       "chain_links": [False] + [True] * (len(profile.units) - 1)})
+
+
+def with_blocks(profile: ModelProfile, seed: int) -> ModelProfile:
+    """``profile`` (which has keep and recompute) with ``block`` too: its units cut into random runs, each run of two
+    or more a span (``block_spans``) with probability 0.7, priced from the recompute (``block_costs``)."""
+    rng = np.random.default_rng(seed)
+    n, spans, start = len(profile.units), [], 0
+    while start < n:
+        stop = min(n, start + int(rng.integers(1, 4)))
+        if stop - start >= 2 and rng.random() < 0.7:
+            spans.append((start, stop))
+        start = stop
+    costs = {**profile.costs, Action.BLOCK: block_costs(profile.costs[Action.RECOMPUTE], spans)}
+    return profile.model_copy(update={"actions": list(profile.actions) + [Action.BLOCK], "costs": costs,
+                                      "block_spans": spans})

@@ -428,3 +428,74 @@ def test_a_chained_plan_peaks_no_higher_than_recomputing_every_unit() -> None:
     regions = measure(w, plan_for(w.model, units, chained), units, repeats=1)
     assert regions.peak_bytes < per_unit.peak_bytes
     assert regions.live_before_bytes == per_unit.live_before_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks: every unit of a parent 'block', the parent recomputed as one checkpoint
+
+B, S = Action.BLOCK, Action.SELECTIVE
+BLOCKED = {  # plans over sub-block units: gpt/tiny's blocks have 4 (ln_1, attn, ln_2, mlp); cnn/tiny's BatchNorm
+    "gpt/tiny": [[B] * 16, [B] * 4 + [R, C, K, S] + [B] * 4 + [K] * 4],
+    "cnn/tiny": [[B] * 19, [K, K] + [B] * 4 + [R] * 4 + [B] * 5 + [K] * 4],
+}
+
+
+@pytest.mark.parametrize("spec", sorted(BLOCKED))
+def test_block_plans_give_the_same_loss_gradients_and_state_bitwise(spec: str) -> None:
+    """Dropout on (gpt/tiny) and BatchNorm statistics (cnn/tiny): a parent recomputed whole replays the masks and
+    updates the statistics once, as without a plan."""
+    w = load_workload(spec)
+    c = Case.__new__(Case)
+    c.workload, c.units, c.strict = w, find_units(w.model, "sub-block"), True
+    c.initial = copy.deepcopy(w.model.state_dict())
+    c.ref_loss, c.ref_grads, c.ref_state = c.step(None)
+    for actions in BLOCKED[spec]:
+        assert len(actions) == len(c.units)
+        equal = compare(c, actions)
+        assert all(equal.values()), f"{actions}: not bitwise equal: {[k for k, v in equal.items() if not v]}"
+        _, _, state = c.step(actions)
+        for key, value in state.items():
+            assert torch.equal(value, c.ref_state[key]), f"{key} differs after {actions}"
+
+
+def test_a_block_is_applied_to_its_parent_and_removed_without_a_trace() -> None:
+    w = load_workload("gpt/tiny")
+    model, units = w.model, find_units(w.model, "sub-block")
+    before = _snapshot(model)
+    with apply_actions(model, plan_for(model, units, [B] * 4 + [R] + [K] * 11), units) as handle:
+        assert handle.applied == {"blocks.1.ln_1": R, "blocks.0": B}
+        assert "forward" in model.blocks[0].__dict__ and "forward" not in model.blocks[0].attn.__dict__
+        w.loss().backward()
+    after = _snapshot(model)
+    assert _dict_contents(after) == _dict_contents(before) and after["hooks"] == before["hooks"]
+
+
+def test_a_block_over_part_of_a_parent_or_with_no_parent_of_its_own_is_refused_in_one_line() -> None:
+    from tests.test_workloads import one_line_error
+
+    w = load_workload("gpt/tiny")
+    sub = find_units(w.model, "sub-block")
+    with pytest.raises(PlanError) as e:
+        apply_actions(w.model, plan_for(w.model, sub, [B, B, B, K] + [K] * 12), sub)
+    one_line_error(e, "'blocks.0.ln_1' is 'block' and 'blocks.0.mlp', another unit of its parent 'blocks.0', is "
+                      "'keep'", "make every unit of 'blocks.0' block, or none")
+    blocks = find_units(w.model)  # blocks.0 .. blocks.3: their parent is a ModuleList
+    with pytest.raises(PlanError) as e:
+        apply_actions(w.model, plan_for(w.model, blocks, [B] * 4), blocks)
+    one_line_error(e, "its parent 'blocks' is a ModuleList, which runs no forward of its own", "recompute the units")
+    mlp = load_workload("mlp/tiny")
+    top = [n for n, _ in mlp.model.named_children()]
+    with pytest.raises(PlanError) as e:
+        apply_actions(mlp.model, plan_for(mlp.model, top, [B] * len(top)), top)
+    one_line_error(e, "its parent is the model itself", "make it recompute")
+    assert not any("forward" in m.__dict__ for m in (*w.model.modules(), *mlp.model.modules()))
+
+
+def test_block_spans_are_the_parents_whose_recompute_gives_the_same_step() -> None:
+    from env.runtime.chains import block_spans, parent_runs
+
+    w = load_workload("gpt/tiny?n_layer=3")
+    sub = find_units(w.model, "sub-block")
+    assert block_spans(w, sub) == [(0, 4), (4, 8), (8, 12)]
+    assert parent_runs(w.model, find_units(w.model)) == []  # blocks' parent is a ModuleList
+    assert parent_runs(w.model, sub[:3] + sub[4:]) == [(3, 7), (7, 11)]  # blocks.0's mlp is no unit here

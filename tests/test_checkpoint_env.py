@@ -19,7 +19,7 @@ from env.data.model_profile import ModelProfile
 from env.data.plan import Action
 from env.gym.checkpoint_env import BudgetShare, CheckpointEnv
 from env.gym.features import N_FOURIER, N_GLOBAL_OBS, N_UNIT_OBS
-from tests.profiles import synthetic_profile
+from tests.profiles import synthetic_profile, with_blocks
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +190,42 @@ def test_a_chain_that_continues_no_region_is_taken_as_recompute() -> None:
     names = info["plan"]
     assert names[0] == "recompute" and CostModel(prof).chain_error(info["plan_indices"]) is None
     assert info["peak_bytes"] == CostModel(prof).predict(info["plan_indices"]).peak_bytes
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_masks_with_blocks_allow_exactly_the_actions_that_can_follow_and_fit(seed: int) -> None:
+    """'block' only on a span's first unit, and inside a span only 'block'; any action only if some valid
+    completion fits the budget. A block chosen elsewhere is kept, and inside a span every unit is block."""
+    prof = with_blocks(synthetic_profile(5, 3, seed=seed, chains=True), seed=seed + 1)
+    cm, n_acts = CostModel(prof), len(prof.actions)
+    block = prof.actions.index(Action.BLOCK)
+    budget = _mid_budget(prof)
+    e = CheckpointEnv(prof, budget)
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(n_acts), repeat=5) if cm.chain_error(p) is None}
+    for prefix_len in range(5):
+        for prefix in {p[:prefix_len] for p in peaks}:
+            e.reset()
+            for a in prefix:
+                e.step(a)
+            lows = [min((v for p, v in peaks.items() if p[:prefix_len + 1] == prefix + (a,)), default=None)
+                    for a in range(n_acts)]
+            expected = [low is not None and low <= budget for low in lows]
+            if not any(expected):
+                expected[min((low, a) for a, low in enumerate(lows) if low is not None)[1]] = True
+            assert e.action_masks().tolist() == expected, prefix
+    for start, stop in prof.block_spans:  # unmasked: a block at a span's start makes the whole span block
+        e = CheckpointEnv(prof, 10**12)
+        e.reset()
+        for i in range(5):
+            *_, info = e.step(block if i == start else 0)
+        assert info["plan_indices"][start:stop] == [block] * (stop - start)
+        assert cm.chain_error(info["plan_indices"]) is None
+    outside = [i for i in range(5) if not any(a <= i < b for a, b in prof.block_spans)]
+    if outside:
+        e.reset()
+        for _ in range(5):
+            *_, info = e.step(block if _ == outside[0] else 1)
+        assert info["plan"][outside[0]] == "keep"
 
 
 def test_action_subset_and_observation_features() -> None:

@@ -13,7 +13,7 @@ from bench.synthetic import layered_profile
 from env.cost.cost_model import CostModel
 from env.cost.peak_walk import PeakWalk
 from env.data.plan import Action
-from tests.profiles import synthetic_profile, with_chains
+from tests.profiles import synthetic_profile, with_blocks, with_chains
 
 ACTIONS = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE]
 
@@ -221,3 +221,50 @@ def test_the_whole_model_pass_sends_the_aimed_plans_as_whole_model_jobs_an_evalu
     for job in jobs:  # as Evaluator.evaluate_whole_model reads them: a plan of the codec, a known source
         assert codec.indices(job.item) in {(0, 1, 2), (1, 1, 0)}
         assert PlanSource(job.source).kind == PlanSource.EXACT.kind
+
+
+# ---------------------------------------------------------------------------------------------
+# Blocks: every unit of a span 'block', the span recomputed as one region
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 6), chains=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_exact_equals_brute_force_with_blocks(n_units: int, chains: bool, seed: int) -> None:
+    """With 'block' among the actions (and chains or not), the exact frontier is every valid plan's: brute force;
+    a plan with a span partly 'block', or a 'block' outside every span, is no plan."""
+    cm = CostModel(with_blocks(synthetic_profile(n_units, 3, seed, chains=chains), seed))
+    exact = exact_frontier(cm)
+    assert _values(exact) == _values(brute_force(cm))
+    block = cm.profile.actions.index(Action.BLOCK)
+    for point in exact:
+        assert cm.chain_error(point.plan) is None
+        pred = cm.predict(list(point.plan))
+        assert (pred.peak_bytes, pred.step_seconds) == (point.peak_bytes, point.step_seconds)
+    outside = [i for i in range(n_units) if not any(a <= i < b for a, b in cm.spans)]
+    if outside:
+        plan = [0] * n_units
+        plan[outside[0]] = block
+        assert "this profile found no parent" in cm.chain_error(plan)
+    for start, stop in cm.spans:
+        plan = [0] * n_units
+        plan[start] = block
+        assert "make every unit of the parent block, or none" in cm.chain_error(plan)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_units=st.integers(1, 5), seed=st.integers(0, 2**32 - 1))
+def test_the_walk_gives_every_prefix_its_lowest_reachable_peak_with_blocks(n_units: int, seed: int) -> None:
+    """As above with chains and blocks: inside a span only 'block' follows a 'block', and its states' lowest peak
+    is its completions' lowest."""
+    cm = CostModel(with_blocks(synthetic_profile(n_units, 3, seed, chains=True), seed))
+    walk = PeakWalk(cm, list(range(len(cm.profile.actions))))
+    n_acts = len(cm.profile.actions)
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(n_acts), repeat=n_units) if cm.chain_error(p) is None}
+    for plan in itertools.product(range(n_acts), repeat=n_units):
+        states = walk.initial()
+        for i, a in enumerate(plan):
+            states = walk.step(i, a, states)
+            completions = [v for p, v in peaks.items() if p[:i + 1] == plan[:i + 1]]
+            assert walk.lowest(i + 1, states) == (min(completions) if completions else None), (plan, i)
+            if not completions:
+                break

@@ -143,11 +143,23 @@ def test_a_chained_plan_round_trips_as_version_2(tmp_path: Path) -> None:
 def test_a_light_plan_round_trips_as_version_4_and_older_readers_are_told_to_upgrade(tmp_path: Path) -> None:
     plan = Plan.from_list(UNITS4, ["light", "selective", "keep", "light"], "fp")
     data = json.loads(plan.to_json())
-    assert data["schema_version"] == 4 == SCHEMA_VERSION
+    assert data["schema_version"] == 4 < SCHEMA_VERSION
     again = Plan.load(plan.save(tmp_path / "light.json"))
     assert again == plan and again.digest == plan.digest and again.actions["blocks.0"] is Action.LIGHT
     assert Plan.from_list(UNITS4, ["recompute", "chain", "light", "keep"], "fp").schema_version == 4
     assert Plan.from_list(UNITS4, ["selective", "keep", "keep", "keep"], "fp").schema_version == 1  # as before
+
+
+def test_a_block_plan_round_trips_as_version_5_and_older_readers_are_told_to_upgrade(tmp_path: Path) -> None:
+    plan = Plan.from_list(UNITS4, ["block", "block", "light", "keep"], "fp")
+    data = json.loads(plan.to_json())
+    assert data["schema_version"] == 5 == SCHEMA_VERSION
+    again = Plan.load(plan.save(tmp_path / "block.json"))
+    assert again == plan and again.actions["blocks.0"] is Action.BLOCK
+    data["schema_version"] = 6
+    (tmp_path / "newer.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="reads versions 1, 2, 3, 4, 5; upgrade ckpt-search"):
+        Plan.load(tmp_path / "newer.json")
 
 
 def test_an_unknown_action_to_search_is_one_line_naming_the_actions() -> None:

@@ -231,3 +231,30 @@ def test_snippet_and_apply_plan_compile_each_unit_with_the_eager_gradients():
     remove()
     for w in (w_plan, w_snip):
         assert [n for n, m in w.model.named_modules() if "forward" in m.__dict__] == []
+
+
+def test_snippet_applies_blocks_with_the_gradients_of_apply_plan_and_refuses_half_a_block():
+    """'block' recomputes the units' parent: the snippet wraps the parents, as ``apply_plan`` does, with the
+    gradients of no plan (dropout on), and refuses a parent only partly 'block' in apply_plan's words."""
+    from env.data.errors import PlanError
+
+    w_plan, w_snip, w_none = (load_workload("gpt/tiny", seed=0) for _ in range(3))
+    units = find_units(w_plan.model, "sub-block")
+    plan = plan_for(w_plan.model, units, ["block"] * 8 + ["recompute"] + ["keep"] * 7)
+    remove = _load(plan_snippet(plan))["apply_checkpoint_plan"](w_snip.model)
+    assert [n for n, m in w_snip.model.named_modules() if "forward" in m.__dict__] == ["blocks.0", "blocks.1",
+                                                                                       "blocks.2.ln_1"]
+    handle = apply_plan(w_plan.model, plan)
+    g_none, g_plan, g_snip = _grads(w_none), _grads(w_plan), _grads(w_snip)
+    for name in g_none:
+        torch.testing.assert_close(g_snip[name], g_none[name], rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(g_snip[name], g_plan[name], rtol=0, atol=0, msg=name)
+    handle.remove()
+    remove()
+    half = plan_for(w_none.model, units, ["block"] * 3 + ["keep"] * 13)
+    with pytest.raises(PlanError) as ours:
+        apply_plan(w_none.model, half)
+    ns = _load(plan_snippet(half))
+    with pytest.raises(ns["PlanError"]) as snippet:
+        ns["apply_checkpoint_plan"](w_none.model)
+    assert str(snippet.value) == str(ours.value)

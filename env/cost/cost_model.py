@@ -11,7 +11,8 @@ region is recomputed at once when the gradient reaches it: its units but the las
 under ``keep`` (their kept bytes pile up, with each one's transient on top), then the last unit
 runs its backward as a recomputed unit does, then the others theirs as kept units do. So the
 region's transient is the sum of its units' activations, and a one-unit region is exactly a
-``recompute``.
+``recompute``. A block span (every unit of one parent ``block``, ``ModelProfile.block_spans``) is priced as a
+chain region over the span (``block_costs``: its first unit as under ``recompute``, the others as under ``chain``).
 """
 
 from __future__ import annotations
@@ -56,10 +57,14 @@ class CostModel:
         self.keep, self.rec = index.get(Action.KEEP), index.get(Action.RECOMPUTE)
         self.chain = index.get(Action.CHAIN)  # None: plans have no chains
         self.links = profile.links()  # links[i]: unit i may continue the region of unit i - 1
+        self.block = index.get(Action.BLOCK)  # None: plans have no blocks
+        self.spans = [tuple(s) for s in profile.block_spans] if self.block is not None else []
         self.allowed = [[profile.allows(i, a) for a in acts] for i in range(n)]  # 'chunked': loss units only
-        if self.chain is not None and (self.keep is None or self.rec is None):
-            raise PlanError(f"the profile has 'chain' but not {'keep' if self.keep is None else 'recompute'}; "
-                            "a chain region starts with a recompute and is recomputed as kept units: profile both")
+        for region in (a for a in (self.chain, self.block) if a is not None):
+            if self.keep is None or self.rec is None:
+                raise PlanError(f"the profile has '{acts[region].value}' but not "
+                                f"{'keep' if self.keep is None else 'recompute'}; a region starts as a recompute "
+                                "and is recomputed as kept units: profile both")
 
     def with_step_seconds(self, seconds: np.ndarray, fixed_seconds: float) -> "CostModel":
         """This model with its step times replaced: ``seconds[i][a]`` per unit and action plus
@@ -99,7 +104,7 @@ class CostModel:
         return out
 
     def peak_bytes(self, actions: Sequence[int]) -> int:
-        if self.chain is not None and self.chain in actions:
+        if any(a is not None and a in actions for a in (self.chain, self.block)):
             return self._chained_peak_bytes(actions)
         p = self.profile
         level = p.base_bytes
@@ -129,6 +134,7 @@ class CostModel:
         peak = max(peak, level + p.post.rise_bytes)
         level += p.post.delta_bytes
         first_of = {stop - 1: start for start, stop in regions([p.actions[a] for a in actions])}
+        first_of.update({stop - 1: start for start, stop in self.spans if actions[start] == self.block})
         i = len(actions) - 1
         while i >= 0:
             start = first_of.get(i, i)
@@ -145,14 +151,15 @@ class CostModel:
 
     def chain_error(self, actions: Sequence[int]) -> str | None:
         """Why a plan's chains are not valid here (a chain after no region, or across units that do not
-        chain), or its 'chunked' (on a unit that is no loss unit); None if they are."""
+        chain), its blocks (``block_error``), or its 'chunked' (on a unit that is no loss unit); None if they are."""
         units = self.profile.units
         bad = next((i for i, a in enumerate(actions) if not self.allowed[i][a]), None)
         if bad is not None:
             return (f"unit '{units[bad]}' is '{self.profile.actions[actions[bad]].value}', which only a loss unit "
                     "(final norm, head and loss as one LMLoss module) can be; keep or recompute it")
-        if self.chain is None or self.chain not in actions:
-            return None
+        why = self.block_error(actions)
+        if why or self.chain is None or self.chain not in actions:
+            return why
         why = chain_error(units, [self.profile.actions[a] for a in actions])
         if why:
             return why
@@ -160,6 +167,25 @@ class CostModel:
         if bad is not None:
             return (f"units '{units[bad - 1]}' and '{units[bad]}' do not chain in this model (the profile found "
                     f"'{units[bad]}' is not run on '{units[bad - 1]}''s output alone); make '{units[bad]}' recompute")
+        return None
+
+    def block_error(self, actions: Sequence[int]) -> str | None:
+        """Why a plan's blocks are not valid here: a 'block' unit in no span of the profile, or a span whose units
+        are not all 'block'; None if they are."""
+        if self.block is None or self.block not in actions:
+            return None
+        units, spans = self.profile.units, {i: span for span in self.spans for i in range(*span)}
+        for i, a in enumerate(actions):
+            if a != self.block:
+                continue
+            if i not in spans:
+                return (f"unit '{units[i]}' is 'block', and this profile found no parent whose units, recomputed as "
+                        "that parent, give the same step; make it recompute")
+            start, stop = spans[i]
+            other = next((j for j in range(start, stop) if actions[j] != self.block), None)
+            if other is not None:
+                return (f"unit '{units[i]}' is 'block' and '{units[other]}' of the same parent is "
+                        f"'{self.profile.actions[actions[other]].value}'; make every unit of the parent block, or none")
         return None
 
     def step_seconds(self, actions: Sequence[int]) -> float:

@@ -27,6 +27,11 @@ so a recompute unit leads to two states (a region of one, closed, and a region o
 unit to two (the region closed at it, or still open), and the next action keeps the one that
 applies: a chain continues only an open state, any other action only a closed one.
 
+**Blocks.** ``block`` on the first unit of a span (``ModelProfile.block_spans``: all the units of one parent)
+recomputes the span as one region (open, continue, close, as a chain region), so the walk moves the closed state
+over the whole span at that unit (``macro``) and the state notes where the span ends; its other units must be
+``block`` too, and move nothing. A span acts on a closed state as ``(max(P, L + a), L + b, max(L + c, M + d))``.
+
 Every update is a max of sums, so the units ``k .. n-1`` act on a state as one functional: the
 peak is ``max(P, L + cL, M + cM)`` from a closed state and ``max(P, L + cL, T + cT, Q + cQ, G +
 cG)`` from an open one, over a set of coefficient vectors (one per completion; the dominated
@@ -47,7 +52,9 @@ from env.data.model_profile import ModelProfile
 UnitTerms = tuple[int, int, int, int]  # (f_delta, f_rise, b_delta, b_rise) of one unit under one action
 Closed = tuple[int, int, int]  # (P, L, M)
 Open = tuple[int, int, int, int, int]  # (P, L, T, Q, G)
-States = tuple[Closed | None, Open | None]  # what a plan prefix may continue from: closed, open (or None)
+# what a plan prefix may continue from: closed, open (or None), and the unit where the block span it is in ends
+# (0: none; inside one, the closed state is the state after the span)
+States = tuple[Closed | None, Open | None, int]
 
 
 def initial_state(profile: ModelProfile) -> Closed:
@@ -161,7 +168,7 @@ def lowest_open_peak(state: Open, functionals: list[tuple[int, ...]]) -> int | N
 
 
 class PeakWalk:
-    """The walk over the profile's units with the allowed ``actions`` (profile indices), chains included.
+    """The walk over the profile's units with the allowed ``actions`` (profile indices), chains and blocks included.
 
     ``step(i, k, states)`` takes the states before unit i and its action (an index into
     ``actions``) to the states after it (``(None, None)``: the action cannot follow); ``lowest(i,
@@ -182,30 +189,64 @@ class PeakWalk:
         # may_chain[i]: a chain is possible at unit i (the region of unit i - 1 can continue to it)
         self.may_chain = [chains and cm.links[i] for i in range(self.n)] + [False]
         self.allowed = [[cm.allowed[i][a] for a in self.actions] for i in range(self.n)]  # 'chunked': loss units only
+        self.k_block = self.actions.index(cm.block) if cm.block is not None and cm.block in self.actions else None
+        # span_end[s]: where the block span starting at unit s ends; spans[s]: its coefficients (a, b, c, d)
+        self.span_end = {start: stop for start, stop in cm.spans} if self.k_block is not None else {}
+        self.spans = {start: self._span_coefficients(start, stop) for start, stop in self.span_end.items()}
         self.closed_fs, self.open_fs = self._functionals()
 
     def initial(self) -> States:
-        return initial_state(self.profile), None
+        return initial_state(self.profile), None, 0
 
     def step(self, i: int, k: int, states: States) -> States:
-        closed, opened = states
+        """The states after unit ``i`` takes action ``k`` (``(None, None, 0)``: it cannot follow)."""
+        closed, opened, until = states
+        if until > i:  # inside a block span: only 'block' continues it, and moves nothing
+            return (closed, None, until if until > i + 1 else 0) if k == self.k_block else (None, None, 0)
         if not self.allowed[i][k]:
-            return None, None
+            return None, None, 0
+        if k == self.k_block:
+            if closed is None or i not in self.span_end:
+                return None, None, 0
+            return self.macro(i, closed), None, self.span_end[i]
         if k == self.k_chain:
             if opened is None or not self.may_chain[i]:
-                return None, None
+                return None, None, 0
             unit = self.terms[i][k]
             return close_region(opened, unit), (
-                continue_region(opened, unit, self.keep_terms[i]) if self.may_chain[i + 1] else None)
+                continue_region(opened, unit, self.keep_terms[i]) if self.may_chain[i + 1] else None), 0
         if closed is None:
-            return None, None
+            return None, None, 0
         after = advance(closed, self.terms[i][k])
         if k == self.k_rec and self.may_chain[i + 1]:
-            return after, open_region(closed, self.terms[i][k], self.keep_terms[i])
-        return after, None
+            return after, open_region(closed, self.terms[i][k], self.keep_terms[i]), 0
+        return after, None, 0
+
+    def macro(self, start: int, state: Closed) -> Closed:
+        """The closed state after the block span starting at unit ``start``, from the closed state before it."""
+        a, b, c, d = self.spans[start]
+        p, level, m = state
+        return max(p, level + a), level + b, max(level + c, m + d)
+
+    def _span_coefficients(self, start: int, stop: int) -> tuple[int, int, int, int]:
+        """(a, b, c, d) of the span ``start .. stop - 1`` under 'block': its region's walk from two states, one
+        whose M and one whose L is far below the rest, read off."""
+        k, far = self.k_block, -(1 << 80)
+
+        def walk(state: Closed) -> Closed:
+            opened = open_region(state, self.terms[start][k], self.keep_terms[start])  # type: ignore[index]
+            for j in range(start + 1, stop - 1):
+                opened = continue_region(opened, self.terms[j][k], self.keep_terms[j])  # type: ignore[index]
+            return close_region(opened, self.terms[stop - 1][k])  # type: ignore[index]
+
+        a, b, c = walk((far, 0, far))
+        d = walk((far, far, 0))[2]
+        return a, b, c, d
 
     def lowest(self, i: int, states: States) -> int | None:
-        closed, opened = states
+        closed, opened, until = states
+        if until > i:
+            return lowest_peak(closed, self.closed_fs[until]) if closed is not None else None
         low = lowest_peak(closed, self.closed_fs[i]) if closed is not None else None
         if opened is not None:
             other = lowest_open_peak(opened, self.open_fs[i])
@@ -220,8 +261,11 @@ class PeakWalk:
         for i in range(n - 1, -1, -1):
             c_next, o_next = closed[i + 1], opened[i + 1]
             cands: set[tuple[int, ...]] = set()
+            if i in self.spans:
+                a, b, c, d = self.spans[i]
+                cands.update((max(a, b + cl, c + cm), d + cm) for cl, cm in closed[self.span_end[i]])
             for k, (fd, fr, bd, br) in enumerate(self.terms[i]):
-                if k == self.k_chain or not self.allowed[i][k]:
+                if k in (self.k_chain, self.k_block) or not self.allowed[i][k]:
                     continue
                 cands.update((max(fr, fd + cl, fd + br + cm), fd + bd + cm) for cl, cm in c_next)
                 if k == self.k_rec and o_next:

@@ -83,6 +83,9 @@ class ModelProfile(BaseModel):
     # chunk_units[i]: unit i is a loss unit (final norm, head and loss), the only kind 'chunked' applies to;
     # empty: none is (profiles made before the loss unit)
     chunk_units: list[bool] = Field(default_factory=list)
+    # block_spans: (start, stop) of each run of units that are all of one parent module's units, which 'block'
+    # recomputes as that module (env.runtime.chains.block_spans); empty: no such run (or profiles made before blocks)
+    block_spans: list[tuple[int, int]] = Field(default_factory=list)
 
     def links(self) -> list[bool]:
         """``chain_links`` with one entry per unit (all False when the profile has none)."""
@@ -112,4 +115,15 @@ def chain_costs(recompute: list[UnitCost]) -> list[UnitCost]:
         fwd = Segment(delta_bytes=unit.fwd.delta_bytes - before.fwd.delta_bytes, rise_bytes=unit.fwd.rise_bytes,
                       seconds=unit.fwd.seconds)
         out.append(UnitCost(fwd=fwd, bwd=unit.bwd))
+    return out
+
+
+def block_costs(recompute: list[UnitCost], spans: list[tuple[int, int]]) -> list[UnitCost]:
+    """Each unit's costs under ``block``: a span's first unit as under ``recompute`` (it keeps the parent's input),
+    the others as under ``chain`` (``chain_costs``: nothing kept; the cost model reruns the span at once in backward,
+    as a chain region). A unit in no span repeats ``recompute``, to keep one entry per unit."""
+    chained = chain_costs(recompute)
+    out = list(recompute)
+    for start, stop in spans:
+        out[start + 1:stop] = chained[start + 1:stop]
     return out

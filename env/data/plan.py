@@ -18,10 +18,16 @@ the one before it); the JSON stays unit -> action; and a plan without chains is 
 it was (same JSON, same digest). A plan with chains is written as schema version 2, so that a
 ckpt-search that cannot run chains says "upgrade" instead of "unknown action"; one with
 ``chunked`` (the loss unit's head and loss over chunks of tokens) as version 3, one with ``light`` (the graded
-selective checkpoint, ``env.runtime.apply.LIGHT_SAVED_OPS``) as version 4; versions 1 to 4 are read.
+selective checkpoint, ``env.runtime.apply.LIGHT_SAVED_OPS``) as version 4; versions 1 to 5 are read.
 Which units can chain is the model's business (each unit's input must be the
 previous unit's output): ``env.runtime.chains`` finds out, ``env.runtime.apply`` refuses a
 region over units that do not.
+
+**Blocks.** Units that are all of one parent module's units (a transformer block's norms, attention and MLP)
+rarely chain: a residual sum made between them feeds the next. ``block`` on every one of them recomputes the
+parent as one region that keeps only the parent's input, residual sums included, as torchtitan's layer policy and
+``checkpoint_sequential`` do at block units. Which runs of units are a parent's is the model's business too
+(``env.runtime.chains.block_spans``); a plan with ``block`` is written as schema version 5.
 """
 
 from __future__ import annotations
@@ -39,11 +45,11 @@ from env.data.errors import PlanError
 if TYPE_CHECKING:  # plans are plain data: torch is needed only to fingerprint or check a model
     import torch.nn as nn
 
-SCHEMA_VERSION = 4  # the newest plan schema this version reads and writes: 2 adds 'chain', 3 'chunked', 4 'light'
-READ_VERSIONS = (1, 2, 3, 4)
+SCHEMA_VERSION = 5  # the newest plan schema this version reads and writes: 2 adds 'chain', 3 'chunked', 4 'light', 5 'block'
+READ_VERSIONS = (1, 2, 3, 4, 5)
 # the first schema version with each action (an action not listed is in version 1): a plan is written as the newest
 # of its actions' versions, so that a ckpt-search that cannot run one says "upgrade" instead of "unknown action"
-ACTION_VERSIONS: dict[str, int] = {"chain": 2, "chunked": 3, "light": 4}
+ACTION_VERSIONS: dict[str, int] = {"chain": 2, "chunked": 3, "light": 4, "block": 5}
 
 
 class Action(str, Enum):
@@ -56,6 +62,7 @@ class Action(str, Enum):
     CHAIN = "chain"  # recomputed with the unit before it as one region, which keeps only the region's input
     CHUNKED = "chunked"  # a loss unit (env.workloads.lm_loss.LMLoss): head and loss over chunks of tokens, each recomputed
     LIGHT = "light"  # as selective, and store the normalizations' and softmaxes' outputs too: recompute only the cheapest ops
+    BLOCK = "block"  # recomputed with the other units of its parent module, as that module: keeps only its input
 
     def __str__(self) -> str:
         return self.value
@@ -159,8 +166,8 @@ class Plan(BaseModel):
 
     @property
     def schema_version(self) -> int:
-        """1 for a plan without chains, chunks or 'light' (readable by every version), else the newest of its
-        actions' versions (``ACTION_VERSIONS``: 2 with chains, 3 with 'chunked', 4 with 'light')."""
+        """1 for a plan without chains, chunks, 'light' or blocks (readable by every version), else the newest of
+        its actions' versions (``ACTION_VERSIONS``: 2 with chains, 3 with 'chunked', 4 with 'light', 5 with 'block')."""
         return max((ACTION_VERSIONS.get(a.value, 1) for a in self.actions.values()), default=1)
 
     @classmethod

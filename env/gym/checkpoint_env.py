@@ -64,11 +64,15 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     |     |           | only the region's input (profiles where units chain)           |
     | 4   | chunked   | the loss unit's head and loss over chunks of tokens, each      |
     |     |           | recomputed in backward (profiles with a loss unit)             |
+    | 5   | block     | recompute the unit's parent module as one region, with the     |
+    |     |           | parent's other units (profiles whose units are a parent's)     |
 
     ``chain`` continues the region of the unit before it: it follows ``recompute`` or ``chain``,
     on a unit the profile says can chain onto the one before it (``chain_links``); anywhere
     else it is taken as ``recompute`` (it starts a region), so that an agent without masks
     still ends on a valid plan; ``chunked`` anywhere but on a loss unit (``chunk_units``) is
+    taken as ``keep``. ``block`` on the first unit of a span (``block_spans``: all the units of
+    one parent) makes the span's other units ``block`` whatever is chosen there; elsewhere it is
     taken as ``keep``. ``action_masks()`` (for ``sb3_contrib.MaskablePPO``) allows an
     action only if it can follow and some completion of the plan still fits the budget on the
     cost model (exact, see the module docstring; scaled by the mean measured/predicted peak
@@ -276,9 +280,10 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
         if walk.i >= self.n_units:
             raise RuntimeError("step() after the episode ended; call reset() first")
         after = self._features.walk.step(walk.i, a, walk.state)
-        if after == (None, None):  # a chain that continues no region starts one; chunked elsewhere than the loss
-            a = self._features.walk.k_rec if a == self._features.walk.k_chain else self._keep_k  # keeps (Action Space)
-            after = self._features.walk.step(walk.i, a, walk.state)
+        if after[:2] == (None, None):  # a chain that continues no region starts one; inside a block span the unit
+            w = self._features.walk  # is block; block or chunked anywhere else keeps (Action Space)
+            a = w.k_block if walk.state[2] > walk.i else w.k_rec if a == w.k_chain else self._keep_k
+            after = w.step(walk.i, a, walk.state)
         walk.state = after
         walk.extra_seconds += self._features.extra[walk.i][a]
         walk.plan.append(a)

@@ -74,12 +74,12 @@ class Features:
 
     def _single_savings(self, cm: CostModel) -> list[list[int]]:
         """saved[j][k]: bytes the all-keep peak drops by when unit j alone takes enabled action k (0
-        for a chain, which cannot follow a kept unit)."""
+        for a chain, which cannot follow a kept unit, and a block, which no unit takes alone)."""
         keep_terms = unit_terms(cm, [self.keep])
         state, saved = initial_state(self.profile), []
         for j in range(self.n_units):
             nxt = self.keep_suffix[j + 1]
-            saved.append([0 if k == self.walk.k_chain else self.baseline_peak - lowest_peak(advance(state, t), nxt)
+            saved.append([0 if k in (self.walk.k_chain, self.walk.k_block) else self.baseline_peak - lowest_peak(advance(state, t), nxt)
                           for k, t in enumerate(self.terms[j])])
             state = advance(state, keep_terms[j][0])
         return saved

@@ -26,7 +26,7 @@ import torch
 from env.cost.cost_model import CostModel
 from env.data.errors import MeasurementError
 from env.data.measured import MeasuredPlan
-from env.data.model_profile import ModelProfile, Segment, UnitCost, chain_costs
+from env.data.model_profile import ModelProfile, Segment, UnitCost, block_costs, chain_costs
 from env.data.plan import Action, fingerprint
 from env.data.rounds import rotated
 from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
@@ -35,7 +35,7 @@ from env.measure.timeline import MemoryTrace, UnitMarkers, profiled_step, step_c
 from env.measure.trace import PeakCheck, Segments, check_peaks
 from env.measure.trace import step_segments as _segments
 from env.runtime.apply import apply_actions, is_loss_unit, plan_for
-from env.runtime.chains import chain_links
+from env.runtime.chains import block_spans, chain_links
 from env.workloads.workload import Workload
 
 
@@ -103,7 +103,8 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
             repeats: int = 3, baseline: bool = True, check: bool = True) -> ModelProfile:
     """Measure every unit under every action (one profiled and ``repeats`` timed steps per action,
     each after an untimed one). ``chain`` (the search's default actions have it) is profiled
-    where some units chain (``chain_links``) and left out where none do.
+    where some units chain (``chain_links``) and left out where none do; ``block`` likewise where some runs of units
+    are a parent's (``block_spans``).
 
     The timed steps go in rounds over the actions (keep, recompute, selective, then again, each
     round starting one further on), so a change of machine load during profiling falls on every
@@ -111,11 +112,12 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     ``check``: refuse the profile (``MeasurementError``) unless its predicted peaks of the uniform
     plans match their measured peaks (``check_profile``).
     """
-    chains = Action.CHAIN in actions
-    if chains and not {Action.KEEP, Action.RECOMPUTE} <= set(actions):
-        raise MeasurementError(f"actions {', '.join(a.value for a in actions)}: 'chain' needs 'keep' and 'recompute' "
-                               "(a region starts with a recompute and is recomputed as kept units); add them")
-    actions = [a for a in actions if a is not Action.CHAIN]
+    chains, blocks = Action.CHAIN in actions, Action.BLOCK in actions
+    for region in (a for a in (Action.CHAIN, Action.BLOCK) if a in actions):
+        if not {Action.KEEP, Action.RECOMPUTE} <= set(actions):
+            raise MeasurementError(f"actions {', '.join(a.value for a in actions)}: '{region.value}' needs 'keep' and "
+                                   "'recompute' (a region starts as a recompute and is recomputed as kept units); add them")
+    actions = [a for a in actions if a not in (Action.CHAIN, Action.BLOCK)]
     optimizer = workload.optimizer
     steady_numerics(workload.device)
     train_step(workload, optimizer)  # optimizer state exists from here on
@@ -125,6 +127,7 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     if not any(losses):  # 'chunked' needs a loss unit: without one it is left out, as 'chain' where none chains
         actions = [a for a in actions if a is not Action.CHUNKED]
     links = chain_links(workload, units) if chains else []
+    spans = block_spans(workload, units) if blocks else []
     memory = {action: _memory(workload, optimizer, units, action) for action in actions}
     base_bytes = memory[actions[-1]][2]
     times: dict[Action, dict[str, list[float]]] = {action: {} for action in actions}
@@ -144,12 +147,14 @@ def profile(workload: Workload, units: Sequence[str], actions: Sequence[Action] 
     costs = {a: [UnitCost(fwd=s[f"F:{i}"], bwd=s[f"B:{i}"]) for i in range(n)] for a, s in per_action.items()}
     if any(links):
         costs[Action.CHAIN] = chain_costs(costs[Action.RECOMPUTE])
+    if spans:
+        costs[Action.BLOCK] = block_costs(costs[Action.RECOMPUTE], spans)
     prof = ModelProfile(
         workload=workload.spec, batch_shape=workload.batch_shape, device=str(workload.device),
         fingerprint=fingerprint(workload.model, units), units=list(units), actions=list(costs),
         base_bytes=base_bytes, pre=keep["pre"], post=keep["post"], tail=keep["tail"], costs=costs,
         baseline=base_m, clock=step_clock(workload.device)[0], chain_links=links if any(links) else [],
-        chunk_units=losses if Action.CHUNKED in costs else [],
+        chunk_units=losses if Action.CHUNKED in costs else [], block_spans=spans,
     )
     if check:
         check_profile(prof, workload, base_m)
@@ -162,7 +167,8 @@ UNIFORM_CHECKED = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.LIGHT
 def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:
     """The plans whose predicted peaks ``check_profile`` compares with measured ones: each uniform
     plan ("all chunked": every unit recomputed, the loss units chunked), and where units chain, every link chained ("all chained": one region where every unit
-    chains) and ``checkpoint_sequential`` with round(sqrt(n)) segments as chain regions."""
+    chains) and ``checkpoint_sequential`` with round(sqrt(n)) segments as chain regions; where runs of units are a
+    parent's, every such parent recomputed ("every block")."""
     n, links = len(prof.units), prof.links()
     plans = {f"all {a.value}": [a] * n for a in UNIFORM_CHECKED if a in prof.actions}
     if Action.CHUNKED in prof.actions and Action.RECOMPUTE in prof.actions:
@@ -172,6 +178,11 @@ def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:
         k = max(2, sqrt_segments(n)) if n >= 2 else 1
         plans[f"checkpoint_sequential {k} segments"] = checkpoint_sequential_actions(n, k, links)
         assert len(sequential_segments(n, k)) == k
+    if Action.BLOCK in prof.actions and prof.block_spans:
+        blocks = [Action.KEEP] * n
+        for start, stop in prof.block_spans:
+            blocks[start:stop] = [Action.BLOCK] * (stop - start)
+        plans["every block"] = blocks
     return plans
 
 

@@ -5,6 +5,9 @@ object (after torchtitan's ``activation_checkpoint.py``) that wraps a unit's for
 wrapper is installed as the instance's ``forward`` attribute, so FQNs, ``state_dict`` keys and
 hooks are unchanged, and removing it restores the module exactly.
 
+``block`` units (every unit of one parent module, ``env.data.plan``) are left as they are and their parent is
+recomputed instead, as a ``recompute`` unit is; the handle names the parent with ``block``.
+
 A region (a ``recompute`` unit and the ``chain`` units after it, ``env.data.plan``) is one
 :class:`Region`: the first unit's forward runs every unit of the region inside one
 ``checkpoint``, as ``torch.utils.checkpoint.checkpoint_sequential`` runs a segment, and the
@@ -390,7 +393,9 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
     wanted = {u: a for u, a in plan.actions.items() if u in names}
     check_preconditions(model, wanted)
     in_regions = _region_forwards(model, plan.actions, names, compile_unit)
-    for fqn, action in wanted.items():
+    in_regions.update(_block_forwards(model, wanted, compile_unit))
+    for fqn, action in [(u, a) for u, a in wanted.items() if a != Action.BLOCK] + [
+            (parent, Action.BLOCK) for parent in block_parents(wanted)]:
         module = model.get_submodule(fqn)
         if _MARK in module.__dict__:
             handle.remove()
@@ -432,6 +437,38 @@ def _region_forwards(model: nn.Module, actions: Mapping[str, Action], names: set
         modules = [model.get_submodule(u) for u in run]
         forwards = [m.forward if compile_unit is None else compile_unit(m.forward, True) for m in modules]
         out.update(zip(run, Region(run, modules).wrap(forwards)))
+    return out
+
+
+def block_parents(actions: Mapping[str, Action]) -> dict[str, list[str]]:
+    """The parent modules that ``block`` units (FQN -> action) recompute, each with its units, by FQN."""
+    out: dict[str, list[str]] = {}
+    for unit, action in actions.items():
+        if action == Action.BLOCK:
+            out.setdefault(unit.rpartition(".")[0], []).append(unit)
+    return out
+
+
+def _block_forwards(model: nn.Module, actions: Mapping[str, Action],
+                    compile_unit: Compiler | None = None) -> dict[str, Callable[..., Any]]:
+    """The forward of each parent that ``block`` units recompute (a ``recompute`` of the parent, compiled with
+    ``compile_unit``), by the parent's FQN; refused in one line where a parent is the model itself, runs no forward
+    of its own, or has a unit that is not ``block``."""
+    out: dict[str, Callable[..., Any]] = {}
+    for parent, units in block_parents(actions).items():
+        if not parent:
+            raise PlanError(f"unit '{units[0]}' is 'block', which recomputes its parent module, and its parent is "
+                            f"the model itself; make it recompute")
+        others = [u for u, a in actions.items() if u.startswith(parent + ".") and a != Action.BLOCK]
+        if others:
+            raise PlanError(f"unit '{units[0]}' is 'block' and '{others[0]}', another unit of its parent '{parent}', "
+                            f"is '{actions[others[0]].value}': 'block' recomputes the whole parent; make every unit "
+                            f"of '{parent}' block, or none")
+        module = model.get_submodule(parent)
+        if type(module).forward is nn.Module.forward:
+            raise PlanError(f"unit '{units[0]}' is 'block' and its parent '{parent}' is a {type(module).__name__}, "
+                            "which runs no forward of its own; recompute the units instead")
+        out[parent] = _wrap(module, Action.RECOMPUTE, compile_unit)  # type: ignore[assignment]
     return out
 
 

@@ -159,3 +159,44 @@ def chain_links(workload: Workload, units: Sequence[str], seed: int = 0) -> list
         for a, b in ([(start, stop)] if chains([(start, stop)]) else [p for p in pairs if chains([p])]):
             confirmed[a + 1:b] = [True] * (b - a - 1)
     return confirmed
+
+
+def parent_runs(model: nn.Module, units: Sequence[str]) -> list[tuple[int, int]]:
+    """(start, stop) of each run of two or more units (in execution order) that are all the units of one parent
+    module, every child of it with parameters among them, that parent being neither the model itself nor a
+    container without a forward of its own (a ``ModuleList``): the runs ``block`` could recompute as their parent."""
+    parents = [u.rpartition(".")[0] for u in units]
+    out: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(units) + 1):
+        if i < len(units) and parents[i] == parents[start]:
+            continue
+        parent, run = parents[start], set(units[start:i])
+        module = model.get_submodule(parent) if parent else model
+        weighted = {f"{parent}.{name}" for name, child in module.named_children() if any(True for _ in child.parameters())}
+        whole = parents.count(parent) == i - start and weighted <= run  # no unit of it elsewhere, none of it outside
+        if i - start >= 2 and parent and whole and type(module).forward is not nn.Module.forward:
+            out.append((start, i))
+        start = i
+    return out
+
+
+def block_spans(workload: Workload, units: Sequence[str], seed: int = 0) -> list[tuple[int, int]]:
+    """The runs of ``parent_runs`` whose parent, recomputed as a whole, gives the same training step (loss and
+    gradients) as without a plan: tried all at once, and where that fails each alone."""
+    runs = parent_runs(workload.model, units)
+    if not runs:
+        return []
+    fp = fingerprint(workload.model, units)
+    reference = training_step(workload, seed)
+
+    def same(spans: Sequence[tuple[int, int]]) -> bool:
+        actions = [Action.KEEP] * len(units)
+        for start, stop in spans:
+            actions[start:stop] = [Action.BLOCK] * (stop - start)
+        try:
+            return same_step(training_step(workload, seed, Plan.from_list(units, actions, fp), units), reference)
+        except PlanError:
+            return False
+
+    return runs if same(runs) else [r for r in runs if same([r])]

@@ -77,11 +77,12 @@ class SearchConfig:
     sub-blocks (their children), or module FQNs / globs (e.g. 'blocks.*')"""
     max_units: int = 32
     """most automatic units (the exact solver takes about 1 s at 32 units x 3 actions)"""
-    actions: list[str] = field(default_factory=lambda: ["keep", "recompute", "selective", "chain", "chunked"])
+    actions: list[str] = field(default_factory=lambda: ["keep", "recompute", "selective", "chain", "chunked", "block"])
     """actions searched per unit (offload needs CUDA; selective saves matmul/conv/attention outputs and recomputes the
     rest; light saves the normalizations' and softmaxes' outputs too and recomputes only the cheapest ops, one more
     action to profile, so not in the default; chain recomputes a run of units that chain as one region; chunked runs a
-    loss unit's head and loss over chunks of tokens, where the model has one)"""
+    loss unit's head and loss over chunks of tokens, where the model has one; block recomputes a parent module whose
+    units are all block, as one region, where units are a parent's: --units sub-blocks)"""
     agents: int = 4
     """PPO agents, one per memory budget spread from the smallest reachable peak to the baseline"""
     timesteps: int = 2048
@@ -223,8 +224,8 @@ class SearchConfig:
         except WorkloadError as e:
             raise CkptSearchError(f"--workload {self.workload}: {e}") from None
         _check_values(self)
-        if self.fsdp and "chain" in self.actions:  # a region runs its units' forwards without FSDP's hooks
-            self.actions = [a for a in self.actions if a != "chain"]
+        if self.fsdp:  # a chain region runs its units' forwards without FSDP's hooks; a block is not measured sharded
+            self.actions = [a for a in self.actions if a not in ("chain", "block")]
         _check_combinations(self)
         return self
 

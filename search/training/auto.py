@@ -49,7 +49,7 @@ from env.units.choice import resolve_units
 from env.workloads.workload import Workload, default_optimizer
 from search.training.plan_cache import CacheEntry, CacheKey, Choice, PlanCache
 
-ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN)  # the search's default actions
+ACTIONS = (Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.CHAIN, Action.BLOCK)  # as the search's
 CANDIDATES = 3  # plans measured within the budget, fastest on the cost model first
 REPEATS = 3  # timed steps per measurement
 

@@ -2,7 +2,7 @@
 
 The snippet defines ``apply_checkpoint_plan(model) -> remove``. Rather than a second,
 hand-written copy of the checkpointing code, it is *generated from the source of*
-``env/runtime/apply.py`` (the policy classes with what each action needs, ``check_preconditions``, the chain regions, the saved-op lists of ``selective`` and ``light``,
+``env/runtime/apply.py`` (the policy classes with what each action needs, ``check_preconditions``, the chain regions and blocks, the saved-op lists of ``selective`` and ``light``,
 the buffer restore during recompute), of ``env/runtime/offload.py`` (the overlapped offload: side stream,
 events, pinned buffer pool) and of ``env.data.plan`` (``Action``, ``fingerprint``, ``regions``),
 read with ``ast``.
@@ -35,6 +35,7 @@ APPLY_NAMES: tuple[str, ...] = (
     "Policy", "Keep", "Recompute", "Offload", "is_loss_unit", "Chunked", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
     "_on_cuda", "check_preconditions", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
+    "block_parents", "_block_forwards",
 )
 # Top-level definitions of env/runtime/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
@@ -80,9 +81,10 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: 
     compile_unit = compile_forward if compile_units else None
     check_preconditions(model, actions)  # each action's own (offload: a CUDA model; chunked: a loss unit)
     in_regions = _region_forwards(model, actions, set(modules), compile_unit)  # chain regions: one checkpoint each
-    for fqn, action in actions.items():
-        if fqn not in modules:
-            continue
+    present = {{fqn: action for fqn, action in actions.items() if fqn in modules}}
+    in_regions.update(_block_forwards(model, present, compile_unit))  # blocks: each parent recomputed whole
+    todo = [(fqn, a) for fqn, a in present.items() if a != Action.BLOCK] + [(p, Action.BLOCK) for p in block_parents(present)]
+    for fqn, action in todo:
         module = modules[fqn]
         wrapped = in_regions[fqn] if fqn in in_regions else _wrap(module, action, compile_unit)
         if wrapped is not None:

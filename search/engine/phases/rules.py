@@ -30,7 +30,8 @@ def measure_rules(ctx: RunContext) -> None:
     device shows (store meta ``baseline_by_evaluator``). The other rules are proposed, not measured."""
     ledger, codec = ctx.ledger, ctx.ledger.codec
     rules = baseline_rules(codec.n_units, list(codec.actions), seed=ctx.cfg.seed,
-                           links=ledger.setup.profile.chain_links, loss_units=ledger.setup.profile.chunk_units)
+                           links=ledger.setup.profile.chain_links, loss_units=ledger.setup.profile.chunk_units,
+                           spans=ledger.setup.profile.block_spans)
     chosen = {k: v for k, v in rules.items() if k in RULES_MEASURED}
     checks = profile_checks(ctx, rules)
     for name, idx in checks.items():
