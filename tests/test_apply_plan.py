@@ -92,12 +92,12 @@ def test_plan_file_that_is_not_json_is_one_line_with_the_fix(tmp_path):
         apply_plan(w.model, tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("version, fix", [(0, "re-export it with this version"), (5, "upgrade ckpt-search")])
+@pytest.mark.parametrize("version, fix", [(0, "re-export it with this version"), (6, "upgrade ckpt-search")])
 def test_older_or_newer_plan_schema_is_refused(version, fix):
     w, units = _gpt()
     data = json.loads(plan_for(w.model, units, MIXED).to_json())
     data["schema_version"] = version
-    with pytest.raises(PlanError, match=f"schema version {version}, this ckpt-search reads versions 1, 2, 3, 4; {fix}"):
+    with pytest.raises(PlanError, match=f"schema version {version}, this ckpt-search reads versions 1, 2, 3, 4, 5; {fix}"):
         apply_plan(w.model, json.dumps(data))
 
 

@@ -283,7 +283,8 @@ def test_measure_peer_compiles_each_budget_fresh() -> None:
 def test_a_peer_over_blocks_that_are_units_is_a_plan_of_ours_with_its_measured_peak(peer: Peer) -> None:
     """The peer as a plan over the blocks (chain regions for checkpoint_sequential, every n-th block recomputed for
     torchtitan's layer policy) measures the peer's own peak (CPU peaks are exact and repeatable: equal, not just
-    close); over units that are not its blocks it is no plan of ours."""
+    close); over the blocks' parts (sub-block units) it is 'block' on the parts of each block it recomputes, with
+    the same peak, unless it recomputes several blocks as one region."""
     from env.data.plan import Action
     from env.measure.measurement import measure
 
@@ -299,5 +300,11 @@ def test_a_peer_over_blocks_that_are_units_is_a_plan_of_ours_with_its_measured_p
     theirs = measure_peer(w, peer, repeats=1)
     assert ours.peak_bytes == theirs.peak_bytes
     assert ours.peak_bytes < measure(w, plan_for(w.model, units, [Action.KEEP] * 8), units, repeats=1).peak_bytes
-    assert peer_plan(w, peer, find_units(w.model, "sub-block")) is None
+    sub = find_units(w.model, "sub-block")
+    as_blocks = peer_plan(w, peer, sub)
+    if Action.CHAIN in actions:  # a region over several blocks: none of our plans at sub-block units
+        assert as_blocks is None
+    else:  # each recomputed block is 'block' on its four units, with the peer's peak
+        assert as_blocks == [a for x in actions for a in [Action.BLOCK if x is Action.RECOMPUTE else Action.KEEP] * 4]
+        assert measure(w, plan_for(w.model, sub, as_blocks), sub, repeats=1).peak_bytes == theirs.peak_bytes
     assert peer_plan(w, torchtitan_op_sac_peer("blocks"), units) is None  # per op: no plan of ours

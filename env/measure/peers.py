@@ -375,15 +375,23 @@ def peer_plan(workload: Workload, peer: Peer, units: Sequence[str], facts: Model
 
 def _on_blocks(units: list[str], blocks: Sequence[str], actions: Sequence[Action]) -> list[Action] | None:
     """``actions`` on ``blocks`` among ``units``, every other unit kept; None where a block is not a unit, or
-    (with a chain region among them) the blocks are not side by side in order."""
-    if not blocks or any(b not in units for b in blocks):
+    (with a chain region among them) the blocks are not side by side in order. A block that is no unit but whose
+    parts are (sub-block units) is ``block`` on each of them where it recomputes, kept where it keeps; a chain
+    region over such blocks is none of our plans."""
+    if not blocks:
         return None
-    at = [units.index(b) for b in blocks]
+    parts = {b: [b] if b in units else [u for u in units if u.startswith(b + ".")] for b in blocks}
+    split = [a for b, a in zip(blocks, actions) if parts[b] != [b]]
+    if any(not p for p in parts.values()) or any(a not in (Action.RECOMPUTE, Action.KEEP) for a in split) or (
+            Action.CHAIN in actions and split):
+        return None
+    at = [units.index(b) for b in blocks if b in units]
     if Action.CHAIN in actions and at != list(range(at[0], at[0] + len(at))):
         return None
     plan = [Action.KEEP] * len(units)
-    for i, a in zip(at, actions):
-        plan[i] = a
+    for b, a in zip(blocks, actions):
+        for u in parts[b]:
+            plan[units.index(u)] = a if parts[b] == [b] else Action.BLOCK if a == Action.RECOMPUTE else Action.KEEP
     return plan
 
 

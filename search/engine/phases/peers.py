@@ -38,7 +38,8 @@ def measure_peers(ctx: RunContext) -> None:
     codec = ctx.ledger.codec
     names = {a.value for a in codec.actions}
     as_plans = ray_session.get(first.peer_plans.remote(offered))
-    plans = [(p, a) for p, a in zip(offered, as_plans) if a is not None and set(a) <= names]
+    plans = [(p, a) for p, a in zip(offered, as_plans) if a is not None and set(a) <= names
+             and ctx.ledger.setup.cost_model.chain_error(codec.indices(a)) is None]  # a block: one this model has
     measured = ctx.measurer.measure([(codec.indices(a), PlanSource.peer(p.name)) for p, a in plans])
     for (peer, _), m in zip(plans, measured):
         ctx.ledger.record_peer_plan(peer.name, m.digest, peer.note, peer.label)
