@@ -183,7 +183,8 @@ class CheckpointEnv(gym.Env[np.ndarray, np.int64]):
     ## Version History
 
     * v2: ``chain`` (regions of units recomputed at once) where the profile has it; masks and
-      peaks follow the open region.
+      peaks follow the open region. ``block`` (a parent module recomputed whole) where the profile
+      has spans; a profile without them gives the same episodes as before.
     * v1: budget ranges drawn per episode; observations relative to the model and the budget
       (efficiency rank, peaks after each action, slack in units of what is still savable,
       one-unit lookahead, budget's place and its Fourier code, extra seconds so far); time
