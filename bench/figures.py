@@ -172,6 +172,11 @@ def fig_frontier_table(r: Result, plots: Path) -> list[str]:
     return [save(fig, plots, "frontier_table")]
 
 
+def _searched_peers(w: Result) -> list[Result]:
+    """A workload's peers as the search measured them (name, peak, step time): the figure shows those."""
+    return [{"peer": p["peer"], **p["measured"]} for p in w["peers"] if p.get("measured")]
+
+
 def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
     """Per workload: our measured frontier, and torch.compile's peak and time against its memory budget."""
     wl = r["workloads"]
@@ -181,15 +186,16 @@ def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
         front = [(p["peak_bytes"] / b["peak_bytes"], p["step_seconds"] / b["step_seconds"]) for p in w["frontier"]]
         ax.step([x for x, _ in front], [y for _, y in front], where="post", marker="o", ms=3, color="black",
                 label="searched frontier")
-        budgets = compile_budgets(w["peers"])
+        searched = _searched_peers(w)
+        budgets = compile_budgets(searched)
         xs = [p["peak_bytes"] / b["peak_bytes"] for _, p in budgets]
         ys = [p["step_seconds"] / b["step_seconds"] for _, p in budgets]
         ax.plot(xs, ys, "s-", color="tab:purple", ms=4, lw=0.8, label="compile budget (label: budget)")
         for (budget, _), x, y in zip(budgets, xs, ys):
             ax.annotate(f"{budget:.1f}", (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-        others = [p for p in w["peers"] if not p["peer"].startswith(COMPILE_BUDGET_PEER) and not p["oom"]]
+        others = [p for p in searched if not p["peer"].startswith(COMPILE_BUDGET_PEER) and not p.get("oom")]
         ax.plot([p["peak_bytes"] / b["peak_bytes"] for p in others], [p["step_seconds"] / b["step_seconds"] for p in others],
-                "x", color="tab:red", label="HF / checkpoint_sequential")
+                "x", color="tab:red", label="the other peers")
         ax.set(title=f"{w['workload']} ({'compiled' if w['compiled'] else 'eager'})", xlabel="peak / baseline",
                ylabel="step time / baseline")
         ax.legend(fontsize=6)
@@ -197,7 +203,7 @@ def fig_peers(r: Result, plots: Path, name: str = "peers") -> list[str]:
     saved = [save(fig, plots, name)]
     fig, axes = _grid(1, width=5.0)
     for w in wl:
-        peaks = budget_peaks(w["peers"])
+        peaks = budget_peaks(_searched_peers(w))
         if peaks:
             axes[0].plot([b for b, _ in peaks], [m / mib(w["baseline"]["peak_bytes"]) for _, m in peaks], "o-",
                          ms=3, label=w["workload"])
