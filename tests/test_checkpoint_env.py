@@ -163,21 +163,28 @@ def test_masks_with_chains_allow_exactly_the_actions_that_can_follow_and_fit(see
     budget = _mid_budget(prof)
     e = CheckpointEnv(prof, budget)
     assert e.action_space.n == 4
-    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(4), repeat=5) if cm.chain_error(p) is None}
-    chained = 0
-    for prefix_len in range(5):
+    assert sum(m[3] for m in check_masks(e, cm, budget)) > 0  # some chain allowed
+
+
+def check_masks(e: CheckpointEnv, cm: CostModel, budget: int) -> list[list[bool]]:
+    """After every valid prefix, the env's masks allow exactly the actions some valid completion of which fits the
+    budget (the lowest-peaking one where none does); every mask, in order."""
+    n_acts, n = len(cm.profile.actions), cm.n_units
+    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(n_acts), repeat=n) if cm.chain_error(p) is None}
+    masks = []
+    for prefix_len in range(n):
         for prefix in {p[:prefix_len] for p in peaks}:
             e.reset()
             for a in prefix:
                 e.step(a)
             lows = [min((v for p, v in peaks.items() if p[:prefix_len + 1] == prefix + (a,)), default=None)
-                    for a in range(4)]
+                    for a in range(n_acts)]
             expected = [low is not None and low <= budget for low in lows]
             if not any(expected):
                 expected[min((low, a) for a, low in enumerate(lows) if low is not None)[1]] = True
             assert e.action_masks().tolist() == expected, prefix
-            chained += expected[3]
-    assert chained > 0
+            masks.append(expected)
+    return masks
 
 
 def test_a_chain_that_continues_no_region_is_taken_as_recompute() -> None:
@@ -197,22 +204,11 @@ def test_masks_with_blocks_allow_exactly_the_actions_that_can_follow_and_fit(see
     """'block' only on a span's first unit, and inside a span only 'block'; any action only if some valid
     completion fits the budget. A block chosen elsewhere is kept, and inside a span every unit is block."""
     prof = with_blocks(synthetic_profile(5, 3, seed=seed, chains=True), seed=seed + 1)
-    cm, n_acts = CostModel(prof), len(prof.actions)
+    cm = CostModel(prof)
     block = prof.actions.index(Action.BLOCK)
     budget = _mid_budget(prof)
     e = CheckpointEnv(prof, budget)
-    peaks = {p: cm.peak_bytes(p) for p in itertools.product(range(n_acts), repeat=5) if cm.chain_error(p) is None}
-    for prefix_len in range(5):
-        for prefix in {p[:prefix_len] for p in peaks}:
-            e.reset()
-            for a in prefix:
-                e.step(a)
-            lows = [min((v for p, v in peaks.items() if p[:prefix_len + 1] == prefix + (a,)), default=None)
-                    for a in range(n_acts)]
-            expected = [low is not None and low <= budget for low in lows]
-            if not any(expected):
-                expected[min((low, a) for a, low in enumerate(lows) if low is not None)[1]] = True
-            assert e.action_masks().tolist() == expected, prefix
+    check_masks(e, cm, budget)
     for start, stop in prof.block_spans:  # unmasked: a block at a span's start makes the whole span block
         e = CheckpointEnv(prof, 10**12)
         e.reset()
