@@ -99,6 +99,19 @@ def test_fsdp_check_fn_wraps_exactly_the_recompute_units_and_keeps_gradients():
     _assert_same({n.replace("._checkpoint_wrapped_module", ""): g for n, g in g_wrap.items()}, g_none)
 
 
+def test_fsdp_check_fn_wraps_the_parent_a_block_recomputes_with_the_gradients_of_no_plan():
+    w_wrap, w_none = load_workload("gpt/tiny", seed=0), load_workload("gpt/tiny", seed=0)
+    units = find_units(w_wrap.model, "sub-block")
+    plan = plan_for(w_wrap.model, units, ["block"] * 4 + ["recompute"] + ["keep"] * 11)
+    apply_activation_checkpointing(
+        w_wrap.model, check_fn=fsdp_check_fn(w_wrap.model, plan),
+        checkpoint_wrapper_fn=functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+    wrapped = [n for n, m in w_wrap.model.named_modules() if isinstance(m, CheckpointWrapper)]
+    assert wrapped == ["blocks.0", "blocks.1.ln_1"]  # the block's parent, and the recompute unit
+    g_wrap, g_none = _grads(w_wrap), _grads(w_none)
+    _assert_same({n.replace("._checkpoint_wrapped_module", ""): g for n, g in g_wrap.items()}, g_none)
+
+
 def test_fsdp_check_fn_refuses_another_models_plan():
     w, wide = load_workload("gpt/tiny"), load_workload("gpt/tiny?d_model=64")
     plan = plan_for(wide.model, find_units(wide.model), ["recompute"] * 4)

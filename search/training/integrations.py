@@ -29,7 +29,7 @@ import torch.nn as nn
 from env.data.errors import PlanError
 from env.data.plan import Action, Plan, check_plan, regions
 from env.measure.peers import is_hf_checkpointing_layer
-from env.runtime.apply import AppliedPlan
+from env.runtime.apply import AppliedPlan, block_parents
 from env.units.find import find_units
 from search.training.apply import PlanSource, apply_plan, read_plan
 
@@ -72,7 +72,8 @@ def apply_hf_plan(model: nn.Module, plan_or_path: PlanSource, strict: bool = Tru
 
 def fsdp_check_fn(model: nn.Module, plan_or_path: PlanSource, strict: bool = True,
                   actions: Iterable[Action] = (Action.RECOMPUTE,)) -> Callable[[nn.Module], bool]:
-    """``check_fn`` for ``apply_activation_checkpointing``: true for the plan's ``recompute`` units.
+    """``check_fn`` for ``apply_activation_checkpointing``: true for the plan's ``recompute`` units, and for the
+    parents its ``block`` units recompute whole.
 
     Call it on the model before wrapping (units are matched by identity, so the wrapper's
     renaming does not matter). ``selective`` and ``offload`` need their own context and are
@@ -92,6 +93,8 @@ def fsdp_check_fn(model: nn.Module, plan_or_path: PlanSource, strict: bool = Tru
     chosen = set(actions)
     modules = dict(model.named_modules())
     ids = {id(modules[u]) for u, a in plan.actions.items() if a in chosen and u in modules}
+    if Action.RECOMPUTE in chosen:  # a block is its parent recomputed
+        ids |= {id(modules[p]) for p in block_parents(plan.actions) if p in modules}
     return lambda module: id(module) in ids
 
 
