@@ -171,7 +171,7 @@ class PeakWalk:
     """The walk over the profile's units with the allowed ``actions`` (profile indices), chains and blocks included.
 
     ``step(i, k, states)`` takes the states before unit i and its action (an index into
-    ``actions``) to the states after it (``(None, None)``: the action cannot follow); ``lowest(i,
+    ``actions``) to the states after it (``(None, None, 0)``: the action cannot follow); ``lowest(i,
     states)`` is the lowest peak any completion reaches from the states before unit i (None: no
     completion). ``closed_fs[i]`` / ``open_fs[i]``: the suffix functionals from a closed / open
     state before unit i.
