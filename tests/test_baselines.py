@@ -86,3 +86,15 @@ def test_random_plans_with_chains_are_valid_plans() -> None:
         chained += plan.count(3)
     assert chained > 0
     assert baseline_rules(40, KRS, seed=1, n_random=2)["random_0"] == baseline_rules(40, KRS, seed=1)["random_0"]
+
+
+def test_blocks_n_recompute_every_nth_parent_whole_and_random_plans_draw_no_block() -> None:
+    """torchtitan's layer policy where units are a parent's: ``blocks_n`` gives 'block' to every unit of every
+    n-th span from the first; a random plan never draws 'block', which takes a whole span."""
+    acts = [Action.KEEP, Action.RECOMPUTE, Action.SELECTIVE, Action.BLOCK]
+    rules = baseline_rules(7, acts, seed=0, n_random=20, spans=[(0, 2), (2, 4), (4, 6)])
+    b, k = 3, 0
+    assert rules["blocks_1"] == [b] * 6 + [k] and rules["blocks_2"] == [b, b, k, k, b, b, k]
+    assert rules["blocks_3"] == [b, b] + [k] * 5 and "blocks_4" not in rules
+    assert all(b not in plan for name, plan in rules.items() if name.startswith("random_"))
+    assert not any(name.startswith("blocks_") for name in baseline_rules(7, acts, seed=0))  # no spans, no rule
