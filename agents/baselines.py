@@ -37,7 +37,8 @@ from typing import Sequence
 import numpy as np
 
 from env.data.plan import Action
-from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
+from env.data.segments import (blocked_spans, chained_segments, checkpoint_sequential_actions, sequential_segments,
+                               sqrt_segments)
 
 __all__ = ["baseline_rules", "checkpoint_sequential_plan", "every_n", "sequential_segments", "sqrt_n_plan"]
 
@@ -117,10 +118,7 @@ def baseline_rules(n_units: int, actions: Sequence[Action], seed: int = 0, n_ran
         rules["all_chunked"] = [idx[Action.CHUNKED] if loss else rec for loss in loss_units]
     if keep is not None and Action.BLOCK in idx and spans:
         for n in range(1, len(spans) + 1):
-            plan = [keep] * n_units
-            for start, stop in spans[::n]:
-                plan[start:stop] = [idx[Action.BLOCK]] * (stop - start)
-            rules[f"blocks_{n}"] = plan
+            rules[f"blocks_{n}"] = [idx[a] for a in blocked_spans(n_units, [tuple(s) for s in spans[::n]])]
     if Action.SELECTIVE in idx:
         rules["all_selective"] = [idx[Action.SELECTIVE]] * n_units
     rng = np.random.default_rng(seed)

@@ -1,5 +1,5 @@
 """Segments of a stack of units, as ``torch.utils.checkpoint.checkpoint_sequential`` cuts them, and
-chain regions over them (``env.data.plan``). Torch-free: the rules (``agents.baselines``) and the
+chain regions and blocks over them (``env.data.plan``). Torch-free: the rules (``agents.baselines``) and the
 profile's check (``env.measure.profiler``) build their plans from these.
 """
 
@@ -37,6 +37,15 @@ def chained_segments(n_units: int, segments: Sequence[tuple[int, int]], links: S
     actions = [Action.KEEP] * n_units
     for start, stop in segments:
         actions[start:stop] = region_actions(start, stop, links)
+    return actions
+
+
+def blocked_spans(n_units: int, spans: Sequence[tuple[int, int]]) -> list[Action]:
+    """Every unit ``keep`` but those of ``spans`` (each all the units of one parent), ``block``: each parent
+    recomputed whole."""
+    actions = [Action.KEEP] * n_units
+    for start, stop in spans:
+        actions[start:stop] = [Action.BLOCK] * (stop - start)
     return actions
 
 

@@ -29,7 +29,8 @@ from env.data.measured import MeasuredPlan
 from env.data.model_profile import ModelProfile, Segment, UnitCost, block_costs, chain_costs
 from env.data.plan import Action, fingerprint
 from env.data.rounds import rotated
-from env.data.segments import chained_segments, checkpoint_sequential_actions, sequential_segments, sqrt_segments
+from env.data.segments import (blocked_spans, chained_segments, checkpoint_sequential_actions, sequential_segments,
+                               sqrt_segments)
 from env.measure.measurement import live_bytes, measure, steady_numerics
 from env.measure.timeline import MemoryTrace, UnitMarkers, profiled_step, step_clock, train_step
 from env.measure.trace import PeakCheck, Segments, check_peaks
@@ -179,10 +180,7 @@ def checked_plans(prof: ModelProfile) -> dict[str, list[Action]]:
         plans[f"checkpoint_sequential {k} segments"] = checkpoint_sequential_actions(n, k, links)
         assert len(sequential_segments(n, k)) == k
     if Action.BLOCK in prof.actions and prof.block_spans:
-        blocks = [Action.KEEP] * n
-        for start, stop in prof.block_spans:
-            blocks[start:stop] = [Action.BLOCK] * (stop - start)
-        plans["every block"] = blocks
+        plans["every block"] = blocked_spans(n, prof.block_spans)
     return plans
 
 

@@ -392,10 +392,9 @@ def apply_actions(model: nn.Module, plan: Plan, units: Sequence[str] | None = No
         handle.skipped = [u for u in plan.actions if u not in names]
     wanted = {u: a for u, a in plan.actions.items() if u in names}
     check_preconditions(model, wanted)
-    in_regions = _region_forwards(model, plan.actions, names, compile_unit)
-    in_regions.update(_block_forwards(model, wanted, compile_unit))
-    for fqn, action in [(u, a) for u, a in wanted.items() if a != Action.BLOCK] + [
-            (parent, Action.BLOCK) for parent in block_parents(wanted)]:
+    blocks = _block_forwards(model, wanted, compile_unit)  # by parent
+    in_regions = {**_region_forwards(model, plan.actions, names, compile_unit), **blocks}
+    for fqn, action in [(u, a) for u, a in wanted.items() if a != Action.BLOCK] + [(p, Action.BLOCK) for p in blocks]:
         module = model.get_submodule(fqn)
         if _MARK in module.__dict__:
             handle.remove()
@@ -449,6 +448,11 @@ def block_parents(actions: Mapping[str, Action]) -> dict[str, list[str]]:
     return out
 
 
+def runs_forward(module: nn.Module) -> bool:
+    """Whether ``module`` has a forward of its own to recompute (a ``ModuleList`` or ``ModuleDict`` has none)."""
+    return type(module).forward is not nn.Module.forward
+
+
 def _block_forwards(model: nn.Module, actions: Mapping[str, Action],
                     compile_unit: Compiler | None = None) -> dict[str, Callable[..., Any]]:
     """The forward of each parent that ``block`` units recompute (a ``recompute`` of the parent, compiled with
@@ -465,7 +469,7 @@ def _block_forwards(model: nn.Module, actions: Mapping[str, Action],
                             f"is '{actions[others[0]].value}': 'block' recomputes the whole parent; make every unit "
                             f"of '{parent}' block, or none")
         module = model.get_submodule(parent)
-        if type(module).forward is nn.Module.forward:
+        if not runs_forward(module):
             raise PlanError(f"unit '{units[0]}' is 'block' and its parent '{parent}' is a {type(module).__name__}, "
                             "which runs no forward of its own; recompute the units instead")
         out[parent] = _wrap(module, Action.RECOMPUTE, compile_unit)  # type: ignore[assignment]

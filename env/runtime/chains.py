@@ -33,7 +33,8 @@ import torch.nn as nn
 
 from env.data.errors import PlanError
 from env.data.plan import Action, Plan, fingerprint
-from env.runtime.apply import _restore_buffers, apply_actions
+from env.data.segments import blocked_spans
+from env.runtime.apply import _restore_buffers, apply_actions, runs_forward
 from env.workloads.workload import Workload
 
 RTOL, ATOL = 1e-4, 1e-6  # a chain reruns the same kernels on the same data: equal up to summation order
@@ -175,7 +176,7 @@ def parent_runs(model: nn.Module, units: Sequence[str]) -> list[tuple[int, int]]
         module = model.get_submodule(parent) if parent else model
         weighted = {f"{parent}.{name}" for name, child in module.named_children() if any(True for _ in child.parameters())}
         whole = parents.count(parent) == i - start and weighted <= run  # no unit of it elsewhere, none of it outside
-        if i - start >= 2 and parent and whole and type(module).forward is not nn.Module.forward:
+        if i - start >= 2 and parent and whole and runs_forward(module):
             out.append((start, i))
         start = i
     return out
@@ -191,11 +192,9 @@ def block_spans(workload: Workload, units: Sequence[str], seed: int = 0) -> list
     reference = training_step(workload, seed)
 
     def same(spans: Sequence[tuple[int, int]]) -> bool:
-        actions = [Action.KEEP] * len(units)
-        for start, stop in spans:
-            actions[start:stop] = [Action.BLOCK] * (stop - start)
+        plan = Plan.from_list(units, blocked_spans(len(units), spans), fp)
         try:
-            return same_step(training_step(workload, seed, Plan.from_list(units, actions, fp), units), reference)
+            return same_step(training_step(workload, seed, plan, units), reference)
         except PlanError:
             return False
 

@@ -35,7 +35,7 @@ APPLY_NAMES: tuple[str, ...] = (
     "Policy", "Keep", "Recompute", "Offload", "is_loss_unit", "Chunked", "_RegionState", "Region", "_refuse_sharded", "_refuse", "_call_shape",
     "POLICIES",
     "_on_cuda", "check_preconditions", "Compiler", "RECOMPUTED_UNIT_OPTIONS", "compile_forward", "_wrap", "_region_forwards",
-    "block_parents", "_block_forwards",
+    "block_parents", "runs_forward", "_block_forwards",
 )
 # Top-level definitions of env/runtime/offload.py that the snippet carries (``Offload`` calls ``offloaded_forward``).
 OFFLOAD_NAMES: tuple[str, ...] = (
@@ -82,8 +82,9 @@ def apply_checkpoint_plan(model: nn.Module, strict: bool = True, compile_units: 
     check_preconditions(model, actions)  # each action's own (offload: a CUDA model; chunked: a loss unit)
     in_regions = _region_forwards(model, actions, set(modules), compile_unit)  # chain regions: one checkpoint each
     present = {{fqn: action for fqn, action in actions.items() if fqn in modules}}
-    in_regions.update(_block_forwards(model, present, compile_unit))  # blocks: each parent recomputed whole
-    todo = [(fqn, a) for fqn, a in present.items() if a != Action.BLOCK] + [(p, Action.BLOCK) for p in block_parents(present)]
+    blocks = _block_forwards(model, present, compile_unit)  # blocks: each parent recomputed whole, by parent
+    in_regions.update(blocks)
+    todo = [(fqn, a) for fqn, a in present.items() if a != Action.BLOCK] + [(p, Action.BLOCK) for p in blocks]
     for fqn, action in todo:
         module = modules[fqn]
         wrapped = in_regions[fqn] if fqn in in_regions else _wrap(module, action, compile_unit)
