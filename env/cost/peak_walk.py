@@ -190,9 +190,9 @@ class PeakWalk:
         self.may_chain = [chains and cm.links[i] for i in range(self.n)] + [False]
         self.allowed = [[cm.allowed[i][a] for a in self.actions] for i in range(self.n)]  # 'chunked': loss units only
         self.k_block = self.actions.index(cm.block) if cm.block is not None and cm.block in self.actions else None
-        # span_end[s]: where the block span starting at unit s ends; spans[s]: its coefficients (a, b, c, d)
+        # span_end[s]: where the block span starting at unit s ends; span_terms[s]: its coefficients (a, b, c, d)
         self.span_end = {start: stop for start, stop in cm.spans} if self.k_block is not None else {}
-        self.spans = {start: self._span_coefficients(start, stop) for start, stop in self.span_end.items()}
+        self.span_terms = {start: self._span_coefficients(start, stop) for start, stop in self.span_end.items()}
         self.closed_fs, self.open_fs = self._functionals()
 
     def initial(self) -> States:
@@ -224,7 +224,7 @@ class PeakWalk:
 
     def macro(self, start: int, state: Closed) -> Closed:
         """The closed state after the block span starting at unit ``start``, from the closed state before it."""
-        a, b, c, d = self.spans[start]
+        a, b, c, d = self.span_terms[start]
         p, level, m = state
         return max(p, level + a), level + b, max(level + c, m + d)
 
@@ -261,8 +261,8 @@ class PeakWalk:
         for i in range(n - 1, -1, -1):
             c_next, o_next = closed[i + 1], opened[i + 1]
             cands: set[tuple[int, ...]] = set()
-            if i in self.spans:
-                a, b, c, d = self.spans[i]
+            if i in self.span_terms:
+                a, b, c, d = self.span_terms[i]
                 cands.update((max(a, b + cl, c + cm), d + cm) for cl, cm in closed[self.span_end[i]])
             for k, (fd, fr, bd, br) in enumerate(self.terms[i]):
                 if k in (self.k_chain, self.k_block) or not self.allowed[i][k]:
