@@ -161,3 +161,21 @@ def test_a_region_is_recomputed_at_once_in_backward() -> None:
     with pytest.raises(PlanError) as e:
         unlinked.predict([1, 2])
     one_line_error(e, "units 'a' and 'b' do not chain in this model", "make 'b' recompute")
+
+
+@pytest.mark.parametrize("region", [Action.CHAIN, Action.BLOCK])
+def test_a_region_action_without_keep_and_recompute_is_refused_in_one_line(region: Action) -> None:
+    """A chain region and a block both start as a recompute and are recomputed as kept units: profiling one without
+    keep and recompute, or pricing a profile that has one without them, is refused in one line naming the fix."""
+    from env.data.errors import MeasurementError
+    from tests.profiles import synthetic_profile
+
+    w = load_workload("gpt/tiny")
+    with pytest.raises(MeasurementError) as e:
+        profile(w, find_units(w.model, "sub-block"), [Action.KEEP, region])
+    one_line_error(e, f"'{region.value}' needs 'keep' and 'recompute'", "add them")
+    prof = synthetic_profile(3, 1, seed=0)  # keep alone
+    costs = {**prof.costs, region: prof.costs[Action.KEEP]}
+    with pytest.raises(PlanError) as e:
+        CostModel(prof.model_copy(update={"actions": [Action.KEEP, region], "costs": costs}))
+    one_line_error(e, f"the profile has '{region.value}' but not recompute", "profile both")
