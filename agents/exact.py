@@ -118,8 +118,10 @@ def exact_frontier(cost_model: CostModel, actions: Sequence[int] | None = None,
             if i in walk.span_end:
                 stop, a = walk.span_end[i], acts[walk.k_block]  # type: ignore[index]
                 p2, l2, m2 = walk.macro(i, (p, level, m))
-                spans.setdefault(stop, []).append((t + sum(secs[j][a] for j in range(i, stop)), p2, l2, m2,
-                                                   plan + (a,) * (stop - i)))
+                t2 = t
+                for j in range(i, stop):  # unit by unit, as CostModel.step_seconds sums: the same float
+                    t2 += secs[j][a]
+                spans.setdefault(stop, []).append((t2, p2, l2, m2, plan + (a,) * (stop - i)))
             for k, a in enumerate(acts):
                 if k in (walk.k_chain, walk.k_block) or not walk.allowed[i][k]:
                     continue

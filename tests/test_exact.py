@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents.exact import FrontierPoint, exact_frontier, pareto_points
@@ -234,6 +234,7 @@ def test_the_whole_model_pass_sends_the_aimed_plans_as_whole_model_jobs_an_evalu
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n_units=st.integers(1, 6), chains=st.booleans(), seed=st.integers(0, 2**32 - 1))
+@example(n_units=5, chains=False, seed=11957432)  # a span's seconds summed in another order: off in the last bit
 def test_exact_equals_brute_force_with_blocks(n_units: int, chains: bool, seed: int) -> None:
     """With 'block' among the actions (and chains or not), the exact frontier is every valid plan's: brute force;
     a plan with a span partly 'block', or a 'block' outside every span, is no plan."""
